@@ -1,0 +1,141 @@
+"""``attn-grade``: a thin click shell over ``grader.core``.
+
+Every expected mistake of the person at the keyboard (a missing path, an
+unknown exercise, a bad option) is a one-sentence click error with exit
+code 2; a student's wrong answer is a score, never an exception.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from grader import report as fmt
+from grader.core import GraderConfigError, Options, grade
+from grader.exercises import EXERCISES, REPO_DIR, available
+
+
+def _exercise_names(names: tuple[str, ...], param_hint: str) -> list[str] | None:
+    if not names:
+        return None
+    known = available()
+    out = []
+    for name in names:
+        match = [e for e in known if e == name or e.split("_")[0] == name]
+        if not match:
+            close = [e for e in EXERCISES if name in e]
+            hint = f" Did you mean {close[0]}?" if close else ""
+            raise click.BadParameter(f"unknown exercise {name!r}; choose from "
+                                     f"{', '.join(known)}.{hint}", param_hint=param_hint)
+        out.append(match[0])
+    return out
+
+
+def _submission_modules(path: Path) -> list[str]:
+    return sorted(p.stem for p in path.glob("ex*.py") if p.stem in EXERCISES)
+
+
+def _run(path: Path, options: Options):
+    if not path.is_dir():
+        raise click.BadParameter(f"{path} is not a folder of exercise modules.",
+                                 param_hint="PATH")
+    if not _submission_modules(path):
+        raise click.UsageError(f"no exercise modules (ex01_by_hand.py ... "
+                               f"ex07_flash_attention.py) were found in {path}.")
+    try:
+        return grade(path, options)
+    except GraderConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _emit(report, out_format: str, out: Path | None, public_only: bool) -> None:
+    render = {"text": lambda r: fmt.to_text(r, public_only=public_only),
+              "json": fmt.to_json}[out_format]
+    text = render(report)
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    except OSError as exc:
+        # Keep the grade: print it rather than lose it.
+        click.echo(text, nl=False)
+        raise click.FileError(str(out), hint=f"could not write the result ({exc.strerror})")
+    click.echo(f"{report.score:g}/{report.max_score:g} points; "
+               f"{out_format} result written to {out}")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Check and grade the attention exercises."""
+
+
+@main.command()
+@click.argument("exercise", nargs=-1)
+@click.option("--path", type=click.Path(path_type=Path, file_okay=False), default="exercises",
+              show_default=True, help="Folder holding your exercise modules.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
+              help="Seconds allowed for each call into your code.")
+@click.option("-v", "--verbose", is_flag=True, help="Show feedback for passing tests too.")
+def check(exercise, path, timeout, verbose):
+    """Run the public tests on your exercises (all, or the ones named)."""
+    path = Path(path)
+    if not path.exists():
+        raise click.BadParameter(f"{path} does not exist; run this from the course folder "
+                                 "or pass --path.", param_hint="--path")
+    options = Options(suite="public", exercises=_exercise_names(exercise, "EXERCISE"),
+                      call_timeout=timeout)
+    report = _run(path, options)
+    click.echo(fmt.to_text(report, verbose=verbose, public_only=True), nl=False)
+
+
+@main.command(name="grade")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--suite", type=click.Choice(["public", "hidden"]), default="hidden",
+              show_default=True, help="public: the students' tests; hidden: the full grade.")
+@click.option("--format", "out_format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="json is Gradescope's results.json format.")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write the result to this file instead of the terminal.")
+@click.option("-e", "--exercise", "exercises", multiple=True,
+              help="Grade only this exercise (repeatable).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
+              help="Seconds allowed for each call into the submission.")
+@click.option("--require-gpu", is_flag=True,
+              help="Fail GPU tests that cannot run, instead of skipping them.")
+def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu):
+    """Grade a folder of exercise modules."""
+    if not path.exists():
+        raise click.BadParameter(f"{path} does not exist.", param_hint="PATH")
+    options = Options(suite=suite, exercises=_exercise_names(exercises, "--exercise"),
+                      call_timeout=timeout, require_gpu=require_gpu)
+    report = _run(path, options)
+    _emit(report, out_format, out, public_only=suite == "public")
+
+
+@main.command()
+@click.option("--check", "check_only", is_flag=True,
+              help="Only report stubs that differ; exit 1 if any do.")
+def stubs(check_only):
+    """Regenerate exercises/ from the solutions' BEGIN/END SOLUTION markers."""
+    from grader.stubs import derive_all, write_stubs
+
+    solutions, exercises = REPO_DIR / "solutions", REPO_DIR / "exercises"
+    if not solutions.is_dir():
+        raise click.UsageError("solutions/ is not here: stubs are made in the "
+                               "instructors' edition.")
+    if check_only:
+        stale = [n for n, text in derive_all(solutions).items()
+                 if not (exercises / f"{n}.py").is_file()
+                 or (exercises / f"{n}.py").read_text() != text]
+        for name in stale:
+            click.echo(f"exercises/{name}.py differs from its solution's stub")
+        sys.exit(1 if stale else 0)
+    for path in write_stubs(solutions, exercises):
+        click.echo(f"wrote {path.relative_to(REPO_DIR)}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,170 @@
+"""The pure core: ``grade(submission, ...) -> Report``.
+
+Runs the pytest suites of the chosen exercises in this process (the suites
+and references never leave it) with a plugin that owns one sandboxed worker
+per exercise and turns each test's outcome into a ``TestResult``.  Student
+code runs only in the workers.  Whatever happens, ``grade`` returns a
+report: a problem in the grader itself is recorded in ``report.errors``.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from grader.exercises import EXERCISES, SUITES_DIR, suite_files
+from grader.feedback import Feedback
+from grader.report import FAILED, NOT_RUN, PASSED, Report, TestResult
+from grader.sandbox.client import Limits, StudentError, StudentModule, Worker
+
+PLUGIN_KEY = pytest.StashKey["GradingPlugin"]()
+
+
+class GraderConfigError(ValueError):
+    """Bad input from the person running the grader (not the student)."""
+
+
+@dataclass
+class Options:
+    suite: str = "hidden"                 # "public" or "hidden" (public + hidden)
+    exercises: list[str] | None = None    # None: every exercise with a suite
+    call_timeout: float | None = None     # overrides each exercise's default
+    require_gpu: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def _title(item) -> str:
+    doc = (getattr(item.function, "__doc__", None) or "").strip()
+    title = doc.splitlines()[0].rstrip(".") if doc else item.originalname.replace("_", " ")
+    if title.startswith("test "):
+        title = title[5:]
+    callspec = getattr(item, "callspec", None)
+    return f"{title} [{callspec.id}]" if callspec is not None else title
+
+
+def describe_failure(excinfo) -> str:
+    """Feedback text for a failed test, from the exception that failed it."""
+    exc = excinfo.value
+    if isinstance(exc, (Feedback, StudentError)):
+        return str(exc)
+    if isinstance(exc, pytest.fail.Exception):
+        return str(exc.msg if hasattr(exc, "msg") else exc)
+    if isinstance(exc, AssertionError):
+        text = str(exc).strip()
+        return text or "an assertion about your answer failed"
+    last = traceback.extract_tb(excinfo.tb)[-1] if excinfo.tb else None
+    where = f" (grader line {last.lineno})" if last else ""
+    return (f"your answer could not be checked: {type(exc).__name__}: {exc}{where}. "
+            "This usually means a wrong type or shape came back.")
+
+
+class GradingPlugin:
+    """Owns the workers and collects results; suites reach it through
+    ``config.stash[PLUGIN_KEY]`` (see ``suites/conftest.py``)."""
+
+    def __init__(self, submission: Path, options: Options, report: Report):
+        self.submission = submission
+        self.options = options
+        self.report = report
+        self.workers: dict[str, Worker] = {}
+
+    # -- used by the suites' fixtures --------------------------------------
+    def worker(self, exercise: str) -> Worker:
+        if exercise not in self.workers:
+            ex = EXERCISES[exercise]
+            limits = Limits(call_timeout=self.options.call_timeout or ex.call_timeout,
+                            env=dict(ex.worker_env))
+            self.workers[exercise] = Worker(self.submission, exercise, limits)
+        return self.workers[exercise]
+
+    def student(self, exercise: str, timeout: float | None = None) -> StudentModule:
+        return StudentModule(self.worker(exercise), timeout)
+
+    def close(self) -> None:
+        for w in self.workers.values():
+            w.close()
+
+    # -- pytest hooks ------------------------------------------------------
+    def pytest_configure(self, config):
+        config.stash[PLUGIN_KEY] = self
+        for line in ("points(n): points a test is worth",
+                     "exercise(name): the exercise module a suite grades",
+                     "hidden: a test whose details stay hidden until grades are published",
+                     "timeout_s(seconds): time limit for each call into the submission",
+                     "gpu: needs CUDA; not run (and not counted) without it"):
+            config.addinivalue_line("markers", line)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        rep = outcome.get_result()
+        if rep.when == "call" or (rep.when == "setup" and not rep.passed):
+            self._record(item, rep, call)
+
+    def _record(self, item, rep, call) -> None:
+        ex_mark = item.get_closest_marker("exercise")
+        pts_mark = item.get_closest_marker("points")
+        exercise = ex_mark.args[0] if ex_mark else "unknown"
+        points = float(pts_mark.args[0]) if pts_mark else 0.0
+        hidden = item.get_closest_marker("hidden") is not None
+        result = TestResult(exercise=exercise, name=item.name, title=_title(item),
+                            max_score=points, score=0.0, status=FAILED, hidden=hidden,
+                            visibility="after_published" if hidden else "visible")
+        if rep.skipped:
+            reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+            reason = reason.removeprefix("Skipped: ")
+            result.status, result.max_score = NOT_RUN, 0.0
+            result.output = f"not run: {reason} (worth {points:g} points where it runs)"
+            if item.get_closest_marker("gpu") and self.options.require_gpu:
+                result.status, result.max_score = FAILED, points
+                result.output = f"not run, but --require-gpu was given: {reason}"
+        elif rep.passed:
+            result.status, result.score = PASSED, points
+            result.output = getattr(item, "feedback_on_pass", "")
+        else:
+            result.output = describe_failure(call.excinfo) if call.excinfo else str(rep.longrepr)
+            if not isinstance(call.excinfo.value, (Feedback, StudentError, AssertionError)) \
+                    and not isinstance(call.excinfo.value, pytest.fail.Exception):
+                self.report.errors.append(
+                    f"{item.nodeid}: {type(call.excinfo.value).__name__}: {call.excinfo.value}")
+        self.report.tests.append(result)
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.report.errors.append(f"could not load suite {report.nodeid}: "
+                                      f"{str(report.longrepr)[-800:]}")
+
+
+def grade(submission: Path | str, options: Options | None = None) -> Report:
+    """Grade a folder of exercise modules; always returns a ``Report``."""
+    options = options or Options()
+    submission = Path(submission).resolve()
+    if options.suite not in ("public", "hidden"):
+        raise GraderConfigError(f"unknown suite {options.suite!r}: use public or hidden")
+    names = options.exercises or [e for e in EXERCISES if suite_files(e, "public")]
+    unknown = [e for e in names if e not in EXERCISES]
+    if unknown:
+        raise GraderConfigError(f"unknown exercise {unknown[0]!r}; known: "
+                                f"{', '.join(EXERCISES)}")
+    files = [str(p) for e in names for p in suite_files(e, options.suite)]
+    report = Report(submission=str(submission), suite=options.suite, exercises=list(names))
+    plugin = GradingPlugin(submission, options, report)
+    start = time.perf_counter()
+    args = ["-c", str(SUITES_DIR / "pytest.ini"), "--rootdir", str(SUITES_DIR),
+            "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:randomly",
+            "--import-mode=importlib", *files]
+    try:
+        code = pytest.main(args, plugins=[plugin])
+        if code not in (0, 1, 5) and not report.errors:
+            report.errors.append(f"pytest stopped with exit code {int(code)}")
+    except BaseException as exc:  # the report is written whatever happens
+        report.errors.append(f"the grader failed: {type(exc).__name__}: {exc}")
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+    finally:
+        plugin.close()
+        report.seconds = time.perf_counter() - start
+    return report

@@ -1,0 +1,55 @@
+"""The seven exercises: names, titles, and what their workers need.
+
+Names are the public contract (``grader/contract.json``, a copy of the
+curriculum's).  ``worker_env`` is set in the worker before the student's
+module is imported.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_DIR = PACKAGE_DIR.parent
+SUITES_DIR = PACKAGE_DIR / "suites"
+CONTRACT_PATH = PACKAGE_DIR / "contract.json"
+
+
+@dataclass(frozen=True)
+class Exercise:
+    name: str
+    title: str
+    worker_env: dict = field(default_factory=dict)
+    call_timeout: float = 10.0
+
+
+EXERCISES = {e.name: e for e in [
+    Exercise("ex01_by_hand", "A: attention by hand"),
+    Exercise("ex02_mha", "B: multi-head attention with RoPE"),
+    Exercise("ex03_gqa", "C: grouped-query attention"),
+    Exercise("ex04_quadratic", "D: measuring the quadratic", call_timeout=60.0),
+    Exercise("ex05_decode_prefill", "E: decode vs prefill", call_timeout=60.0),
+    Exercise("ex06_gqa_intensity", "F: the arithmetic intensity of GQA decode",
+             call_timeout=60.0),
+    Exercise("ex07_flash_attention", "G: a fused attention kernel in Triton",
+             call_timeout=120.0),
+]}
+
+
+def contract() -> dict:
+    return json.loads(CONTRACT_PATH.read_text())
+
+
+def suite_files(exercise: str, suite: str) -> list[Path]:
+    """The suite files for one exercise: public, plus hidden when grading."""
+    kinds = ["public"] if suite == "public" else ["public", "hidden"]
+    files: list[Path] = []
+    for kind in kinds:
+        files += sorted((SUITES_DIR / kind).glob(f"test_{exercise}*.py"))
+    return files
+
+
+def available() -> list[str]:
+    """Exercises that have at least a public suite."""
+    return [name for name in EXERCISES if suite_files(name, "public")]

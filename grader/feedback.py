@@ -1,0 +1,167 @@
+"""Comparisons that explain themselves.
+
+Every check raises ``Feedback`` (an ``AssertionError``) whose text is what
+the student reads: what was expected, what came back (shape, first
+mismatching index, max abs error) and, when the answer matches one of the
+known wrong answers passed in ``mistakes``, which mistake it looks like.
+``mistakes`` maps a description ("the softmax ran over queries instead of
+keys") to what a submission with that mistake would return; the suites get
+those from ``grader.reference`` with a ``mistake=`` switch.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping
+
+import numpy as np
+
+from grader.sandbox.client import StudentRaised
+
+# Named tolerances (atol, rtol) by the precision the answer was computed in.
+TOLERANCES = {
+    "float64": (1e-9, 1e-7),
+    "float32": (2e-5, 2e-4),
+    "float16": (2e-3, 2e-3),
+    "bfloat16": (2e-2, 2e-2),
+}
+
+
+class Feedback(AssertionError):
+    """A wrong answer, explained.  ``str()`` is shown to the student."""
+
+
+def _fmt(x) -> str:
+    if isinstance(x, (float, np.floating)):
+        return f"{float(x):.6g}"
+    return repr(x)
+
+
+def _type_name(value) -> str:
+    if value is None:
+        return "None (did the function forget to return?)"
+    return type(value).__name__
+
+
+def to_numpy(value, what: str) -> np.ndarray:
+    """A student's answer as a NumPy array, or ``Feedback`` saying why not."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a decoded torch tensor
+        t = value.detach().cpu()
+        if str(t.dtype) == "torch.bfloat16":
+            t = t.float()
+        return t.numpy()
+    if isinstance(value, (list, tuple, int, float)) and not isinstance(value, bool):
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (ValueError, TypeError):
+            raise Feedback(f"{what}: expected numbers, got a ragged or non-numeric "
+                           f"{type(value).__name__}") from None
+        return arr
+    raise Feedback(f"{what}: expected an array, got {_type_name(value)}")
+
+
+def matching_mistake(got: np.ndarray, mistakes: Mapping[str, object] | None,
+                     atol: float, rtol: float) -> str | None:
+    """The first known mistake whose answer ``got`` matches, if any."""
+    for description, candidate in (mistakes or {}).items():
+        try:
+            cand = to_numpy(candidate, description).astype(np.float64)
+        except Feedback:
+            continue
+        if cand.shape != got.shape:
+            continue
+        if np.allclose(got, cand, atol=max(atol, 1e-6), rtol=max(rtol, 1e-4), equal_nan=True):
+            return description
+    return None
+
+
+def check_close(got, expected, *, what: str, atol: float, rtol: float,
+                mistakes: Mapping[str, object] | None = None, hint: str | None = None,
+                check_dtype: bool = False) -> None:
+    """Raise ``Feedback`` unless ``got`` is close to ``expected`` elementwise."""
+    exp = to_numpy(expected, "reference").astype(np.float64)
+    got_raw = got
+    got = to_numpy(got, what)
+    lines: list[str] = []
+    if check_dtype:
+        want = str(getattr(expected, "dtype", "")).replace("torch.", "")
+        have = str(getattr(got_raw, "dtype", "")).replace("torch.", "")
+        if want and have and want != have:
+            raise Feedback(f"{what}: expected dtype {want}, got {have} "
+                           "(keep the dtype of the inputs)")
+    try:
+        got = got.astype(np.float64)
+    except (TypeError, ValueError):
+        raise Feedback(f"{what}: expected numbers, got an array of {got.dtype}") from None
+    if got.shape != exp.shape:
+        lines.append(f"{what}: expected shape {tuple(exp.shape)}, got shape {tuple(got.shape)}")
+        mistake = matching_mistake(got, mistakes, atol, rtol)
+        if mistake:
+            lines.append(f"This looks like: {mistake}.")
+        elif hint:
+            lines.append(hint)
+        raise Feedback("\n".join(lines))
+    finite_exp = np.isfinite(exp)
+    bad_nan = ~np.isfinite(got) & finite_exp
+    close = np.isclose(got, exp, atol=atol, rtol=rtol, equal_nan=True)
+    if close.all():
+        return
+    idx = tuple(int(i) for i in np.argwhere(~close)[0])
+    lines.append(f"{what} is wrong: {int((~close).sum())} of {close.size} values differ.")
+    lines.append(f"  first mismatch at index {idx}: expected {_fmt(exp[idx])}, "
+                 f"got {_fmt(got[idx])}")
+    if bad_nan.any():
+        nidx = tuple(int(i) for i in np.argwhere(bad_nan)[0])
+        lines.append(f"  got {_fmt(got[nidx])} at index {nidx} where a finite value was "
+                     "expected")
+    both = finite_exp & np.isfinite(got)
+    if both.any():
+        err = np.where(both, np.abs(got - exp), 0.0)
+        lines.append(f"  max abs error {float(err.max()):.3g} "
+                     f"(allowed: atol={atol:g}, rtol={rtol:g})")
+    mistake = matching_mistake(got, mistakes, atol, rtol)
+    if mistake:
+        lines.append(f"This looks like: {mistake}.")
+    elif hint:
+        lines.append(hint)
+    raise Feedback("\n".join(lines))
+
+
+def check_equal(got, expected, *, what: str, mistakes: Mapping[str, object] | None = None,
+                hint: str | None = None) -> None:
+    """Exact comparison for counts and formulas (ints, strings, tuples)."""
+    if type(got) is bool or type(expected) is bool:
+        same = got is expected or got == expected and type(got) is type(expected)
+    elif isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+        same = got == expected or (isinstance(expected, float) and
+                                   math.isclose(got, expected, rel_tol=1e-12))
+    else:
+        same = got == expected
+    if same:
+        return
+    lines = [f"{what}: expected {_fmt(expected)}, got {_fmt(got)}"]
+    for description, candidate in (mistakes or {}).items():
+        if isinstance(got, (int, float)) and isinstance(candidate, (int, float)) \
+                and not isinstance(got, bool) and math.isclose(got, candidate, rel_tol=1e-9):
+            lines.append(f"This looks like: {description}.")
+            break
+        if got == candidate:
+            lines.append(f"This looks like: {description}.")
+            break
+    else:
+        if hint:
+            lines.append(hint)
+    raise Feedback("\n".join(lines))
+
+
+def expect_raises(call: Callable[[], object], exc_name: str, *, what: str) -> None:
+    """``call()`` must raise ``exc_name`` (or a subclass) in the submission."""
+    try:
+        call()
+    except StudentRaised as exc:
+        if exc.raised.is_a(exc_name):
+            return
+        raise Feedback(f"{what}: expected {exc_name}, but it raised "
+                       f"{exc.raised.type_name}: {exc.raised.message}") from None
+    raise Feedback(f"{what}: expected {exc_name}, but it returned normally")

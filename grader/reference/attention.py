@@ -1,0 +1,178 @@
+"""Independent reference attention for the suites, with known mistakes.
+
+Written apart from ``solutions/`` (PyTorch, float64, einsum) so that a bug
+in a solution is not also a bug in the reference.  Each function takes a
+``mistake=`` switch that reproduces one known wrong answer from the
+curriculum's list; the suites pass those wrong answers to
+``grader.feedback.check_close(mistakes=...)`` so the feedback can name the
+mistake.  Inputs may be NumPy arrays or tensors; outputs are float64
+tensors.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+# Mistake ids -> what the feedback says.
+MISTAKES = {
+    "no_scale": "the scores were not scaled by 1/sqrt(d_head)",
+    "scale_by_d": "the scores were scaled by 1/d_head instead of 1/sqrt(d_head)",
+    "softmax_over_queries": "the softmax ran over queries instead of keys",
+    "no_mask": "no causal mask was applied (queries can see later keys)",
+    "diagonal_masked": "the causal mask also hides the diagonal (a query must see its own key)",
+    "top_left_mask": "the causal mask is aligned to the top-left instead of the end "
+                     "(with fewer queries than keys, query i sits at position S_k - S_q + i)",
+    "mask_wrong_triangle": "the causal mask hides the wrong triangle (the past instead of the "
+                           "future)",
+    "rope_on_values": "RoPE was also applied to the values (it goes on q and k only)",
+    "no_rope": "RoPE was not applied",
+    "rope_interleaved": "RoPE rotated interleaved pairs (2j, 2j+1) instead of rotate-half "
+                        "pairs (j, j + d_head/2)",
+    "rope_positions_ignored": "RoPE ignored the given positions (it used 0..S-1)",
+    "rope_wrong_frequency": "the RoPE frequencies use base ** (-j / d_head) instead of "
+                            "base ** (-2j / d_head)",
+    "split_without_transpose": "the heads were split by a reshape without the transpose "
+                               "((B, S, h, d_head) -> (B, h, S, d_head) needs a transpose)",
+    "no_output_projection": "the output projection w_o was forgotten",
+    "kv_tile": "the K/V heads were repeated with tile (0,1,0,1) where repeat_interleave "
+               "(0,0,1,1) is meant: query head i must use KV head i // (h / h_kv)",
+    "no_kv_repeat": "the K/V heads were not repeated for their query groups",
+}
+
+
+def t64(x) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", torch.float64)
+    return torch.as_tensor(np.asarray(x), dtype=torch.float64)
+
+
+def softmax(x, dim=-1, mistake=None) -> torch.Tensor:
+    x = t64(x)
+    if mistake == "softmax_over_queries":
+        dim = -2
+    m = torch.amax(x, dim=dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(x - m)
+    s = e.sum(dim=dim, keepdim=True)
+    return torch.where(s > 0, e / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(e))
+
+
+def causal_allowed(s_q: int, s_k: int, mistake=None) -> torch.Tensor:
+    """Boolean ``(s_q, s_k)``: may query i see key j (end-aligned)?"""
+    i = torch.arange(s_q)[:, None]
+    j = torch.arange(s_k)[None, :]
+    offset = s_k - s_q
+    if mistake == "top_left_mask":
+        offset = 0
+    if mistake == "diagonal_masked":
+        return j < offset + i
+    if mistake == "mask_wrong_triangle":
+        return j >= offset + i
+    if mistake == "no_mask":
+        return torch.ones(s_q, s_k, dtype=torch.bool)
+    return j <= offset + i
+
+
+def causal_mask(s_q: int, s_k: int | None = None, mistake=None) -> torch.Tensor:
+    s_k = s_q if s_k is None else s_k
+    allowed = causal_allowed(s_q, s_k, mistake)
+    return torch.where(allowed, 0.0, -math.inf).to(torch.float64)
+
+
+def rope(x, positions, base=10000.0, mistake=None) -> torch.Tensor:
+    x = t64(x)
+    d = x.shape[-1]
+    if d % 2:
+        raise ValueError("odd d_head")
+    half = d // 2
+    pos = t64(positions)
+    if mistake == "rope_positions_ignored":
+        pos = torch.arange(x.shape[-2], dtype=torch.float64)
+    exponent = -torch.arange(half, dtype=torch.float64) * (1.0 if mistake ==
+                                                           "rope_wrong_frequency" else 2.0) / d
+    theta = torch.outer(pos, torch.pow(torch.tensor(float(base), dtype=torch.float64),
+                                       exponent))                        # (S, half)
+    cos, sin = torch.cos(theta), torch.sin(theta)
+    if mistake == "rope_interleaved":
+        pairs = x.reshape(*x.shape[:-1], half, 2)
+        a, b = pairs[..., 0], pairs[..., 1]
+        return torch.stack([a * cos - b * sin, b * cos + a * sin], dim=-1).reshape(x.shape)
+    a, b = x[..., :half], x[..., half:]
+    return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+
+
+def attention(q, k, v, *, causal=False, mask=None, scale=None, mistake=None) -> torch.Tensor:
+    """``(..., S_q, d)`` x ``(..., S_k, d)``; ``causal`` is end-aligned."""
+    q, k, v = t64(q), t64(k), t64(v)
+    d = q.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    if mistake == "no_scale":
+        scale = 1.0
+    elif mistake == "scale_by_d":
+        scale = 1.0 / d
+    scores = torch.einsum("...qd,...kd->...qk", q, k) * scale
+    if mask is not None:
+        scores = scores + t64(mask)
+    if causal:
+        scores = scores + causal_mask(q.shape[-2], k.shape[-2], mistake)
+    weights = softmax(scores, -1, mistake)
+    return torch.einsum("...qk,...kd->...qd", weights, v)
+
+
+def repeat_kv(x, n_rep: int, mistake=None) -> torch.Tensor:
+    """``(B, h_kv, S, d)`` -> ``(B, h_kv*n_rep, S, d)``; KV head j serves query heads
+    ``j*n_rep .. (j+1)*n_rep - 1``."""
+    x = t64(x)
+    if mistake == "kv_tile":
+        return x.repeat(1, n_rep, 1, 1)
+    return torch.repeat_interleave(x, n_rep, dim=1)
+
+
+def split_heads(x, n_heads: int, mistake=None) -> torch.Tensor:
+    x = t64(x)
+    b, s, width = x.shape
+    if mistake == "split_without_transpose":
+        return x.reshape(b, n_heads, s, width // n_heads)
+    return x.reshape(b, s, n_heads, width // n_heads).permute(0, 2, 1, 3)
+
+
+def merge_heads(x) -> torch.Tensor:
+    x = t64(x)
+    b, h, s, d = x.shape
+    return x.permute(0, 2, 1, 3).reshape(b, s, h * d)
+
+
+def gqa(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads=None, *, causal=True, positions=None,
+        rope_base=10000.0, mistake=None) -> torch.Tensor:
+    """Grouped-query (and, with ``n_kv_heads == n_heads``, multi-head) attention."""
+    x = t64(x)
+    n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+    b, s, _ = x.shape
+    pos = torch.arange(s) if positions is None else t64(positions)
+    q = split_heads(x @ t64(w_q).T, n_heads, mistake)          # (B, h, S, d_head)
+    k = split_heads(x @ t64(w_k).T, n_kv_heads, mistake)       # (B, h_kv, S, d_head)
+    v = split_heads(x @ t64(w_v).T, n_kv_heads, mistake)
+    if mistake != "no_rope":
+        q, k = rope(q, pos, rope_base, mistake), rope(k, pos, rope_base, mistake)
+        if mistake == "rope_on_values":
+            v = rope(v, pos, rope_base)
+    if n_kv_heads != n_heads:
+        rep = n_heads // n_kv_heads
+        k, v = repeat_kv(k, rep, mistake), repeat_kv(v, rep, mistake)
+    out = merge_heads(attention(q, k, v, causal=causal, mistake=mistake))
+    if mistake == "no_output_projection":
+        return out
+    return out @ t64(w_o).T
+
+
+def mistakes_of(fn, names, *args, **kwargs) -> dict:
+    """``{description: fn(*args, mistake=name, **kwargs)}`` for the named mistakes."""
+    out = {}
+    for name in names:
+        try:
+            out[MISTAKES[name]] = fn(*args, mistake=name, **kwargs)
+        except (RuntimeError, ValueError):  # a mistake that cannot apply to these shapes
+            pass
+    return out

@@ -1,0 +1,119 @@
+"""The result of grading one submission, and its output formats.
+
+``Report`` is plain data; ``to_text``, ``to_gradescope`` and ``to_junit`` are
+small functions of it.  Gradescope's format: a top-level ``score`` and
+``tests``, each test with ``name``, ``score``, ``max_score``, ``status``
+(``passed``/``failed``), ``output`` and ``visibility``.
+"""
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import asdict, dataclass, field
+
+PASSED, FAILED, NOT_RUN = "passed", "failed", "not_run"
+
+
+@dataclass
+class TestResult:
+    exercise: str
+    name: str              # the test function's name, e.g. test_softmax_rows
+    title: str             # one line for people, from the docstring
+    max_score: float
+    score: float
+    status: str            # passed, failed or not_run
+    output: str = ""       # feedback shown to the student
+    visibility: str = "visible"
+    hidden: bool = False
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.exercise}: {self.title}"
+
+
+@dataclass
+class Report:
+    submission: str
+    suite: str
+    tests: list[TestResult] = field(default_factory=list)
+    exercises: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)     # shown above the table
+    machine: dict = field(default_factory=dict)        # measured once per run
+    errors: list[str] = field(default_factory=list)    # grader-side problems
+    seconds: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return round(sum(t.score for t in self.tests), 6)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(t.max_score for t in self.tests), 6)
+
+    def by_exercise(self) -> dict[str, list[TestResult]]:
+        out: dict[str, list[TestResult]] = {e: [] for e in self.exercises}
+        for t in self.tests:
+            out.setdefault(t.exercise, []).append(t)
+        return out
+
+    def exercise_scores(self) -> dict[str, tuple[float, float]]:
+        return {e: (round(sum(t.score for t in ts), 6), round(sum(t.max_score for t in ts), 6))
+                for e, ts in self.by_exercise().items()}
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["score"], d["max_score"] = self.score, self.max_score
+        return d
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def to_text(report: Report, *, verbose: bool = False, public_only: bool = False) -> str:
+    """A per-exercise table with feedback under each failing test."""
+    lines = [f"Graded {report.submission} with the {report.suite} suites "
+             f"in {report.seconds:.1f} s."]
+    for key, value in report.machine.items():
+        lines.append(f"  {key}: {value}")
+    lines.extend(report.notes)
+    width = 64
+    for exercise, tests in report.by_exercise().items():
+        got, total = report.exercise_scores()[exercise]
+        lines.append("")
+        lines.append(f"{exercise}  {_num(got)}/{_num(total)}")
+        for t in tests:
+            mark = {PASSED: "ok  ", FAILED: "FAIL", NOT_RUN: "--  "}[t.status]
+            title = t.title if len(t.title) <= width else t.title[:width - 3] + "..."
+            pts = f"{_num(t.score)}/{_num(t.max_score)}"
+            lines.append(f"  {mark} {title:<{width}} {pts:>7}")
+            if t.output and (t.status != PASSED or verbose):
+                lines.append(textwrap.indent(t.output.rstrip(), "         "))
+    lines.append("")
+    lines.append(f"Total: {_num(report.score)}/{_num(report.max_score)}")
+    for err in report.errors:
+        lines.append(f"Grader problem: {err}")
+    if public_only:
+        lines.append("These are the public tests only: the hidden tests decide the grade, "
+                     "so passing here does not mean the exercise is right.")
+    return "\n".join(lines) + "\n"
+
+
+def to_gradescope(report: Report) -> dict:
+    tests = []
+    for t in report.tests:
+        entry = {"name": t.full_name, "score": t.score, "max_score": t.max_score,
+                 "output": t.output, "visibility": t.visibility}
+        if t.status in (PASSED, FAILED):
+            entry["status"] = t.status
+        tests.append(entry)
+    out = {"score": report.score, "tests": tests, "output_format": "text",
+           "visibility": "visible", "execution_time": round(report.seconds, 3)}
+    header = [f"{k}: {v}" for k, v in report.machine.items()] + report.notes + report.errors
+    if header:
+        out["output"] = "\n".join(header)
+    return out
+
+
+def to_json(report: Report) -> str:
+    return json.dumps(to_gradescope(report), indent=2)

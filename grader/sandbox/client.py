@@ -1,0 +1,336 @@
+"""The grading process's side of the sandbox: start, call and kill workers.
+
+``Worker`` runs one exercise module of one submission in a child process
+(``worker.py``), in a private directory that holds only a copy of the
+submission's ``.py`` files and the worker runtime.  Every request has a time
+limit; a timeout kills the worker's whole process group, a crash or exit is
+reported, and the next request starts a fresh worker.  ``StudentModule`` is
+the object a suite sees as ``student``: attribute access and calls become
+requests, and answers come back as plain data (see ``codec``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.sandbox import codec
+
+RUNTIME_DIR = Path(__file__).resolve().parent
+RUNTIME_FILES = ("worker.py", "codec.py")
+
+
+class StudentError(Exception):
+    """Student code failed to give an answer; ``str()`` is the feedback."""
+
+
+class StudentRaised(StudentError):
+    def __init__(self, what: str, raised: codec.Raised):
+        self.raised = raised
+        where = f" ({raised.where})" if raised.where else ""
+        super().__init__(f"{what} raised {raised.type_name}: {raised.message}{where}")
+
+
+class StudentLoadError(StudentError):
+    """The module is missing, or failed to import."""
+
+
+class StudentTimeout(StudentError):
+    pass
+
+
+class StudentCrash(StudentError):
+    pass
+
+
+class StudentBadValue(StudentError):
+    pass
+
+
+@dataclass
+class Limits:
+    """Per-worker limits.  ``call_timeout`` applies to every request."""
+
+    call_timeout: float = 10.0
+    import_timeout: float = 60.0
+    max_response_bytes: int = 512 << 20
+    max_output_bytes: int = 64 << 10  # stderr kept for feedback (head + tail)
+    rlimits: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"
+
+
+class _OutputTail:
+    """Keeps the first and last bytes of a stream; the rest is dropped."""
+
+    def __init__(self, stream, limit: int):
+        self.limit, self.head, self.tail, self.dropped = limit, b"", b"", 0
+        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream):
+        half = self.limit // 2
+        while True:
+            chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
+            if not chunk:
+                return
+            if len(self.head) < half:
+                take = half - len(self.head)
+                self.head += chunk[:take]
+                chunk = chunk[take:]
+            self.tail += chunk
+            if len(self.tail) > half:
+                self.dropped += len(self.tail) - half
+                self.tail = self.tail[-half:]
+
+    def text(self) -> str:
+        self._thread.join(timeout=0.2)
+        mid = f"\n[... {self.dropped} bytes of output dropped ...]\n" if self.dropped else ""
+        return (self.head + mid.encode() + self.tail).decode("utf-8", "replace")
+
+
+class Worker:
+    """One exercise module of one submission, run in a child process."""
+
+    def __init__(self, submission: Path, module: str, limits: Limits | None = None):
+        self.submission = Path(submission)
+        self.module = module
+        self.limits = limits or Limits()
+        self.proc: subprocess.Popen | None = None
+        self.output: _OutputTail | None = None
+        self._dir: Path | None = None
+        self.load_error: StudentLoadError | None = None
+        self.restarts = 0
+
+    # -- lifecycle ---------------------------------------------------------
+    def _prepare_dir(self) -> Path:
+        root = Path(tempfile.mkdtemp(prefix="attn-grade-"))
+        sub = root / "submission"
+        sub.mkdir()
+        for path in sorted(self.submission.glob("*.py")):
+            if path.is_file():
+                shutil.copy2(path, sub / path.name)
+        rt = root / "runtime"
+        rt.mkdir()
+        for name in RUNTIME_FILES:
+            shutil.copy2(RUNTIME_DIR / name, rt / name)
+        shutil.copytree(RUNTIME_DIR / "probes", rt / "probes",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        return root
+
+    def _env(self) -> dict:
+        keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES",
+                "LD_LIBRARY_PATH", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "VIRTUAL_ENV",
+                "TRITON_CACHE_DIR", "TRITON_HOME")
+        env = {k: os.environ[k] for k in keep if k in os.environ}
+        env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
+        env.update({k: str(v) for k, v in self.limits.env.items()})
+        return env
+
+    def start(self) -> None:
+        if self._dir is None:
+            self._dir = self._prepare_dir()
+        cfg = {"env": self.limits.env, "rlimits": self.limits.rlimits}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", str(self._dir / "runtime" / "worker.py"), json.dumps(cfg)],
+            cwd=self._dir / "submission", env=self._env(), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self.output = _OutputTail(self.proc.stderr, self.limits.max_output_bytes)
+        self.load_error = None
+        if not (self.submission / f"{self.module}.py").is_file():
+            self.load_error = StudentLoadError(
+                f"{self.module}.py was not found in the submission")
+            return
+        try:
+            self._request({"op": "load", "module": self.module},
+                          self.limits.import_timeout, f"importing {self.module}.py")
+        except StudentRaised as exc:
+            r = exc.raised
+            where = f" at {r.where}" if r.where else ""
+            self.load_error = StudentLoadError(
+                f"{self.module}.py could not be imported: {r.type_name}{where}: {r.message}")
+        except StudentError as exc:
+            self.load_error = StudentLoadError(f"{self.module}.py could not be imported: {exc}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                pass
+            for stream in (self.proc.stdin, self.proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        self.proc = None
+
+    def close(self) -> None:
+        self.kill()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def _ensure(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None:
+                self.restarts += 1
+                self.kill()
+            self.start()
+        if self.load_error is not None:
+            raise self.load_error
+
+    # -- requests ----------------------------------------------------------
+    def _request(self, req: dict, timeout: float, what: str):
+        proc = self.proc
+        assert proc is not None
+        try:
+            proc.stdin.write(codec.pack(req))
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return self._died(what)
+        deadline = time.monotonic() + timeout
+        fd = proc.stdout.fileno()
+
+        def read_exact(n: int) -> bytes:
+            chunks, got = [], 0
+            while got < n:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise TimeoutError
+                chunk = os.read(fd, min(n - got, 1 << 20))
+                if not chunk:
+                    raise EOFError
+                chunks.append(chunk)
+                got += len(chunk)
+            return b"".join(chunks)
+
+        try:
+            answer = codec.read_message(read_exact, self.limits.max_response_bytes)
+        except TimeoutError:
+            self.kill()
+            raise StudentTimeout(f"{what} did not finish within {timeout:g} s "
+                                 "(the time limit); it was stopped") from None
+        except EOFError:
+            return self._died(what)
+        except (codec.CodecError, ValueError, KeyError, IndexError) as exc:
+            self.kill()
+            raise StudentBadValue(f"{what} sent back a malformed answer: {exc}") from None
+        if not isinstance(answer, dict):
+            self.kill()
+            raise StudentBadValue(f"{what} sent back a malformed answer")
+        if "raised" in answer and isinstance(answer["raised"], codec.Raised):
+            raise StudentRaised(what, answer["raised"])
+        if "bad_value" in answer:
+            raise StudentBadValue(f"{what} returned something that is not plain data "
+                                  f"(arrays, tensors, numbers, strings, lists): "
+                                  f"{answer['bad_value']}")
+        if "ok" not in answer:
+            raise StudentBadValue(f"{what} sent back a malformed answer")
+        return answer["ok"]
+
+    def _died(self, what: str):
+        code = None
+        if self.proc is not None:
+            try:
+                code = self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+        out = self.output.text().strip() if self.output else ""
+        tail = f"; its last output:\n{out[-1500:]}" if out else ""
+        raise StudentCrash(f"the process running your code {_describe_exit(code)} during "
+                           f"{what}{tail}")
+
+    def request(self, req: dict, what: str, timeout: float | None = None):
+        self._ensure()
+        return self._request(req, timeout or self.limits.call_timeout, what)
+
+    def printed(self) -> str:
+        return self.output.text() if self.output else ""
+
+
+def _call_text(name: str, args, kwargs) -> str:
+    def short(v):
+        if hasattr(v, "shape") and hasattr(v, "dtype"):
+            return f"<{type(v).__name__} {tuple(v.shape)} {str(v.dtype).replace('torch.', '')}>"
+        text = repr(v)
+        return text if len(text) <= 40 else text[:37] + "..."
+    parts = [short(a) for a in args] + [f"{k}={short(v)}" for k, v in kwargs.items()]
+    return f"{name}({', '.join(parts)})"
+
+
+class StudentModule:
+    """What a suite calls: ``student.softmax(x)``, ``student.SCORES``.
+
+    Each attribute access or call is a request to the worker.  Values come
+    back decoded from plain data.  ``student.with_timeout(60)`` gives a view
+    with another time limit; ``student.probe(name, ...)`` runs a trusted probe
+    on the module inside the worker."""
+
+    def __init__(self, worker: Worker, timeout: float | None = None):
+        self._worker = worker
+        self._timeout = timeout
+
+    @property
+    def module_name(self) -> str:
+        return self._worker.module
+
+    def with_timeout(self, seconds: float) -> "StudentModule":
+        return StudentModule(self._worker, seconds)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        mod = self._worker.module
+        try:
+            value = self._worker.request({"op": "getattr", "name": name},
+                                         f"reading {mod}.{name}", self._timeout)
+        except StudentRaised as exc:
+            if exc.raised.is_a("AttributeError"):
+                raise StudentError(f"{mod}.py does not define {name}") from None
+            raise
+        if isinstance(value, dict) and value == {"$callable": True}:
+            return lambda *args, **kwargs: self.call(name, *args, **kwargs)
+        return value
+
+    def call(self, name: str, *args, **kwargs):
+        what = _call_text(f"{self._worker.module}.{name}", args, kwargs)
+        try:
+            return self._worker.request({"op": "call", "name": name, "args": list(args),
+                                         "kwargs": kwargs}, what, self._timeout)
+        except StudentRaised as exc:
+            if exc.raised.is_a("AttributeError") and f"'{name}'" in exc.raised.message \
+                    and "module" in exc.raised.message:
+                raise StudentError(f"{self._worker.module}.py does not define {name}") from None
+            raise
+
+    def probe(self, name: str, *args, **kwargs):
+        return self._worker.request({"op": "probe", "name": name, "args": list(args),
+                                     "kwargs": kwargs},
+                                    f"checking {self._worker.module} ({name})", self._timeout)

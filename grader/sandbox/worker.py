@@ -1,0 +1,178 @@
+"""The worker: the only process that imports and runs a student's code.
+
+Started by ``grader.sandbox.client.Worker`` as ``python -I worker.py CONFIG``
+from a private directory holding a copy of the submission's modules and of
+this runtime (``codec.py``, ``probes/``).  It reads framed requests on a
+private copy of stdin, answers on a private copy of stdout, and points the
+real stdin/stdout at /dev/null and stderr, so a student's ``print`` or
+``input`` cannot touch the protocol.
+
+Requests (dicts): ``load`` (import a module), ``getattr`` (a constant, or a
+note that the attribute is callable), ``call`` (a function of the loaded
+module), ``probe`` (a trusted function of ``probes.<pkg>`` run on the loaded
+module).  Answers: ``{"ok": value}``, ``{"raised": Raised}`` or
+``{"bad_value": text}``.  Must not import the ``grader`` package.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import traceback
+
+MAX_TEXT = 4000
+
+
+def _private_channels():
+    req = os.fdopen(os.dup(0), "rb", buffering=0)
+    resp = os.fdopen(os.dup(1), "wb", buffering=0)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)  # student prints land on stderr, which the grader caps
+    os.close(devnull)
+    return req, resp
+
+
+def _apply_limits(cfg: dict) -> None:
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on POSIX
+        return
+    for name, value in cfg.get("rlimits", {}).items():
+        which = getattr(resource, name, None)
+        if which is None or value is None:
+            continue
+        soft, hard = resource.getrlimit(which)
+        value = int(value)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass
+
+
+def _where(exc: BaseException, tb_exc: traceback.TracebackException, root: str) -> str:
+    """The last frame inside the submission, as 'file, line N, in fn'."""
+    if isinstance(exc, SyntaxError):
+        return f"{os.path.basename(exc.filename or '?')}, line {exc.lineno}"
+    frames = tb_exc.stack
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f"{os.path.basename(f.filename)}, line {f.lineno}, in {f.name}"
+
+
+def _raised(codec, exc: BaseException, root: str):
+    tb = traceback.TracebackException.from_exception(exc, limit=30)
+    # Only the submission's own frames: the runtime's are noise to a student.
+    tb.stack = traceback.StackSummary.from_list(
+        [f for f in tb.stack if os.path.abspath(f.filename).startswith(root)])
+    text = "".join(tb.format())
+    try:
+        message = str(exc)
+    except BaseException:  # a hostile __str__
+        message = "<unprintable exception>"
+    bases = [c.__name__ for c in type(exc).__mro__]
+    return codec.Raised(type(exc).__name__, message[:MAX_TEXT], _where(exc, tb, root),
+                        text[-MAX_TEXT:], bases)
+
+
+class Session:
+    def __init__(self, codec, root: str):
+        self.codec, self.root = codec, root
+        self.module = None
+
+    def resolve(self, ref: str):
+        kind, _, name = ref.partition(":")
+        if kind == "student":
+            if self.module is None:
+                raise RuntimeError("no module is loaded")
+            return getattr(self.module, name)
+        if kind == "probe":
+            pkg, _, fn = name.rpartition(".")
+            return getattr(importlib.import_module(f"probes.{pkg}" if pkg else "probes"), fn)
+        raise ValueError(f"unknown function reference {ref!r}")
+
+    def materialize(self, value):
+        """Turn ``Func`` markers in the arguments into real callables."""
+        Func = self.codec.Func
+        if isinstance(value, Func):
+            fn = self.resolve(value.ref)
+            args = self.materialize(list(value.args))
+            kwargs = self.materialize(dict(value.kwargs))
+            if not args and not kwargs:
+                return fn
+            return lambda *a, **k: fn(*args, *a, **{**kwargs, **k})
+        if isinstance(value, list):
+            return [self.materialize(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(self.materialize(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self.materialize(v) for k, v in value.items()}
+        return value
+
+    def handle(self, req: dict):
+        op = req["op"]
+        if op == "load":
+            self.module = importlib.import_module(req["module"])
+            return None
+        if op == "getattr":
+            value = getattr(self.module, req["name"])
+            if callable(value) and not isinstance(value, type):
+                return {"$callable": True}
+            return value
+        if op == "call":
+            fn = getattr(self.module, req["name"])
+            return fn(*self.materialize(req["args"]), **self.materialize(req["kwargs"]))
+        if op == "probe":
+            fn = self.resolve("probe:" + req["name"])
+            return fn(self.module, *self.materialize(req["args"]),
+                      **self.materialize(req["kwargs"]))
+        raise ValueError(f"unknown request {op!r}")
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    req_ch, resp_ch = _private_channels()
+    runtime = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.abspath(os.getcwd())
+    for key, value in cfg.get("env", {}).items():
+        os.environ[key] = str(value)  # e.g. TRITON_INTERPRET before any import
+    # python -I puts neither the script's folder nor the cwd on sys.path.
+    sys.path[:] = [root, runtime] + [p for p in sys.path if p not in (root, runtime, "")]
+    import codec  # noqa: E402  (the runtime's copy, beside this file)
+
+    _apply_limits(cfg)
+    session = Session(codec, root)
+    max_request = int(cfg.get("max_request_bytes", 1 << 31))
+
+    def read_exact(n: int) -> bytes:
+        chunks, got = [], 0
+        while got < n:
+            chunk = req_ch.read(n - got)
+            if not chunk:
+                raise EOFError
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    while True:
+        try:
+            req = codec.read_message(read_exact, max_request)
+        except EOFError:
+            return
+        try:
+            answer = {"ok": session.handle(req)}
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt too
+            answer = {"raised": _raised(codec, exc, root)}
+        try:
+            data = codec.pack(answer)
+        except BaseException as exc:
+            data = codec.pack({"bad_value": str(exc)[:MAX_TEXT]})
+        resp_ch.write(data)
+
+
+if __name__ == "__main__":
+    main()

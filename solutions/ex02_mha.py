@@ -1,0 +1,142 @@
+"""Exercise B: multi-head attention with RoPE, in NumPy.
+
+Build the nine steps of a decoder's attention layer from the chapter:
+projections, head split, RoPE on q and k, causal mask, softmax over keys,
+weighted sum of values, head merge and output projection.
+
+Conventions (the course's contract):
+
+* Shapes: ``B`` batch, ``S`` sequence length, ``h`` heads, ``d`` model width,
+  ``d_head`` head width, ``d == h * d_head`` is not required (only
+  ``w_q``'s rows must be ``h * d_head``).
+* Weights act as ``y = x @ W.T``: ``w_q``, ``w_k``, ``w_v`` are
+  ``(h*d_head, d)`` and ``w_o`` is ``(d, h*d_head)``.
+* Causal masks are aligned to the end: with ``S_q`` queries and ``S_k``
+  keys, query ``i`` sits at position ``S_k - S_q + i`` and sees keys
+  ``0 .. S_k - S_q + i``.
+* RoPE is rotate-half: feature ``j`` pairs with ``j + d_head/2`` and turns by
+  ``position * base ** (-2j / d_head)``.
+* Every function works for float32 and float64 inputs and returns the
+  input's floating dtype.
+
+Run the public tests with ``attn-grade check ex02``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def softmax(x, axis=-1):
+    """Softmax of ``x`` along ``axis``, numerically stable.
+
+    Must stay finite for logits as large as 1e4 (subtract the max first).
+    Entries of ``-inf`` get weight 0; a slice that is all ``-inf`` (a query
+    that may see no key) gives all zeros, not NaN.
+    """
+    # BEGIN SOLUTION
+    x = np.asarray(x)
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)          # all -inf rows: avoid inf - inf
+    e = np.exp(x - m)
+    s = np.sum(e, axis=axis, keepdims=True)
+    return np.divide(e, s, out=np.zeros_like(e), where=s > 0)
+    # END SOLUTION
+
+
+def causal_mask(s_q, s_k=None):
+    """Additive causal mask of shape ``(s_q, s_k)``, aligned to the end.
+
+    0.0 where query ``i`` may see key ``j`` (``j <= s_k - s_q + i``), ``-inf``
+    elsewhere.  ``s_k`` defaults to ``s_q`` (the usual lower triangle); with
+    ``s_q == 1`` the single query sees every key.  Returns float64.
+    """
+    # BEGIN SOLUTION
+    s_k = s_q if s_k is None else s_k
+    i = np.arange(s_q)[:, None]
+    j = np.arange(s_k)[None, :]
+    return np.where(j <= s_k - s_q + i, 0.0, -np.inf)
+    # END SOLUTION
+
+
+def rope(x, positions, base=10000.0):
+    """Rotary position embedding (rotate-half convention).
+
+    ``x``: ``(..., S, d_head)``; ``positions``: ``(S,)`` integers (absolute
+    positions of the rows).  Feature ``j < d_head/2`` pairs with feature
+    ``j + d_head/2``; the pair turns by angle ``positions * base ** (-2j /
+    d_head)``:
+
+        out[j]          = x[j] * cos - x[j + d/2] * sin
+        out[j + d/2]    = x[j + d/2] * cos + x[j] * sin
+
+    Raises ``ValueError`` when ``d_head`` is odd.
+    """
+    # BEGIN SOLUTION
+    x = np.asarray(x)
+    d_head = x.shape[-1]
+    if d_head % 2:
+        raise ValueError(f"RoPE needs an even d_head, got {d_head}")
+    half = d_head // 2
+    freq = base ** (-2.0 * np.arange(half) / d_head)                  # (half,)
+    angle = np.asarray(positions, dtype=np.float64)[:, None] * freq   # (S, half)
+    cos, sin = np.cos(angle).astype(x.dtype), np.sin(angle).astype(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    # END SOLUTION
+
+
+def split_heads(x, n_heads):
+    """``(B, S, n_heads*d_head)`` -> ``(B, n_heads, S, d_head)``.
+
+    Head ``i`` takes features ``i*d_head .. (i+1)*d_head - 1``.
+    """
+    # BEGIN SOLUTION
+    b, s, width = x.shape
+    return x.reshape(b, s, n_heads, width // n_heads).transpose(0, 2, 1, 3)
+    # END SOLUTION
+
+
+def merge_heads(x):
+    """``(B, h, S, d_head)`` -> ``(B, S, h*d_head)``: the inverse of ``split_heads``."""
+    # BEGIN SOLUTION
+    b, h, s, d_head = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(b, s, h * d_head)
+    # END SOLUTION
+
+
+def attention(q, k, v, mask=None):
+    """Scaled dot-product attention on split heads.
+
+    ``q``: ``(B, h, S_q, d_head)``, ``k`` and ``v``: ``(B, h, S_k, d_head)``;
+    ``mask``: additive, broadcastable to ``(B, h, S_q, S_k)`` (``None`` for
+    no mask).  Scores are ``q @ k^T / sqrt(d_head)``, softmax runs over keys
+    (the last axis).  Returns ``(B, h, S_q, d_head)``.
+    """
+    # BEGIN SOLUTION
+    d_head = q.shape[-1]
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d_head)   # (B, h, S_q, S_k)
+    if mask is not None:
+        scores = scores + mask
+    return softmax(scores, axis=-1) @ v                      # (B, h, S_q, d_head)
+    # END SOLUTION
+
+
+def multi_head_attention(x, w_q, w_k, w_v, w_o, n_heads, *, causal=True, positions=None,
+                         rope_base=10000.0):
+    """Multi-head self-attention of ``x`` ``(B, S, d)`` -> ``(B, S, d)``.
+
+    ``positions`` (``(S,)`` ints, default ``arange(S)``) are the tokens'
+    absolute positions for RoPE; RoPE goes on q and k, never on v.  With
+    ``causal`` the end-aligned causal mask is applied.
+    """
+    # BEGIN SOLUTION
+    b, s, _ = x.shape
+    positions = np.arange(s) if positions is None else np.asarray(positions)
+    q = split_heads(x @ w_q.T, n_heads)            # (B, h, S, d_head)
+    k = split_heads(x @ w_k.T, n_heads)
+    v = split_heads(x @ w_v.T, n_heads)
+    q, k = rope(q, positions, rope_base), rope(k, positions, rope_base)
+    mask = causal_mask(s).astype(x.dtype) if causal else None
+    out = merge_heads(attention(q, k, v, mask))    # (B, S, h*d_head)
+    return out @ w_o.T                             # (B, S, d)
+    # END SOLUTION

@@ -1,0 +1,37 @@
+"""Mutants: copies of a solution with one realistic mistake each.
+
+Each ``tests/mutants/<exercise>.py`` defines ``MUTANTS``, a list of
+``Mutant``.  ``tests/test_mutants.py`` grades each with the hidden suite and
+checks that it loses points and that some failing test's feedback contains
+``expect`` (case-insensitive): the grader must name the mistake.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str        # the mistake, e.g. "softmax_over_queries"
+    find: str        # an exact snippet of the solution, found exactly once
+    replace: str     # what the mistaken code has instead
+    expect: str      # a phrase the feedback must contain
+    file: str = ""   # the exercise module; filled in by all_mutants()
+
+    def apply(self, source: str) -> str:
+        count = source.count(self.find)
+        if count != 1:
+            raise AssertionError(f"mutant {self.name}: snippet found {count} times in "
+                                 f"{self.file}.py (must be exactly once)")
+        return source.replace(self.find, self.replace)
+
+
+def all_mutants() -> list[Mutant]:
+    out = []
+    for info in pkgutil.iter_modules(__path__):
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        for m in getattr(mod, "MUTANTS", []):
+            out.append(Mutant(m.name, m.find, m.replace, m.expect, file=info.name))
+    return out
