@@ -78,8 +78,7 @@ def main() -> None:
               show_default=True, help="Folder holding your exercise modules.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
               help="Seconds allowed for each call into your code.")
-@click.option("-v", "--verbose", is_flag=True, help="Show feedback for passing tests too.")
-def check(exercise, path, timeout, verbose):
+def check(exercise, path, timeout):
     """Run the public tests on your exercises (all, or the ones named)."""
     path = Path(path)
     if not path.exists():
@@ -88,7 +87,7 @@ def check(exercise, path, timeout, verbose):
     options = Options(suite="public", exercises=_exercise_names(exercise, "EXERCISE"),
                       call_timeout=timeout)
     report = _run(path, options)
-    click.echo(fmt.to_text(report, verbose=verbose, public_only=True), nl=False)
+    click.echo(fmt.to_text(report, public_only=True), nl=False)
 
 
 @main.command(name="grade")

@@ -144,11 +144,12 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
     submission = Path(submission).resolve()
     if options.suite not in ("public", "hidden"):
         raise GraderConfigError(f"unknown suite {options.suite!r}: use public or hidden")
-    names = options.exercises or [e for e in EXERCISES if suite_files(e, "public")]
-    unknown = [e for e in names if e not in EXERCISES]
+    requested = options.exercises or [e for e in EXERCISES if suite_files(e, "public")]
+    unknown = [e for e in requested if e not in EXERCISES]
     if unknown:
         raise GraderConfigError(f"unknown exercise {unknown[0]!r}; known: "
                                 f"{', '.join(EXERCISES)}")
+    names = [e for e in EXERCISES if e in requested]  # course order, no repeats
     files = [str(p) for e in names for p in suite_files(e, options.suite)]
     report = Report(submission=str(submission), suite=options.suite, exercises=list(names))
     plugin = GradingPlugin(submission, options, report)

@@ -70,24 +70,25 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
-def to_text(report: Report, *, verbose: bool = False, public_only: bool = False) -> str:
-    """A per-exercise table with feedback under each failing test."""
+def to_text(report: Report, *, public_only: bool = False) -> str:
+    """A per-exercise table with each test's feedback under it (a passing
+    test has feedback only when it has something to show, like a measurement)."""
     lines = [f"Graded {report.submission} with the {report.suite} suites "
              f"in {report.seconds:.1f} s."]
     for key, value in report.machine.items():
         lines.append(f"  {key}: {value}")
     lines.extend(report.notes)
-    width = 64
     for exercise, tests in report.by_exercise().items():
+        width = max([len(t.title) for t in tests] + [20])
         got, total = report.exercise_scores()[exercise]
         lines.append("")
         lines.append(f"{exercise}  {_num(got)}/{_num(total)}")
         for t in tests:
             mark = {PASSED: "ok  ", FAILED: "FAIL", NOT_RUN: "--  "}[t.status]
-            title = t.title if len(t.title) <= width else t.title[:width - 3] + "..."
+            title = t.title
             pts = f"{_num(t.score)}/{_num(t.max_score)}"
             lines.append(f"  {mark} {title:<{width}} {pts:>7}")
-            if t.output and (t.status != PASSED or verbose):
+            if t.output:
                 lines.append(textwrap.indent(t.output.rstrip(), "         "))
     lines.append("")
     lines.append(f"Total: {_num(report.score)}/{_num(report.max_score)}")

@@ -20,6 +20,8 @@ MISTAKES = {
     "no_scale": "the scores were not scaled by 1/sqrt(d_head)",
     "scale_by_d": "the scores were scaled by 1/d_head instead of 1/sqrt(d_head)",
     "softmax_over_queries": "the softmax ran over queries instead of keys",
+    "softmax_unstable": "the softmax was not stabilized (subtract the max before exp): "
+                        "large logits overflow to inf and give NaN",
     "no_mask": "no causal mask was applied (queries can see later keys)",
     "diagonal_masked": "the causal mask also hides the diagonal (a query must see its own key)",
     "top_left_mask": "the causal mask is aligned to the top-left instead of the end "
@@ -51,7 +53,11 @@ def t64(x) -> torch.Tensor:
 def softmax(x, dim=-1, mistake=None) -> torch.Tensor:
     x = t64(x)
     if mistake == "softmax_over_queries":
-        dim = -2
+        dim = -2 if x.dim() >= 2 else dim
+    if mistake == "softmax_unstable":
+        with torch.no_grad():
+            e = torch.exp(x.float()).double()   # float32 exp overflows past ~88
+        return e / e.sum(dim=dim, keepdim=True)
     m = torch.amax(x, dim=dim, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     e = torch.exp(x - m)

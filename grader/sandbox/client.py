@@ -27,6 +27,7 @@ from grader.sandbox import codec
 
 RUNTIME_DIR = Path(__file__).resolve().parent
 RUNTIME_FILES = ("worker.py", "codec.py")
+MEASURE_KIT = RUNTIME_DIR.parent / "measure.py"  # self-contained: torch + stdlib
 
 
 class StudentError(Exception):
@@ -37,7 +38,11 @@ class StudentRaised(StudentError):
     def __init__(self, what: str, raised: codec.Raised):
         self.raised = raised
         where = f" ({raised.where})" if raised.where else ""
-        super().__init__(f"{what} raised {raised.type_name}: {raised.message}{where}")
+        if raised.is_a("NotImplementedError"):
+            text = f"not implemented yet: {what} raised NotImplementedError{where}"
+        else:
+            text = f"{what} raised {raised.type_name}: {raised.message}{where}"
+        super().__init__(text)
 
 
 class StudentLoadError(StudentError):
@@ -136,6 +141,8 @@ class Worker:
             shutil.copy2(RUNTIME_DIR / name, rt / name)
         shutil.copytree(RUNTIME_DIR / "probes", rt / "probes",
                         ignore=shutil.ignore_patterns("__pycache__"))
+        # The grader's measurement kit, for probes that time a reference.
+        shutil.copy2(MEASURE_KIT, rt / "probes" / "measure.py")
         return root
 
     def _env(self) -> dict:

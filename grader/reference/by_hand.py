@@ -1,0 +1,150 @@
+"""Exercise A's numbers, and the slips a student makes working them by hand.
+
+Everything is computed here, in float64, from the inputs of the exercise;
+nothing is copied from the solution.  ``carry(step, answers)`` recomputes a
+step from the student's own previous answers, so a step done right on a
+wrong input still earns its point.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+Q = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+K = Q.copy()
+V = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+V_SEED = np.array([[10.0, 0.0], [0.0, 10.0], [5.0, 5.0]])   # the chapter's worked example
+D_HEAD = 2
+CAUSAL = np.tril(np.ones((3, 3), dtype=bool))
+
+STEPS = ["SCORES", "SCALED", "WEIGHTS_FULL", "OUT_FULL", "WEIGHTS_CAUSAL", "OUT_CAUSAL",
+         "ROWS_UNCHANGED_BY_MASK"]
+SHAPES = {"SCORES": (3, 3), "SCALED": (3, 3), "WEIGHTS_FULL": (3, 3), "OUT_FULL": (3, 2),
+          "WEIGHTS_CAUSAL": (3, 3), "OUT_CAUSAL": (3, 2)}
+TOLERANCE = 0.01   # the contract's: answers carried to three decimals, graded to 0.01
+
+
+def softmax_rows(x: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
+    x = np.where(allowed, x, -np.inf) if allowed is not None else x
+    out = np.zeros_like(x, dtype=np.float64)
+    for i, row in enumerate(x):
+        finite = np.isfinite(row)
+        if finite.any():
+            e = np.where(finite, np.exp(row - row[finite].max()), 0.0)
+            out[i] = e / e.sum()
+    return out
+
+
+def unchanged_rows(full_out: np.ndarray, causal_out: np.ndarray) -> tuple:
+    same = np.all(np.abs(full_out - causal_out) <= TOLERANCE, axis=1)
+    return tuple(int(i) for i in np.flatnonzero(same))
+
+
+def exact() -> dict:
+    scores = Q @ K.T
+    scaled = scores / math.sqrt(D_HEAD)
+    w_full = softmax_rows(scaled)
+    w_causal = softmax_rows(scaled, CAUSAL)
+    out_full, out_causal = w_full @ V, w_causal @ V
+    return {"SCORES": scores, "SCALED": scaled, "WEIGHTS_FULL": w_full, "OUT_FULL": out_full,
+            "WEIGHTS_CAUSAL": w_causal, "OUT_CAUSAL": out_causal,
+            "ROWS_UNCHANGED_BY_MASK": unchanged_rows(out_full, out_causal)}
+
+
+# The earlier steps each step is computed from.
+INPUTS = {"SCALED": ["SCORES"], "WEIGHTS_FULL": ["SCALED"], "OUT_FULL": ["WEIGHTS_FULL"],
+          "WEIGHTS_CAUSAL": ["SCALED"], "OUT_CAUSAL": ["WEIGHTS_CAUSAL"],
+          "ROWS_UNCHANGED_BY_MASK": ["OUT_FULL", "OUT_CAUSAL"]}
+
+
+def within(got, want) -> bool:
+    """Is an answer right to the graded tolerance (tuples: exactly)?"""
+    if got is None or want is None:
+        return False
+    if isinstance(want, tuple):
+        return tuple(got) == tuple(want)
+    want = np.asarray(want)
+    return got.shape == want.shape and bool(np.all(np.abs(got - want) <= TOLERANCE))
+
+
+def carry(step: str, answers: dict):
+    """``step`` computed correctly from the student's own previous answers,
+    when one of those was wrong; ``None`` when they were all right (then the
+    step must match the exact value: an accepted input that was rounded too
+    far does not excuse a wrong result) or are unusable."""
+    exact_values = exact()
+    if all(within(answers.get(s), exact_values[s]) for s in INPUTS.get(step, [])):
+        return None
+    try:
+        if step == "SCALED":
+            return answers["SCORES"] / math.sqrt(D_HEAD)
+        if step == "WEIGHTS_FULL":
+            return softmax_rows(answers["SCALED"])
+        if step == "OUT_FULL":
+            return answers["WEIGHTS_FULL"] @ V
+        if step == "WEIGHTS_CAUSAL":
+            return softmax_rows(answers["SCALED"], CAUSAL)
+        if step == "OUT_CAUSAL":
+            return answers["WEIGHTS_CAUSAL"] @ V
+        if step == "ROWS_UNCHANGED_BY_MASK":
+            return unchanged_rows(answers["OUT_FULL"], answers["OUT_CAUSAL"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return None
+
+
+def slips(step: str) -> dict:
+    """{description: the wrong answer it gives} for a step's common slips."""
+    e = exact()
+    scores, scaled = e["SCORES"], e["SCALED"]
+    tril_only = e["WEIGHTS_FULL"] * CAUSAL
+    if step == "SCORES":
+        return {"the scores were scaled already (SCORES is Q @ K.T, before the "
+                "1/sqrt(d_head))": scaled}
+    if step == "SCALED":
+        return {"the 1/sqrt(d_head) scale was forgotten": scores,
+                "the scores were divided by d_head instead of sqrt(d_head)": scores / D_HEAD,
+                "the scores were multiplied by sqrt(d_head) instead of divided":
+                    scores * math.sqrt(D_HEAD)}
+    if step == "WEIGHTS_FULL":
+        return {"the softmax ran over columns (queries) instead of rows (keys)":
+                    softmax_rows(scaled.T).T,
+                "the softmax used the unscaled scores (1/sqrt(d_head) forgotten)":
+                    softmax_rows(scores),
+                "the scores were normalized without exp (x / sum x instead of softmax)":
+                    scaled / scaled.sum(axis=1, keepdims=True),
+                "the causal mask was applied here too (this step has no mask)":
+                    e["WEIGHTS_CAUSAL"]}
+    if step == "OUT_FULL":
+        return {"the output used the transposed weights (weights.T @ V)":
+                    e["WEIGHTS_FULL"].T @ V,
+                "the output used the chapter's V ([[10, 0], [0, 10], [5, 5]]) instead of "
+                "this exercise's V": e["WEIGHTS_FULL"] @ V_SEED,
+                "the causal weights were used (this step has no mask)": e["WEIGHTS_CAUSAL"] @ V,
+                "the weights were rounded to two decimals before multiplying by V (carry "
+                "three)": np.round(e["WEIGHTS_FULL"], 2) @ V}
+    if step == "WEIGHTS_CAUSAL":
+        upper = np.triu(np.ones((3, 3), dtype=bool))
+        return {"the mask is on the wrong triangle (query i may see keys 0..i, not i..2)":
+                    softmax_rows(scaled, upper),
+                "the mask also hides the diagonal (a query must see its own key)":
+                    softmax_rows(scaled, np.tril(np.ones((3, 3), dtype=bool), -1)),
+                "the mask zeroed the full weights after the softmax without renormalizing "
+                "(mask the scores with -inf before the softmax)": tril_only,
+                "no causal mask was applied": e["WEIGHTS_FULL"],
+                "the softmax ran over columns (queries) instead of rows (keys)":
+                    softmax_rows(scaled.T, CAUSAL.T).T}
+    if step == "OUT_CAUSAL":
+        return {"the output used the transposed weights (weights.T @ V)":
+                    e["WEIGHTS_CAUSAL"].T @ V,
+                "the output used the chapter's V instead of this exercise's V":
+                    e["WEIGHTS_CAUSAL"] @ V_SEED,
+                "the full (unmasked) weights were used": e["OUT_FULL"],
+                "the weights were rounded to two decimals before multiplying by V (carry "
+                "three)": np.round(e["WEIGHTS_CAUSAL"], 2) @ V}
+    if step == "ROWS_UNCHANGED_BY_MASK":
+        return {"the rows were counted from 1 (indices start at 0)": (3,),
+                "rows whose output changes were listed, not the ones that stay the same":
+                    (0, 1)}
+    return {}

@@ -1,0 +1,260 @@
+"""Hidden tests for ex02_mha: random shapes, both precisions, properties."""
+import numpy as np
+import pytest
+
+from grader.feedback import TOLERANCES, Feedback, check_close, expect_raises
+from grader.reference import attention as ref
+from grader.reference.cases import heads, mha_case, rng_for
+
+pytestmark = [pytest.mark.exercise("ex02_mha"), pytest.mark.hidden]
+N_CASES = 8
+ATTN_MISTAKES = ["no_scale", "scale_by_d", "softmax_over_queries", "no_mask",
+                 "diagonal_masked", "top_left_mask", "mask_wrong_triangle"]
+MHA_MISTAKES = ATTN_MISTAKES + ["rope_on_values", "no_rope", "rope_interleaved",
+                                "rope_positions_ignored", "rope_wrong_frequency",
+                                "split_without_transpose", "no_output_projection"]
+
+
+def tol(dtype):
+    return TOLERANCES[np.dtype(dtype).name]
+
+
+def for_cases(case_text, check):
+    """Run ``check()``; prefix a failure with the case it failed on."""
+    try:
+        check()
+    except Feedback as exc:
+        raise Feedback(f"on a case with {case_text}:\n{exc}") from None
+
+
+# -- softmax ----------------------------------------------------------------
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_softmax_random(student, dtype):
+    """softmax on random shapes and axes"""
+    rng = rng_for("softmax", dtype)
+    atol, rtol = tol(dtype)
+    for _ in range(N_CASES):
+        shape = tuple(int(n) for n in rng.integers(1, 7, size=int(rng.integers(1, 5))))
+        axis = int(rng.integers(-len(shape), len(shape)))
+        x = (rng.standard_normal(shape) * 3).astype(dtype)
+        for_cases(f"shape {shape}, axis={axis}, {dtype}", lambda: check_close(
+            student.softmax(x, axis=axis), ref.softmax(x, axis), what=f"softmax(x, axis={axis})",
+            atol=atol, rtol=rtol,
+            mistakes={ref.MISTAKES["softmax_over_queries"]: ref.softmax(x, -1)}
+            if axis not in (-1, len(shape) - 1) else None))
+
+
+@pytest.mark.points(1)
+def test_softmax_large_logits(student):
+    """softmax stays finite for logits of 1e4"""
+    x = np.array([[1e4, 0.0, -1e4], [1e4, 1e4 - 1.0, 5.0]])
+    check_close(student.softmax(x), ref.softmax(x), what="softmax of logits near 1e4",
+                atol=1e-9, rtol=1e-7,
+                mistakes=ref.mistakes_of(ref.softmax, ["softmax_unstable"], x))
+
+
+@pytest.mark.points(1)
+def test_softmax_masked_entries(student):
+    """-inf entries get weight 0; a row of only -inf gives zeros, not NaN"""
+    inf = np.inf
+    x = np.array([[0.0, -inf, 1.0], [-inf, -inf, -inf]])
+    check_close(student.softmax(x), ref.softmax(x), what="softmax with -inf entries",
+                atol=1e-12, rtol=1e-9,
+                hint="A row that may see nothing must give zeros: guard the max and the sum.")
+
+
+# -- causal mask --------------------------------------------------------------
+@pytest.mark.points(1)
+@pytest.mark.parametrize("s_q,s_k", [(1, 1), (5, 5), (1, 7), (3, 8), (6, 4), (17, 17)])
+def test_causal_mask_end_aligned(student, s_q, s_k):
+    """causal_mask(s_q, s_k) is end-aligned"""
+    got = student.causal_mask(s_q, s_k)
+    names = ["top_left_mask", "diagonal_masked", "mask_wrong_triangle", "no_mask"]
+    check_close(got, ref.causal_mask(s_q, s_k), what=f"causal_mask({s_q}, {s_k})", atol=0,
+                rtol=0, mistakes=ref.mistakes_of(ref.causal_mask, names, s_q, s_k))
+
+
+@pytest.mark.points(1)
+def test_causal_mask_default_s_k(student):
+    """causal_mask(s_q) defaults s_k to s_q"""
+    check_close(student.causal_mask(6), ref.causal_mask(6), what="causal_mask(6)", atol=0,
+                rtol=0)
+
+
+# -- RoPE ---------------------------------------------------------------------
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_rope_random(student, dtype):
+    """rope on random shapes, positions with gaps, and other bases"""
+    rng = rng_for("rope", dtype)
+    atol, rtol = tol(dtype)
+    for i in range(N_CASES):
+        q, _, _ = heads(rng, dtype)
+        s = q.shape[-2]
+        pos = np.sort(rng.choice(np.arange(3 * s + 20), size=s, replace=False))
+        base = [10000.0, 500000.0, 100.0][i % 3]
+        names = ["rope_interleaved", "rope_positions_ignored", "rope_wrong_frequency"]
+        for_cases(f"x of shape {q.shape}, base={base}, {dtype}", lambda: check_close(
+            student.rope(q, pos, base), ref.rope(q, pos, base), what="rope(x, positions, base)",
+            atol=atol * 10, rtol=rtol * 10,
+            mistakes=ref.mistakes_of(ref.rope, names, q, pos, base)))
+
+
+@pytest.mark.points(1)
+def test_rope_odd_head_width_is_an_error(student):
+    """rope raises ValueError for an odd d_head"""
+    expect_raises(lambda: student.rope(np.ones((1, 2, 4, 5)), np.arange(4)), "ValueError",
+                  what="rope(x) with d_head=5")
+
+
+@pytest.mark.points(1)
+def test_rope_depends_only_on_relative_position(student):
+    """RoPE scores depend only on relative position"""
+    rng = rng_for("rope-relative")
+    q, k = rng.standard_normal((2, 6, 16))
+    p_q, p_k = np.array([3, 9, 10, 20, 21, 40]), np.array([0, 1, 5, 8, 30, 33])
+    base_scores = student.rope(q, p_q) @ np.swapaxes(student.rope(k, p_k), -1, -2)
+    for shift in (1, 7, 1000):
+        shifted = student.rope(q, p_q + shift) @ np.swapaxes(student.rope(k, p_k + shift), -1, -2)
+        check_close(shifted, base_scores, what=f"scores with every position shifted by {shift}",
+                    atol=1e-8, rtol=1e-6, hint="q.k after RoPE must depend only on the "
+                    "distance between positions: rotate both q and k, pairing j with j+d/2, "
+                    "with the same frequencies.")
+
+
+# -- heads --------------------------------------------------------------------
+@pytest.mark.points(1)
+def test_split_and_merge_random(student):
+    """split_heads / merge_heads on random shapes"""
+    rng = rng_for("split")
+    for _ in range(N_CASES):
+        b, s, h, d = (int(n) for n in rng.integers(1, 7, size=4))
+        x = rng.standard_normal((b, s, h * d))
+        for_cases(f"x of shape {x.shape}, n_heads={h}", lambda: (
+            check_close(student.split_heads(x, h), ref.split_heads(x, h),
+                        what=f"split_heads(x, {h})", atol=0, rtol=0,
+                        mistakes=ref.mistakes_of(ref.split_heads, ["split_without_transpose"],
+                                                 x, h)),
+            check_close(student.merge_heads(ref.split_heads(x, h).numpy()), x,
+                        what="merge_heads", atol=0, rtol=0)))
+
+
+# -- attention ------------------------------------------------------------------
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_attention_random(student, dtype):
+    """attention on random shapes, with and without a causal mask"""
+    rng = rng_for("attention", dtype)
+    atol, rtol = tol(dtype)
+    for i in range(N_CASES):
+        s_q = int(rng.integers(1, 33))
+        s_k = s_q if i % 2 else s_q + int(rng.integers(0, 20))
+        q, k, v = heads(rng, dtype, s_q=s_q, s_k=s_k)
+        causal = i % 4 != 3
+        mask = ref.causal_mask(s_q, s_k).numpy().astype(dtype) if causal else None
+        mistakes = ref.mistakes_of(ref.attention, ["no_scale", "scale_by_d",
+                                                   "softmax_over_queries"], q, k, v,
+                                   causal=causal)
+        if causal:
+            mistakes.update(ref.mistakes_of(ref.attention, ["no_mask"], q, k, v, causal=True))
+        for_cases(f"q {q.shape}, k {k.shape}, {'causal mask' if causal else 'no mask'}, "
+                  f"{dtype}", lambda: check_close(
+                      student.attention(q, k, v, mask), ref.attention(q, k, v, causal=causal),
+                      what="attention(q, k, v, mask)", atol=atol, rtol=rtol,
+                      mistakes=mistakes))
+
+
+@pytest.mark.points(1)
+def test_attention_large_logits(student):
+    """attention stays finite when scores are in the thousands"""
+    rng = rng_for("attention-large")
+    q, k, v = heads(rng, np.float64, s_q=7, h=2, d_head=16, b=1)
+    q = q * 300.0
+    check_close(student.attention(q, k, v, None), ref.attention(q, k, v),
+                what="attention with scores near 1e4", atol=1e-8, rtol=1e-6,
+                mistakes={ref.MISTAKES["softmax_unstable"]:
+                          ref.attention(q, k, v, mistake="softmax_unstable")})
+
+
+@pytest.mark.points(1)
+def test_attention_query_that_sees_nothing(student):
+    """a query row that may see no key gives zeros, not NaN"""
+    rng = rng_for("attention-empty")
+    q, k, v = heads(rng, np.float64, s_q=5, s_k=3, h=1, d_head=4, b=1)
+    mask = ref.causal_mask(5, 3).numpy()
+    check_close(student.attention(q, k, v, mask), ref.attention(q, k, v, causal=True),
+                what="attention with 5 queries, 3 keys, causal mask", atol=1e-9, rtol=1e-7,
+                hint="Rows 0 and 1 see no key (end-aligned): their weights and output are 0.")
+
+
+# -- multi-head attention -----------------------------------------------------
+@pytest.mark.points(3)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_mha_random(student, dtype):
+    """multi_head_attention on random shapes (causal and not)"""
+    rng = rng_for("mha", dtype)
+    atol, rtol = tol(dtype)
+    for i in range(N_CASES):
+        c = mha_case(rng, dtype)
+        causal = i % 3 != 2
+        args = (c.x, c.w_q, c.w_k, c.w_v, c.w_o, c.n_heads)
+        for_cases(c.shape_text + (", causal" if causal else ", not causal"),
+                  lambda: check_close(
+                      student.multi_head_attention(*args, causal=causal),
+                      ref.gqa(*args, causal=causal), what="multi_head_attention",
+                      atol=atol * 10, rtol=rtol * 10,
+                      mistakes=ref.mistakes_of(ref.gqa, MHA_MISTAKES, *args, causal=causal)))
+
+
+@pytest.mark.points(2)
+def test_mha_positions_and_base(student):
+    """multi_head_attention uses the given positions and rope_base"""
+    rng = rng_for("mha-positions")
+    for i in range(N_CASES):
+        c = mha_case(rng, positions=True)
+        base = [10000.0, 500000.0][i % 2]
+        args = (c.x, c.w_q, c.w_k, c.w_v, c.w_o, c.n_heads)
+        kwargs = dict(positions=c.positions, rope_base=base)
+        for_cases(c.shape_text + f", positions {c.positions[:4].tolist()}..., base={base}",
+                  lambda: check_close(
+                      student.multi_head_attention(*args, **kwargs),
+                      ref.gqa(*args, **kwargs), what="multi_head_attention", atol=1e-8,
+                      rtol=1e-6, mistakes=ref.mistakes_of(ref.gqa, MHA_MISTAKES, *args,
+                                                          **kwargs)))
+
+
+@pytest.mark.points(2)
+def test_mha_is_causal(student):
+    """changing later tokens never changes earlier outputs"""
+    rng = rng_for("mha-causal")
+    for _ in range(4):
+        c = mha_case(rng, max_s=32)
+        s = c.x.shape[1]
+        if s < 2:
+            continue
+        t = int(rng.integers(1, s))
+        x2 = c.x.copy()
+        x2[:, t:] = rng.standard_normal(x2[:, t:].shape)
+        a = student.multi_head_attention(c.x, c.w_q, c.w_k, c.w_v, c.w_o, c.n_heads)
+        b = student.multi_head_attention(x2, c.w_q, c.w_k, c.w_v, c.w_o, c.n_heads)
+        for_cases(c.shape_text + f", tokens {t}.. changed", lambda: check_close(
+            np.asarray(b)[:, :t], np.asarray(a)[:, :t],
+            what=f"outputs at positions 0..{t - 1}", atol=1e-10, rtol=1e-8,
+            hint="Earlier outputs changed when later tokens did: the causal mask is missing "
+                 "or lets queries see later keys."))
+
+
+@pytest.mark.points(1)
+def test_mha_shift_invariance(student):
+    """shifting every position by the same amount leaves the output unchanged"""
+    rng = rng_for("mha-shift")
+    c = mha_case(rng, max_s=24)
+    args = (c.x, c.w_q, c.w_k, c.w_v, c.w_o, c.n_heads)
+    s = c.x.shape[1]
+    base = student.multi_head_attention(*args)
+    shifted = student.multi_head_attention(*args, positions=np.arange(s) + 37)
+    check_close(shifted, base, what="output with positions 37..", atol=1e-8, rtol=1e-6,
+                hint="With RoPE, attention depends only on relative positions, so a common "
+                     "shift must not change the output. Is RoPE applied to both q and k (and "
+                     "not to v)?")

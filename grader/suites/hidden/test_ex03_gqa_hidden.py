@@ -1,0 +1,177 @@
+"""Hidden tests for ex03_gqa: random shapes, GQA == MHA, sizes, errors."""
+import numpy as np
+import pytest
+
+from grader.feedback import TOLERANCES, Feedback, check_close, check_equal, expect_raises
+from grader.reference import attention as ref
+from grader.reference.cases import mha_case, rng_for
+
+pytestmark = [pytest.mark.exercise("ex03_gqa"), pytest.mark.hidden]
+N_CASES = 8
+GQA_MISTAKES = ["kv_tile", "no_scale", "softmax_over_queries", "no_mask", "diagonal_masked",
+                "rope_on_values", "no_rope", "rope_interleaved", "rope_positions_ignored",
+                "split_without_transpose", "no_output_projection"]
+
+
+def _case_args(c):
+    return (c.x, c.w_q, c.w_k, c.w_v, c.w_o, c.n_heads, c.n_kv_heads)
+
+
+@pytest.mark.points(2)
+def test_repeat_kv_random(student):
+    """repeat_kv on random shapes"""
+    rng = rng_for("repeat_kv")
+    for _ in range(N_CASES):
+        b, h_kv, s, d = (int(n) for n in rng.integers(1, 6, size=4))
+        n_rep = int(rng.integers(1, 5))
+        x = rng.standard_normal((b, h_kv, s, d))
+        check_close(student.repeat_kv(x, n_rep), ref.repeat_kv(x, n_rep),
+                    what=f"repeat_kv(x of shape {x.shape}, {n_rep})", atol=0, rtol=0,
+                    mistakes=ref.mistakes_of(ref.repeat_kv, ["kv_tile"], x, n_rep))
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_gqa_random(student, dtype):
+    """grouped_query_attention on random shapes and groupings"""
+    rng = rng_for("gqa", dtype)
+    atol, rtol = TOLERANCES[dtype]
+    for i in range(N_CASES):
+        c = mha_case(rng, dtype, gqa=True, positions=i % 2 == 1)
+        causal = i % 4 != 3
+        kwargs = dict(causal=causal)
+        if c.positions is not None:
+            kwargs["positions"] = c.positions
+        try:
+            check_close(student.grouped_query_attention(*_case_args(c), **kwargs),
+                        ref.gqa(*_case_args(c), **kwargs), what="grouped_query_attention",
+                        atol=atol * 10, rtol=rtol * 10,
+                        mistakes=ref.mistakes_of(ref.gqa, GQA_MISTAKES, *_case_args(c),
+                                                 **kwargs))
+        except Feedback as exc:
+            raise Feedback(f"on a case with {c.shape_text}:\n{exc}") from None
+
+
+@pytest.mark.points(2)
+def test_gqa_equals_mha_when_every_head_has_its_kv(student):
+    """GQA equals MHA when h_kv == h"""
+    rng = rng_for("gqa-mha")
+    for _ in range(4):
+        c = mha_case(rng)
+        args = (c.x, c.w_q, c.w_k, c.w_v, c.w_o, c.n_heads)
+        got = student.grouped_query_attention(*args, c.n_heads)
+        mha = ref.gqa(*args)
+        check_close(got, mha, what=f"grouped_query_attention with h_kv == h ({c.shape_text})",
+                    atol=1e-8, rtol=1e-6)
+
+
+@pytest.mark.points(1)
+def test_gqa_uses_the_shared_head_mapping(student):
+    """query head i reads KV head i // (h / h_kv)"""
+    # With identity-like projections the grouping shows up directly.
+    rng = rng_for("gqa-mapping")
+    h, h_kv, d_head, s = 4, 2, 4, 5
+    d = h * d_head
+    x = rng.standard_normal((1, s, d))
+    w_q = np.eye(d)
+    w_k = rng.standard_normal((h_kv * d_head, d))
+    w_v = rng.standard_normal((h_kv * d_head, d))
+    w_o = np.eye(d)
+    args = (x, w_q, w_k, w_v, w_o, h, h_kv)
+    check_close(student.grouped_query_attention(*args), ref.gqa(*args),
+                what="grouped_query_attention (h=4, h_kv=2)", atol=1e-9, rtol=1e-7,
+                mistakes=ref.mistakes_of(ref.gqa, ["kv_tile"], *args))
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("problem", ["h_not_multiple", "w_k_rows", "w_v_rows", "w_o_shape",
+                                     "w_q_width"])
+def test_gqa_value_errors(student, problem):
+    """grouped_query_attention rejects shapes that do not fit"""
+    rng = np.random.default_rng(5)
+    d, d_head, h, h_kv = 8, 2, 4, 2
+    x = rng.standard_normal((1, 3, d))
+    w = dict(w_q=rng.standard_normal((h * d_head, d)), w_k=rng.standard_normal((h_kv * d_head, d)),
+             w_v=rng.standard_normal((h_kv * d_head, d)), w_o=rng.standard_normal((d, h * d_head)))
+    n_heads, n_kv = h, h_kv
+    if problem == "h_not_multiple":
+        n_kv = 3
+        w["w_k"] = rng.standard_normal((3 * d_head, d))
+        w["w_v"] = rng.standard_normal((3 * d_head, d))
+        what = "n_heads=4, n_kv_heads=3"
+    elif problem == "w_k_rows":
+        w["w_k"] = rng.standard_normal((h * d_head, d))
+        what = "w_k with h*d_head rows instead of h_kv*d_head"
+    elif problem == "w_v_rows":
+        w["w_v"] = rng.standard_normal((3 * d_head, d))
+        what = "w_v with 3*d_head rows"
+    elif problem == "w_o_shape":
+        w["w_o"] = rng.standard_normal((d, h_kv * d_head))
+        what = "w_o of shape (d, h_kv*d_head)"
+    else:
+        w["w_q"] = rng.standard_normal((h * d_head, d + 1))
+        what = "w_q with d+1 columns"
+    expect_raises(lambda: student.grouped_query_attention(
+        x, w["w_q"], w["w_k"], w["w_v"], w["w_o"], n_heads, n_kv), "ValueError",
+        what=f"grouped_query_attention with {what}")
+
+
+@pytest.mark.points(2)
+def test_kv_cache_bytes_hidden(student):
+    """kv_cache_bytes on other models, batches and precisions"""
+    for n_layers, h_kv, d_head, s, b, bpe in [(80, 8, 128, 8192, 1, 2), (32, 8, 128, 131072, 1, 2),
+                                              (40, 40, 128, 4096, 8, 2), (2, 1, 64, 7, 3, 4),
+                                              (61, 1, 576, 1000, 2, 1)]:
+        want = 2 * n_layers * h_kv * d_head * s * b * bpe
+        check_equal(student.kv_cache_bytes(n_layers, h_kv, d_head, s, b, bpe), want,
+                    what=f"kv_cache_bytes({n_layers}, {h_kv}, {d_head}, {s}, {b}, {bpe})",
+                    mistakes={"only K (or only V) was counted: the cache holds both K and V":
+                              want // 2,
+                              "the batch was ignored": want // b if b > 1 else -1,
+                              "bytes_per_elem was ignored": want // bpe if bpe > 1 else -1})
+    check_equal(student.kv_cache_bytes(80, 8, 128, 8192), 2 * 80 * 8 * 128 * 8192 * 2,
+                what="kv_cache_bytes(80, 8, 128, 8192) with default batch and bytes")
+
+
+@pytest.mark.points(1)
+def test_kv_cache_saving(student):
+    """kv_cache_saving is the MHA cache over this cache"""
+    for h, h_kv in [(64, 8), (32, 32), (32, 1), (48, 6)]:
+        check_equal(float(student.kv_cache_saving(h, h_kv)), h / h_kv,
+                    what=f"kv_cache_saving({h}, {h_kv})",
+                    mistakes={"the ratio is upside down (MHA cache / this cache is h / h_kv)":
+                              h_kv / h})
+
+
+@pytest.mark.points(1)
+def test_llama3_70b_saving(student):
+    """LLAMA3_70B_KV_SAVING is 8"""
+    value = student.LLAMA3_70B_KV_SAVING
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise Feedback(f"LLAMA3_70B_KV_SAVING must be a number, got {value!r}")
+    check_equal(float(value), 8.0, what="LLAMA3_70B_KV_SAVING",
+                mistakes={"the ratio is upside down": 0.125})
+
+
+@pytest.mark.points(2)
+def test_kv_exceeds_weights_at_hidden(student):
+    """kv_exceeds_weights_at on other models (strictly larger)"""
+    cases = [(32, 8, 128, 16e9, 2), (80, 8, 128, 140e9, 2), (32, 32, 128, 14e9, 2),
+             (28, 4, 128, 14e9, 2), (16, 8, 64, 2 * 16 * 8 * 64 * 2 * 1000, 2),
+             (16, 8, 64, 1e9, 1)]
+    for n_layers, h_kv, d_head, weights, bpe in cases:
+        per_token = 2 * n_layers * h_kv * d_head * bpe
+        want = int(weights // per_token) + 1
+        got = student.kv_exceeds_weights_at(n_layers, h_kv, d_head, weights, bpe)
+        if not isinstance(got, int) or isinstance(got, bool):
+            raise Feedback(f"kv_exceeds_weights_at must return an int (a context length), "
+                           f"got {got!r}")
+        check_equal(got, want, what=f"kv_exceeds_weights_at({n_layers}, {h_kv}, {d_head}, "
+                                    f"{weights:g}, {bpe})",
+                    mistakes={"the cache only equals the weights there; it must be strictly "
+                              "larger (one more token)": want - 1
+                              if weights % per_token == 0 else -1,
+                              "only K (or only V) was counted": int(weights // (per_token // 2))
+                              + 1,
+                              "the weights were taken in GiB (2**30) instead of decimal GB":
+                              int(weights / 1e9 * 2**30 // per_token) + 1})

@@ -1,0 +1,44 @@
+"""Mistakes in multi-head attention (exercise B)."""
+from tests.mutants import Mutant
+
+SCORES = "scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d_head)"
+MASK_TEST = "np.where(j <= s_k - s_q + i, 0.0, -np.inf)"
+
+MUTANTS = [
+    Mutant("no_scale", SCORES, "scores = q @ np.swapaxes(k, -1, -2)",
+           "not scaled by 1/sqrt(d_head)"),
+    Mutant("scale_by_d", SCORES, "scores = q @ np.swapaxes(k, -1, -2) / d_head",
+           "1/d_head instead of 1/sqrt(d_head)"),
+    Mutant("softmax_over_queries", "return softmax(scores, axis=-1) @ v",
+           "return softmax(scores, axis=-2) @ v", "over queries instead of keys"),
+    Mutant("softmax_unstable", "m = np.where(np.isfinite(m), m, 0.0)", "m = np.zeros_like(m)",
+           "not stabilized"),
+    Mutant("nan_on_empty_row", "return np.divide(e, s, out=np.zeros_like(e), where=s > 0)",
+           "return e / s", "zeros"),
+    Mutant("diagonal_masked", MASK_TEST, "np.where(j < s_k - s_q + i, 0.0, -np.inf)",
+           "also hides the diagonal"),
+    Mutant("top_left_mask", MASK_TEST, "np.where(j <= i, 0.0, -np.inf)", "top-left"),
+    Mutant("mask_wrong_triangle", MASK_TEST, "np.where(j >= s_k - s_q + i, 0.0, -np.inf)",
+           "wrong triangle"),
+    Mutant("no_mask", "mask = causal_mask(s).astype(x.dtype) if causal else None",
+           "mask = None", "no causal mask"),
+    Mutant("rope_on_values", "q, k = rope(q, positions, rope_base), rope(k, positions, rope_base)",
+           "q, k = rope(q, positions, rope_base), rope(k, positions, rope_base)\n"
+           "    v = rope(v, positions, rope_base)", "applied to the values"),
+    Mutant("rope_interleaved",
+           "x1, x2 = x[..., :half], x[..., half:]\n"
+           "    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)",
+           "x1, x2 = x[..., 0::2], x[..., 1::2]\n"
+           "    return np.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1"
+           ").reshape(x.shape)", "interleaved pairs"),
+    Mutant("rope_positions_ignored",
+           "positions = np.arange(s) if positions is None else np.asarray(positions)",
+           "positions = np.arange(s)", "ignored the given positions"),
+    Mutant("rope_wrong_frequency", "freq = base ** (-2.0 * np.arange(half) / d_head)",
+           "freq = base ** (-1.0 * np.arange(half) / d_head)", "frequencies"),
+    Mutant("split_without_transpose",
+           "return x.reshape(b, s, n_heads, width // n_heads).transpose(0, 2, 1, 3)",
+           "return x.reshape(b, n_heads, s, width // n_heads)", "without the transpose"),
+    Mutant("no_output_projection", "return out @ w_o.T                             # (B, S, d)",
+           "return out", "output projection"),
+]

@@ -1,0 +1,20 @@
+"""Mistakes in grouped-query attention and KV-cache sizing (exercise C)."""
+from tests.mutants import Mutant
+
+MUTANTS = [
+    Mutant("kv_tile",
+           "return np.broadcast_to(x[:, :, None], (b, h_kv, n_rep, s, d_head)).reshape(\n"
+           "        b, h_kv * n_rep, s, d_head)",
+           "return np.tile(x, (1, n_rep, 1, 1))", "tile"),
+    Mutant("cache_counts_only_k",
+           "return 2 * n_layers * n_kv_heads * d_head * seq_len * batch * bytes_per_elem",
+           "return n_layers * n_kv_heads * d_head * seq_len * batch * bytes_per_elem",
+           "only K"),
+    Mutant("saving_upside_down", "return n_heads / n_kv_heads", "return n_kv_heads / n_heads",
+           "upside down"),
+    Mutant("exceeds_not_strict", "return int(weight_bytes // per_token) + 1",
+           "return int(-(-weight_bytes // per_token))", "strictly larger"),
+    Mutant("no_mask_in_gqa", "    mask = causal_mask(s).astype(x.dtype) if causal else None\n"
+           "    return merge_heads",
+           "    mask = None\n    return merge_heads", "no causal mask"),
+]
