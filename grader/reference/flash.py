@@ -1,0 +1,358 @@
+"""ex07's references: exact attention with known mistakes, and a fast kernel.
+
+Two things live here, written apart from ``solutions/``:
+
+* ``reference(q, k, v, causal, sm_scale, mistake=...)``: exact attention in
+  float64 (PyTorch einsum, end-aligned causal mask, GQA by
+  ``repeat_interleave``), plus the wrong answers of the known mistakes for
+  ``grader.feedback.check_close(mistakes=...)``; ``step_reference`` does the
+  same for one online-softmax step.  These never need Triton.
+* ``flash_attention``: the reference Triton kernel that a student's kernel
+  is timed against on a GPU.  It is trusted code: the GPU suite sends this
+  file's source to the worker, which imports it from a private folder and
+  times it beside the student's kernel, in the same process on the same
+  inputs, alternating the two (see ``grader/sandbox/probes/ex07.py``).  So
+  this module must import without the ``grader`` package (only lazily,
+  inside the mistake helpers) and without Triton (``HAS_TRITON`` is False on
+  macOS and Windows, where Triton publishes no wheels).
+
+``TRITON_INTERPRET`` is read when this module is imported: under the
+interpreter the kernel uses one small tile and no autotuning.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import torch
+
+try:  # Triton publishes Linux wheels only.
+    import triton
+    import triton.language as tl
+    HAS_TRITON = True
+except ImportError:  # pragma: no cover - macOS / Windows
+    triton = tl = None
+    HAS_TRITON = False
+
+NEEDS_TRITON = ("needs Triton, which is available on Linux only "
+                "(pip install triton); ex07 is graded on Linux")
+SUPPORTED_D_HEAD = (16, 32, 64, 128)
+LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
+
+# Mistakes of ex07 beyond those of grader.reference.attention.MISTAKES.
+FLASH_MISTAKES = {
+    "no_rescale": "the online softmax does not rescale the accumulator: when a tile raises "
+                  "the row maximum from m to m_new, acc (and l) must be multiplied by "
+                  "exp(m - m_new)",
+    "nan_masked_tile": "a fully masked tile (or a row that may see no key) produced NaN "
+                       "(-inf - -inf); shift by 0 while the row maximum is still -inf, and "
+                       "give rows that see no key a zero output",
+    "sm_scale_ignored": "the sm_scale argument was ignored (1/sqrt(d_head) was used instead)",
+    "kv_tile": None,  # the same words as grader.reference.attention's
+}
+# Key-tile widths tried when naming the no-rescale mistake of a kernel whose
+# tile size is unknown.
+CANDIDATE_TILES = (16, 32, 64, 128)
+
+
+def describe(name: str) -> str:
+    """The feedback words for mistake ``name``."""
+    from grader.reference.attention import MISTAKES  # lazily: see the docstring
+    return FLASH_MISTAKES.get(name) or MISTAKES[name]
+
+
+def _t64(x) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x.detach().to(torch.float64)
+    return torch.as_tensor(np.asarray(x), dtype=torch.float64)
+
+
+# -- exact attention ---------------------------------------------------------
+def allowed(s_q: int, s_k: int, causal: bool, mistake=None, device="cpu") -> torch.Tensor:
+    """Boolean ``(s_q, s_k)``: may query ``i`` see key ``j``? (end-aligned)."""
+    i = torch.arange(s_q, device=device)[:, None]
+    j = torch.arange(s_k, device=device)[None, :]
+    if not causal or mistake == "no_mask":
+        return torch.ones(s_q, s_k, dtype=torch.bool, device=device)
+    offset = 0 if mistake == "top_left_mask" else s_k - s_q
+    if mistake == "diagonal_masked":
+        return j < i + offset
+    return j <= i + offset
+
+
+def _kv_heads(x: torch.Tensor, n_heads: int, mistake=None) -> torch.Tensor:
+    """``(B, h_kv, S, d)`` -> ``(B, h, S, d)``: query head i reads KV head i // (h/h_kv)."""
+    rep = n_heads // x.shape[1]
+    if rep == 1:
+        return x
+    if mistake == "kv_tile":
+        return x.repeat(1, rep, 1, 1)
+    return torch.repeat_interleave(x, rep, dim=1)
+
+
+def reference(q, k, v, causal: bool = True, sm_scale=None, mistake=None,
+              device=None, chunk: int = 2048) -> torch.Tensor:
+    """Exact attention in float64: ``q`` ``(B, h, S_q, d)``, ``k``/``v`` ``(B, h_kv, S_k, d)``.
+
+    ``mistake`` reproduces one wrong answer (see ``FLASH_MISTAKES`` and
+    ``grader.reference.attention.MISTAKES``); ``no_rescale`` takes the tile
+    width as ``mistake=("no_rescale", block_n)``.  ``device`` (default: the
+    input's) and ``chunk`` (query rows at a time) keep long sequences within
+    memory.  Returns a float64 tensor on the CPU.
+    """
+    if isinstance(mistake, tuple) and mistake[0] == "no_rescale":
+        return _no_rescale(q, k, v, causal, sm_scale, mistake[1])
+    dev = device or (q.device if isinstance(q, torch.Tensor) else "cpu")
+    q, k, v = (_t64(x).to(dev) for x in (q, k, v))
+    d_head, s_q, s_k = q.shape[-1], q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(d_head) if sm_scale is None or mistake == "sm_scale_ignored" \
+        else float(sm_scale)
+    if mistake == "no_scale":
+        scale = 1.0
+    elif mistake == "scale_by_d":
+        scale = 1.0 / d_head
+    k, v = _kv_heads(k, q.shape[1], mistake), _kv_heads(v, q.shape[1], mistake)
+    ok = allowed(s_q, s_k, causal, mistake, dev)                     # (S_q, S_k)
+    out = torch.empty_like(q)                                        # (B, h, S_q, d)
+    for r0 in range(0, s_q, chunk):
+        r1 = min(r0 + chunk, s_q)
+        s = torch.einsum("bhqd,bhkd->bhqk", q[:, :, r0:r1], k) * scale
+        s = s.masked_fill(~ok[r0:r1], -math.inf)
+        m = torch.amax(s, dim=-1, keepdim=True)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        e = torch.exp(s - m)
+        den = e.sum(-1, keepdim=True)
+        w = e / torch.where(den > 0, den, torch.ones_like(den))      # no key: weights 0
+        if mistake == "nan_masked_tile":
+            w = torch.where(den > 0, w, torch.full_like(w, math.nan))
+        out[:, :, r0:r1] = torch.einsum("bhqk,bhkd->bhqd", w, v)
+    return out.cpu()
+
+
+def _no_rescale(q, k, v, causal, sm_scale, block_n: int) -> torch.Tensor:
+    """The online softmax with key tiles of ``block_n`` that never rescales acc."""
+    q, k, v = _t64(q).cpu(), _t64(k).cpu(), _t64(v).cpu()
+    d_head, s_q, s_k = q.shape[-1], q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(d_head) if sm_scale is None else float(sm_scale)
+    k, v = _kv_heads(k, q.shape[1]), _kv_heads(v, q.shape[1])
+    ok = allowed(s_q, s_k, causal)
+    m = torch.full(q.shape[:-1], -math.inf, dtype=torch.float64)
+    l = torch.zeros(q.shape[:-1], dtype=torch.float64)
+    acc = torch.zeros_like(q)
+    for j0 in range(0, s_k, block_n):
+        j1 = min(j0 + block_n, s_k)
+        s = torch.einsum("...qd,...kd->...qk", q, k[..., j0:j1, :]) * scale
+        s = s.masked_fill(~ok[:, j0:j1], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1))
+        shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        p = torch.exp(s - shift[..., None])
+        l = l * torch.exp(m - shift) + p.sum(-1)
+        acc = acc + p @ v[..., j0:j1, :]               # the mistake: no exp(m - m_new)
+        m = m_new
+    return torch.where(l[..., None] > 0, acc / torch.where(l > 0, l, 1.0)[..., None], 0.0)
+
+
+def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
+    """``{description: wrong answer}`` for ``check_close(mistakes=...)``."""
+    names = names or ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked",
+                      "no_mask", "kv_tile", "nan_masked_tile", "no_rescale"]
+    out = {}
+    for name in names:
+        if name in ("top_left_mask", "diagonal_masked", "no_mask") and not causal:
+            continue
+        if name == "kv_tile" and q.shape[1] in (k.shape[1], k.shape[1] * 1):
+            if q.shape[1] == k.shape[1] or k.shape[1] == 1:
+                continue                       # tile == repeat_interleave here
+        if name == "sm_scale_ignored" and sm_scale is None:
+            continue
+        if name == "no_rescale":
+            for bn in CANDIDATE_TILES:
+                if k.shape[-2] > bn:
+                    out[f"{describe(name)} (seen with tiles of {bn} keys)"] = \
+                        reference(q, k, v, causal, sm_scale, ("no_rescale", bn))
+            continue
+        out[describe(name)] = reference(q, k, v, causal, sm_scale, name)
+    return out
+
+
+# -- one online-softmax step ---------------------------------------------------
+def step_reference(m, l, acc, scores, v, mistake=None):
+    """The exact update of ``(m, l, acc)`` by one tile, in float64 NumPy."""
+    m, l, acc = (np.asarray(x, dtype=np.float64) for x in (m, l, acc))
+    scores, v = np.asarray(scores, dtype=np.float64), np.asarray(v, dtype=np.float64)
+    m_new = np.maximum(m, scores.max(axis=-1))
+    shift = m_new if mistake == "nan_masked_tile" else np.where(np.isinf(m_new), 0.0, m_new)
+    with np.errstate(invalid="ignore"):
+        alpha = np.exp(m - shift)
+        p = np.exp(scores - shift[..., None])
+    l_new = alpha * l + p.sum(-1)
+    if mistake == "no_rescale":
+        acc_new = acc + p @ v
+    else:
+        acc_new = alpha[..., None] * acc + p @ v
+    return m_new, l_new, acc_new
+
+
+# -- FLOPs -----------------------------------------------------------------------
+def attention_flops(batch: int, n_heads: int, s_q: int, s_k: int, d_head: int,
+                    causal: bool) -> float:
+    """Forward FLOPs: two matmuls (q k^T and p v) of 2 * S_q * S_k * d_head each.
+
+    4 * B * h * S_q * S_k * d_head; a causal mask skips about half of the
+    (query, key) pairs, so causal counts half of that (the usual convention
+    of FlashAttention benchmarks, whatever the tiles really compute).
+    """
+    flops = 4.0 * batch * n_heads * s_q * s_k * d_head
+    return flops * 0.5 if causal else flops
+
+
+# -- the reference Triton kernel ------------------------------------------------
+if HAS_TRITON:
+    _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+    if _INTERPRET:
+        # Every program runs in Python: one small tile, no autotuning.
+        _CONFIGS = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=1)]
+    else:
+        # Hopper (H100/H200) favours 128-row query tiles; the autotuner picks
+        # the key tile, warps and pipeline depth per shape.
+        _CONFIGS = [triton.Config({"BLOCK_M": 128, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+                    for bn in (64, 128) for w in (4, 8) for s in (2, 3)]
+
+    @triton.jit
+    def _tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
+               offs_m, pos_m, lo, hi, S_K, qk_scale,
+               D_HEAD: tl.constexpr, BLOCK_N: tl.constexpr,
+               MASK_CAUSAL: tl.constexpr, MASK_KEYS: tl.constexpr):
+        """Fold key tiles [lo, hi) into (acc, l_i, m_i); masks only where asked."""
+        offs_n = tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, D_HEAD)
+        for start_n in tl.range(lo, hi, BLOCK_N):
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            cols = start_n + offs_n
+            kv_off_k = cols[:, None] * stride_ks + offs_d[None, :]
+            kv_off_v = cols[:, None] * stride_vs + offs_d[None, :]
+            if MASK_KEYS:
+                k = tl.load(k_base + kv_off_k, mask=cols[:, None] < S_K, other=0.0)
+                v = tl.load(v_base + kv_off_v, mask=cols[:, None] < S_K, other=0.0)
+            else:
+                k = tl.load(k_base + kv_off_k)
+                v = tl.load(v_base + kv_off_v)
+            s = tl.dot(q, tl.trans(k)) * qk_scale                     # (BLOCK_M, BLOCK_N)
+            if MASK_CAUSAL or MASK_KEYS:
+                ok = cols[None, :] < S_K
+                if MASK_CAUSAL:
+                    ok = ok & (cols[None, :] <= pos_m[:, None])
+                s = tl.where(ok, s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                shift = tl.where(m_new == float("-inf"), 0.0, m_new)   # rows with no key yet
+            else:
+                m_new = tl.maximum(m_i, tl.max(s, 1))                  # finite: nothing masked
+                shift = m_new
+            p = tl.exp2(s - shift[:, None])
+            alpha = tl.exp2(m_i - shift)                                # rescales the past
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+        return acc, l_i, m_i
+
+    @triton.autotune(configs=_CONFIGS, key=["S_Q", "S_K", "D_HEAD", "CAUSAL"])
+    @triton.heuristics({"EVEN_M": lambda a: a["S_Q"] % a["BLOCK_M"] == 0,
+                        "EVEN_N": lambda a: a["S_K"] % a["BLOCK_N"] == 0})
+    @triton.jit
+    def _ref_fwd(Q, K, V, O,
+                 stride_qb, stride_qh, stride_qs,
+                 stride_kb, stride_kh, stride_ks,
+                 stride_vb, stride_vh, stride_vs,
+                 stride_ob, stride_oh, stride_os,
+                 H, GROUP, S_Q, S_K, sm_scale,
+                 D_HEAD: tl.constexpr, CAUSAL: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 EVEN_M: tl.constexpr, EVEN_N: tl.constexpr):
+        """BLOCK_M query rows of one (batch, head) against all the keys they see.
+
+        The last dimension of every tensor is contiguous (the host checks).
+        """
+        tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16)    # tl.dot's minimum tile
+        tl.static_assert(D_HEAD >= 16 and D_HEAD <= 128)
+        # Under a causal mask the last query tiles do the most work: start them first.
+        pid_m = tl.program_id(0)
+        if CAUSAL:
+            pid_m = tl.num_programs(0) - 1 - pid_m
+        pid_bh = tl.program_id(1)
+        b = pid_bh // H
+        head = pid_bh % H
+        kv_head = head // GROUP                              # GQA: index, never copy
+
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, D_HEAD)
+        q_ptrs = Q + b * stride_qb + head * stride_qh + offs_m[:, None] * stride_qs \
+            + offs_d[None, :]
+        if EVEN_M:
+            q = tl.load(q_ptrs)
+        else:
+            q = tl.load(q_ptrs, mask=offs_m[:, None] < S_Q, other=0.0)
+        k_base = K + b * stride_kb + kv_head * stride_kh
+        v_base = V + b * stride_vb + kv_head * stride_vh
+
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, D_HEAD], dtype=tl.float32)
+        qk_scale = sm_scale * LOG2E                          # scores in log2 units
+        pos_m = S_K - S_Q + offs_m                           # end-aligned positions
+
+        if CAUSAL:
+            # Keys every row of this tile sees: 0 .. first row's position.
+            first = S_K - S_Q + pid_m * BLOCK_M
+            full_hi = tl.minimum(tl.maximum(first + 1, 0) // BLOCK_N * BLOCK_N,
+                                 S_K // BLOCK_N * BLOCK_N)
+            # Keys some row sees: up to the last row's position.
+            hi = tl.minimum(tl.maximum(first + BLOCK_M, 0), S_K)
+        else:
+            full_hi = S_K // BLOCK_N * BLOCK_N
+            hi = S_K
+        acc, l_i, m_i = _tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
+                               offs_m, pos_m, 0, full_hi, S_K, qk_scale,
+                               D_HEAD, BLOCK_N, False, False)
+        if CAUSAL or not EVEN_N:
+            acc, l_i, m_i = _tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
+                                   offs_m, pos_m, full_hi, hi, S_K, qk_scale,
+                                   D_HEAD, BLOCK_N, CAUSAL, not EVEN_N)
+        out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]   # rows with no key: zeros
+        o_ptrs = O + b * stride_ob + head * stride_oh + offs_m[:, None] * stride_os \
+            + offs_d[None, :]
+        if EVEN_M:
+            tl.store(o_ptrs, out.to(O.dtype.element_ty))
+        else:
+            tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_m[:, None] < S_Q)
+
+
+def flash_attention(q, k, v, *, causal=True, sm_scale=None):
+    """The reference kernel: ``q`` ``(B, h, S_q, d)``, ``k``/``v`` ``(B, h_kv, S_k, d)``.
+
+    Same contract as the exercise (end-aligned causal mask, GQA by index,
+    zeros for rows that see no key).  d_head in {16, 32, 64, 128}.
+    """
+    if not HAS_TRITON:
+        raise RuntimeError(f"the reference kernel {NEEDS_TRITON}")
+    batch, n_heads, s_q, d_head = q.shape
+    n_kv, s_k = k.shape[1], k.shape[2]
+    if d_head not in SUPPORTED_D_HEAD:
+        raise ValueError(f"d_head={d_head} is not supported; use one of {SUPPORTED_D_HEAD}")
+    if n_heads % n_kv or k.shape != v.shape:
+        raise ValueError("k and v must be (B, h_kv, S_k, d_head) with h % h_kv == 0")
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+    sm_scale = 1.0 / math.sqrt(d_head) if sm_scale is None else float(sm_scale)
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+
+    def grid(meta):
+        return (triton.cdiv(s_q, meta["BLOCK_M"]), batch * n_heads)
+
+    _ref_fwd[grid](q, k, v, out,
+                   q.stride(0), q.stride(1), q.stride(2),
+                   k.stride(0), k.stride(1), k.stride(2),
+                   v.stride(0), v.stride(1), v.stride(2),
+                   out.stride(0), out.stride(1), out.stride(2),
+                   n_heads, n_heads // n_kv, s_q, s_k, sm_scale,
+                   D_HEAD=d_head, CAUSAL=bool(causal))
+    return out
