@@ -32,6 +32,7 @@ class Options:
     suite: str = "hidden"                 # "public" or "hidden" (public + hidden)
     exercises: list[str] | None = None    # None: every exercise with a suite
     call_timeout: float | None = None     # overrides each exercise's default
+    import_timeout: float = 60.0          # importing a submission's module
     require_gpu: bool = False
     extra: dict = field(default_factory=dict)
 
@@ -76,6 +77,7 @@ class GradingPlugin:
         if exercise not in self.workers:
             ex = EXERCISES[exercise]
             limits = Limits(call_timeout=self.options.call_timeout or ex.call_timeout,
+                            import_timeout=self.options.import_timeout,
                             env=dict(ex.worker_env))
             self.workers[exercise] = Worker(self.submission, exercise, limits)
         return self.workers[exercise]

@@ -67,6 +67,7 @@ class Limits:
 
     call_timeout: float = 10.0
     import_timeout: float = 60.0
+    max_timeouts: int = 4      # after this many, further calls fail at once
     max_response_bytes: int = 512 << 20
     max_output_bytes: int = 64 << 10  # stderr kept for feedback (head + tail)
     rlimits: dict = field(default_factory=dict)
@@ -126,6 +127,7 @@ class Worker:
         self._dir: Path | None = None
         self.load_error: StudentLoadError | None = None
         self.restarts = 0
+        self.timeouts = 0
 
     # -- lifecycle ---------------------------------------------------------
     def _prepare_dir(self) -> Path:
@@ -204,6 +206,12 @@ class Worker:
             self._dir = None
 
     def _ensure(self) -> None:
+        if self.load_error is not None:
+            raise self.load_error  # a module that failed to import is not retried
+        if self.timeouts >= self.limits.max_timeouts:
+            raise StudentTimeout(f"not run: {self.timeouts} earlier calls into "
+                                 f"{self.module}.py ran out of time, so the rest of this "
+                                 "exercise is not tried")
         if self.proc is None or self.proc.poll() is not None:
             if self.proc is not None:
                 self.restarts += 1
@@ -241,6 +249,7 @@ class Worker:
             answer = codec.read_message(read_exact, self.limits.max_response_bytes)
         except TimeoutError:
             self.kill()
+            self.timeouts += 1
             raise StudentTimeout(f"{what} did not finish within {timeout:g} s "
                                  "(the time limit); it was stopped") from None
         except EOFError:

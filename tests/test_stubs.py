@@ -1,0 +1,110 @@
+"""Stubs are derived from the solutions, and both follow the contract."""
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from grader.exercises import CONTRACT_PATH, EXERCISES, contract
+from grader.stubs import StubError, derive_stub
+from tests.conftest import EXERCISES_DIR, REPO, SOLUTIONS
+
+SOLVED = sorted(p.stem for p in SOLUTIONS.glob("ex*.py"))
+
+
+def test_contract_copy_matches_the_curriculum():
+    shared = REPO.parent / "shared" / "contract.json"
+    if not shared.exists():
+        pytest.skip("no ../shared/contract.json beside this checkout")
+    assert json.loads(shared.read_text()) == json.loads(CONTRACT_PATH.read_text())
+
+
+def test_every_contract_module_is_an_exercise():
+    assert sorted(contract()["modules"]) == sorted(EXERCISES)
+
+
+@pytest.mark.parametrize("name", SOLVED)
+def test_committed_stub_is_the_derived_one(name):
+    want = derive_stub((SOLUTIONS / f"{name}.py").read_text(), name)
+    stub = EXERCISES_DIR / f"{name}.py"
+    assert stub.exists(), f"exercises/{name}.py is missing: run `attn-grade stubs`"
+    assert stub.read_text() == want, f"exercises/{name}.py is stale: run `attn-grade stubs`"
+
+
+def _signature(fn: ast.FunctionDef) -> list[dict]:
+    a = fn.args
+    out = []
+    positional = a.posonlyargs + a.args
+    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    for arg, default in zip(positional, defaults):
+        out.append(("positional_or_keyword", arg.arg, default))
+    if a.vararg:
+        out.append(("var_positional", a.vararg.arg, None))
+    for arg, default in zip(a.kwonlyargs, a.kw_defaults):
+        out.append(("keyword_only", arg.arg, default))
+    if a.kwarg:
+        out.append(("var_keyword", a.kwarg.arg, None))
+    return out
+
+
+def _default_text(node):
+    if node is None:
+        return "<none>"
+    try:
+        value = ast.literal_eval(node)
+    except ValueError:
+        return ast.unparse(node)
+    return list(value) if isinstance(value, tuple) else value
+
+
+@pytest.mark.parametrize("folder", ["solutions", "exercises"])
+@pytest.mark.parametrize("name", SOLVED)
+def test_module_follows_the_contract(folder, name):
+    spec = contract()["modules"][name]
+    tree = ast.parse((REPO / folder / f"{name}.py").read_text())
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assigned = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                if isinstance(t, ast.Name)}
+    for const in spec["constants"]:
+        assert const in assigned, f"{folder}/{name}.py does not define {const}"
+    for fname, params in spec["functions"].items():
+        assert fname in functions, f"{folder}/{name}.py does not define {fname}()"
+        got = _signature(functions[fname])
+        assert len(got) >= len(params), f"{fname}: fewer parameters than the contract"
+        for want, (kind, pname, default) in zip(params, got):
+            assert (kind, pname) == (want["kind"], want["name"]), f"{fname}: {pname}"
+            if "default" in want:
+                want_default = want["default"]
+                have = _default_text(default)
+                if isinstance(want_default, str) and want_default.startswith("torch."):
+                    assert have == want_default, f"{fname}({pname}) default"
+                else:
+                    assert have == want_default, f"{fname}({pname}) default {have!r}"
+        for kind, pname, default in got[len(params):]:
+            assert default is not None or kind.startswith("var_"), \
+                f"{fname}: extra parameter {pname} needs a default"
+
+
+def test_stub_rules():
+    src = ('"""doc"""\n'
+           "def f(x):\n    '''task'''\n    # BEGIN SOLUTION\n    return x\n    # END SOLUTION\n"
+           "# BEGIN SOLUTION\nA = 1\ndef _helper():\n    pass\n# END SOLUTION\n"
+           "def g():\n    # BEGIN SOLUTION\n    # STUB: return 0  # your code\n"
+           "    return 1\n    # END SOLUTION\n")
+    out = derive_stub(src, "m")
+    assert 'raise NotImplementedError("m.f: your code here")' in out
+    assert "A = None" in out and "_helper" not in out
+    assert "    return 0  # your code" in out and "return 1" not in out
+    with pytest.raises(StubError, match="never ended"):
+        derive_stub("# BEGIN SOLUTION\nA = 1\n", "m")
+
+
+def test_stubs_command_check_mode_passes_on_the_committed_tree():
+    from click.testing import CliRunner
+
+    from grader.cli import main
+    result = CliRunner().invoke(main, ["stubs", "--check"])
+    assert result.exit_code == 0, result.output
