@@ -2,12 +2,15 @@
 
 Names are the public contract (``grader/contract.json``, a copy of the
 curriculum's).  ``worker_env`` is set in the worker before the student's
-module is imported.
+module is imported (ex07's: ``TRITON_INTERPRET=1`` where the grading
+machine has no CUDA, so that Triton kernels run on the CPU).
 """
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -24,6 +27,26 @@ class Exercise:
     call_timeout: float = 10.0
 
 
+class _InterpretWithoutCuda(Mapping):
+    """``{"TRITON_INTERPRET": "1"}`` when CUDA is absent, else ``{}``.
+
+    Decided on first use (importing torch is slow, and only ex07 asks)."""
+
+    @cached_property
+    def _env(self) -> dict:
+        import torch
+        return {} if torch.cuda.is_available() else {"TRITON_INTERPRET": "1"}
+
+    def __getitem__(self, key):
+        return self._env[key]
+
+    def __iter__(self):
+        return iter(self._env)
+
+    def __len__(self):
+        return len(self._env)
+
+
 EXERCISES = {e.name: e for e in [
     Exercise("ex01_by_hand", "A: attention by hand"),
     Exercise("ex02_mha", "B: multi-head attention with RoPE"),
@@ -33,7 +56,7 @@ EXERCISES = {e.name: e for e in [
     Exercise("ex06_gqa_intensity", "F: the arithmetic intensity of GQA decode",
              call_timeout=60.0),
     Exercise("ex07_flash_attention", "G: a fused attention kernel in Triton",
-             call_timeout=120.0),
+             worker_env=_InterpretWithoutCuda(), call_timeout=120.0),
 ]}
 
 

@@ -1,0 +1,109 @@
+"""Exercise G: the fused attention kernel (NumPy, then Triton).
+
+Attention never needs the whole ``(S_q, S_k)`` score matrix at once.  Walk
+over the keys one tile at a time and keep, for every query row, three running
+quantities: the largest score seen so far ``m``, the softmax denominator
+``l`` measured against that maximum, and the unnormalized output ``acc``.
+When a new tile raises the maximum from ``m`` to ``m_new``, everything summed
+so far was measured against the old maximum and is rescaled by
+``exp(m - m_new)``.  At the end, ``acc / l`` is the attention output.  This
+is the online softmax; FlashAttention is this loop written as one GPU kernel
+that keeps a tile of queries in fast memory and streams the keys past it.
+
+1. ``online_softmax_step``: one tile of the online softmax (NumPy).
+2. ``blockwise_attention``: attention tile by tile with that step (NumPy).
+3. ``flash_attention``: the same loop as a Triton kernel.
+
+Conventions (the course's contract):
+
+* Shapes: ``q`` ``(B, h, S_q, d_head)``, ``k`` and ``v`` ``(B, h_kv, S_k,
+  d_head)``; the output has ``q``'s shape.
+* Scores are ``q @ k^T * sm_scale`` with ``sm_scale = 1/sqrt(d_head)`` unless
+  given; the softmax runs over keys.
+* Causal masks are aligned to the end: query ``i`` sits at absolute position
+  ``S_k - S_q + i`` and may see keys ``0 .. S_k - S_q + i``.  For decode
+  (``S_q == 1``) the one query sees every key.  When ``S_q > S_k`` the first
+  query rows may see no key at all: their output is zeros, never NaN.
+* GQA: query head ``i`` uses key/value head ``i // (h // h_kv)`` (the
+  ``repeat_interleave`` grouping).
+
+Triton kernels run on a GPU, or on the CPU through Triton's interpreter:
+set ``TRITON_INTERPRET=1`` in the environment *before* this module is
+imported and pass CPU tensors (the grader does this where there is no GPU).
+The interpreter is slow and has no bfloat16 ``tl.dot``: test with small
+float32 shapes.
+
+Run the public tests with ``attn-grade check ex07``.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+
+def online_softmax_step(m, l, acc, scores, v):
+    """One tile of the online softmax; returns the updated ``(m, l, acc)``.
+
+    * ``m``: ``(..., rows)`` running maximum of the scores seen so far
+      (starts at ``-inf``);
+    * ``l``: ``(..., rows)`` running sum of ``exp(score - m)`` (starts at 0);
+    * ``acc``: ``(..., rows, d_head)`` running sum of ``exp(score - m) * v``
+      (starts at 0);
+    * ``scores``: ``(..., rows, n)`` this tile's scores, already scaled and
+      masked (masked entries are ``-inf``);
+    * ``v``: ``(..., n, d_head)`` this tile's values.
+
+    When the maximum grows, the old ``l`` and ``acc`` must be rescaled by
+    ``exp(m_old - m_new)``.  A tile whose scores are all ``-inf`` for a row
+    (and a row that has seen nothing but ``-inf`` so far) must leave that
+    row's ``l`` and ``acc`` unchanged and must not produce NaN
+    (``-inf - -inf`` is NaN: shift by 0 where the maximum is still ``-inf``).
+    """
+    raise NotImplementedError("ex07_flash_attention.online_softmax_step: your code here")
+
+
+def blockwise_attention(q, k, v, block_size, causal=True):
+    """Scaled dot-product attention computed ``block_size`` keys at a time.
+
+    ``q``: ``(..., S_q, d_head)``, ``k`` and ``v``: ``(..., S_k, d_head)``
+    (NumPy).  Walk over the keys in tiles of ``block_size`` (the last tile
+    may be shorter), compute that tile's scaled, masked scores and fold them
+    in with ``online_softmax_step``; never hold scores for more than
+    ``block_size`` keys at once.  ``causal`` uses the end-aligned mask; rows
+    that may see no key return zeros.  Returns ``(..., S_q, d_head)``.
+    """
+    raise NotImplementedError("ex07_flash_attention.blockwise_attention: your code here")
+
+
+# Your Triton kernel goes here: an @triton.jit function (and helpers)
+# that flash_attention launches.  Triton must see your kernel's source,
+# so define it at module level in this file.
+
+
+SUPPORTED_D_HEAD = (16, 32, 64, 128)
+
+
+def flash_attention(q, k, v, *, causal=True, sm_scale=None):
+    """Attention by one fused Triton kernel (FlashAttention's forward pass).
+
+    ``q``: ``(B, h, S_q, d_head)``, ``k`` and ``v``: ``(B, h_kv, S_k,
+    d_head)`` torch tensors on the same device (CUDA, or the CPU under
+    ``TRITON_INTERPRET=1``), of one dtype: float16, bfloat16 or float32.
+    ``h`` must be a multiple of ``h_kv``; query head ``i`` reads K/V head
+    ``i // (h // h_kv)`` in place (no copies of K/V).  ``d_head`` in
+    {16, 32, 64, 128}; any ``S_q`` and ``S_k``.  ``sm_scale`` defaults to
+    ``1/sqrt(d_head)``.  ``causal`` uses the end-aligned mask; rows that may
+    see no key give zeros.
+
+    Returns a new tensor shaped and typed like ``q``; the inputs are left
+    unchanged.  The work happens in your Triton kernel: an online softmax
+    over tiles of keys, never the whole ``(S_q, S_k)`` score matrix, and no
+    PyTorch matmul, softmax or ``scaled_dot_product_attention``.  Raises
+    ``ValueError`` for shapes it does not support.
+    """
+    raise NotImplementedError("ex07_flash_attention.flash_attention: your code here")

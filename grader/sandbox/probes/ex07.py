@@ -1,0 +1,397 @@
+"""Probes for ex07 (the fused attention kernel), run inside the worker.
+
+They watch what the student's ``flash_attention`` does during one call and
+return what they saw as data; the suites judge it in the grading process.
+
+* ``run_checked``: one call on the device (CUDA if present, else the CPU
+  under ``TRITON_INTERPRET=1``), with an op-level trace (PyTorch's
+  ``TorchDispatchMode``) that lists forbidden ops (matmul, bmm, softmax,
+  ``scaled_dot_product_attention``...), other PyTorch arithmetic, every new
+  buffer with its size, copies to the host or to NumPy, and the Triton
+  kernels launched (by wrapping the launchers of ``triton.runtime``).  It
+  returns the output, the inputs as they are after the call, and the trace.
+* ``blockwise_traced``: ``blockwise_attention`` with the module's
+  ``online_softmax_step`` wrapped to record each tile's width.
+* ``benchmark`` (GPU only): times the student's kernel against the
+  reference kernel (``grader/reference/flash.py``, whose source the suite
+  sends) on the same fresh inputs, alternating the two, L2 flushed before
+  and the whole device synchronized around every timed call; each output is
+  compared with the reference's right after its call.
+
+Probes are trusted code, not secret ones; they import nothing from the
+grader (``grader.sandbox.probes.ex07`` is also imported by the benchmark
+script and ``attn-grade calibrate`` for ``time_call``).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# Ops that do attention's work in PyTorch instead of the student's kernel.
+FORBIDDEN = {
+    "mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "mv", "dot", "vdot", "einsum",
+    "linear", "tensordot", "_scaled_mm", "addmv", "addr", "outer",
+    "_softmax", "softmax", "_safe_softmax", "_log_softmax", "log_softmax",
+    "scaled_dot_product_attention", "_fused_sdp_choice",
+    "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable",
+    "_flash_attention_forward", "_efficient_attention_forward", "_cudnn_attention_forward",
+}
+# Bookkeeping ops a wrapper may use freely (allocation, views, copies, metadata).
+BOOKKEEPING = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+    "zeros_like", "new_zeros", "ones", "ones_like", "full", "full_like", "new_full", "fill_",
+    "zero_", "copy_", "_to_copy", "to", "clone", "contiguous", "view", "_unsafe_view",
+    "reshape", "as_strided", "expand", "permute", "transpose", "t", "select", "slice",
+    "unsqueeze", "squeeze", "detach", "alias", "set_", "lift_fresh", "lift_fresh_copy",
+    "resize_", "is_same_size", "_local_scalar_dense", "sym_size", "sym_stride", "size",
+    "stride", "narrow", "split", "unbind", "_reshape_alias", "view_as_real", "record_stream",
+    "is_pinned", "_has_compatible_shallow_copy_type", "arange", "scalar_tensor",
+}
+FLUSH_BYTES = 256 << 20  # larger than the L2 cache of current GPUs (H100/H200: 50-60 MB)
+
+
+def device() -> torch.device:
+    """CUDA when present; else the CPU, for Triton's interpreter."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def sync() -> None:
+    """Wait for all work on the device, every stream included."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _storage_key(t: torch.Tensor):
+    try:
+        return t.untyped_storage().data_ptr(), t.device.type
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+
+
+class _Trace(TorchDispatchMode):
+    """Records the PyTorch ops of one call (outside Triton's own launchers)."""
+
+    def __init__(self, inputs, launcher):
+        super().__init__()
+        self.launcher = launcher
+        self.known = {_storage_key(t) for t in inputs}
+        self.forbidden: Counter = Counter()
+        self.compute: Counter = Counter()
+        self.buffers: list = []          # [op, elements, shape] of each new storage
+        self.host_copies: list = []      # [op, elements] moved off the device
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if name in FORBIDDEN:            # wherever it happens, Triton launchers included
+            self.forbidden[name] += 1
+        if self.launcher.depth:          # Triton's launcher and autotuner: their business
+            return out
+        if name not in BOOKKEEPING and name not in FORBIDDEN:
+            self.compute[name] += 1
+        devices = {t.device.type for t in _tensors(args)}
+        for t in _tensors(out):
+            key = _storage_key(t)
+            if key is None or key in self.known:
+                continue
+            self.known.add(key)
+            elements = t.untyped_storage().nbytes() // max(t.element_size(), 1)
+            if elements:
+                self.buffers.append([name, int(elements), list(t.shape)])
+            if t.device.type == "cpu" and devices - {"cpu"} and t.numel() >= 1024:
+                self.host_copies.append([name, int(t.numel())])
+        return out
+
+
+class _Launcher:
+    """Wraps Triton's launch paths to record the kernels a call launches."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.depth = 0
+        self.launches: list = []
+        self._patched: list = []
+
+    def _wrap(self, cls, attr, record: bool):
+        original = cls.__dict__[attr]
+        probe = self
+
+        def run(this, *args, **kwargs):
+            if record and not kwargs.get("warmup", False):
+                fn = getattr(this, "fn", None)
+                code = getattr(fn, "__code__", None)
+                path = os.path.abspath(code.co_filename) if code else ""
+                probe.launches.append({
+                    "name": getattr(fn, "__name__", type(this).__name__),
+                    "file": os.path.basename(path),
+                    "in_submission": bool(path) and path.startswith(probe.root + os.sep),
+                })
+            probe.depth += 1
+            try:
+                return original(this, *args, **kwargs)
+            finally:
+                probe.depth -= 1
+
+        setattr(cls, attr, run)
+        self._patched.append((cls, attr, original))
+
+    def __enter__(self):
+        try:
+            from triton.runtime import autotuner, jit
+        except ImportError:
+            return self
+        self._wrap(jit.JITFunction, "run", True)
+        for name in ("Autotuner", "Heuristics"):
+            cls = getattr(autotuner, name, None)
+            if cls is not None and "run" in cls.__dict__:
+                self._wrap(cls, "run", False)
+        try:
+            from triton.runtime import interpreter
+            self._wrap(interpreter.InterpretedFunction, "run", True)
+        except (ImportError, KeyError):
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        for cls, attr, original in reversed(self._patched):
+            setattr(cls, attr, original)
+        self._patched.clear()
+        return False
+
+
+class _NumpyWatch:
+    """Records tensors turned into NumPy arrays (a host-side fallback)."""
+
+    def __init__(self):
+        self.conversions: list = []
+        self._saved = {}
+
+    def __enter__(self):
+        watch = self
+        for attr in ("numpy", "__array__", "tolist"):
+            original = torch.Tensor.__dict__.get(attr) or getattr(torch.Tensor, attr)
+            self._saved[attr] = (attr in torch.Tensor.__dict__, original)
+
+            def wrapper(this, *a, _orig=original, _attr=attr, **k):
+                watch.conversions.append([_attr, int(this.numel())])
+                return _orig(this, *a, **k)
+
+            setattr(torch.Tensor, attr, wrapper)
+        return self
+
+    def __exit__(self, *exc):
+        for attr, (own, original) in self._saved.items():
+            if own:
+                setattr(torch.Tensor, attr, original)
+            else:
+                delattr(torch.Tensor, attr)
+        return False
+
+
+def _type_name(value) -> str:
+    t = type(value)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=True,
+                pass_causal=True, on=None):
+    """Call ``module.flash_attention`` once under watch; return what happened.
+
+    ``q``, ``k``, ``v`` arrive as CPU tensors and are moved to ``on`` (default:
+    CUDA if present, else the CPU).  ``pass_sm_scale=False`` / ``pass_causal=False``
+    leave those arguments out so that the defaults are used.
+    """
+    dev = torch.device(on) if on else device()
+    q, k, v = (x.to(dev) for x in (q, k, v))
+    kwargs = {}
+    if pass_causal:
+        kwargs["causal"] = causal
+    if pass_sm_scale:
+        kwargs["sm_scale"] = sm_scale
+    root = os.path.abspath(os.getcwd())
+    sync()
+    with _Launcher(root) as launcher, _NumpyWatch() as numpy_watch:
+        trace = _Trace((q, k, v), launcher)
+        start = time.perf_counter()
+        with trace:
+            out = module.flash_attention(q, k, v, **kwargs)
+        sync()
+        seconds = time.perf_counter() - start
+    result = {
+        "out_type": _type_name(out),
+        "launches": launcher.launches,
+        "forbidden": dict(trace.forbidden),
+        "compute_ops": dict(trace.compute),
+        "buffers": sorted(trace.buffers, key=lambda b: -b[1])[:8],
+        "host_copies": trace.host_copies[:8],
+        "numpy_conversions": numpy_watch.conversions[:8],
+        "device": str(dev),
+        "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else "",
+        "seconds": seconds,
+        "inputs_after": {"q": q.cpu(), "k": k.cpu(), "v": v.cpu()},
+    }
+    if type(out) is torch.Tensor:
+        result["out"] = out.detach().cpu()
+        result["out_device"] = str(out.device)
+    elif isinstance(out, torch.Tensor):      # a subclass: look only at its plain data
+        result["out"] = torch.Tensor(out.detach().cpu()) if out.dtype.is_floating_point \
+            else None
+        result["out_device"] = str(out.device)
+    else:
+        result["out"] = None
+        result["out_device"] = ""
+    return result
+
+
+def blockwise_traced(module, q, k, v, block_size, causal=True):
+    """``blockwise_attention`` with each ``online_softmax_step`` call's tile width."""
+    original = getattr(module, "online_softmax_step", None)
+    widths: list = []
+
+    def step(m, l, acc, scores, v_tile, *args, **kwargs):
+        widths.append(int(getattr(scores, "shape", (0,))[-1]))
+        return original(m, l, acc, scores, v_tile, *args, **kwargs)
+
+    if original is not None:
+        module.online_softmax_step = step
+    try:
+        out = module.blockwise_attention(q, k, v, block_size, causal=causal)
+    finally:
+        if original is not None:
+            module.online_softmax_step = original
+    return {"out": out, "widths": widths}
+
+
+# -- timing (GPU) ----------------------------------------------------------------
+_REFERENCE = {}
+
+
+def load_reference(source: str):
+    """Import the reference kernel's module from its source (sent by the suite).
+
+    Triton reads a kernel's source from its file, so the text is written to a
+    private folder first; the module is kept for the rest of the worker's life
+    (the reference is trusted: its autotuning may be reused)."""
+    if source in _REFERENCE:
+        return _REFERENCE[source]
+    folder = tempfile.mkdtemp(prefix="ex07-reference-")
+    path = os.path.join(folder, "_ex07_reference.py")
+    with open(path, "w") as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location("_ex07_reference", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["_ex07_reference"] = mod
+    spec.loader.exec_module(mod)
+    _REFERENCE[source] = mod
+    return mod
+
+
+def run_reference(module, source, q, k, v, causal=True, sm_scale=None):
+    """The reference kernel on these inputs (to test the reference itself)."""
+    ref = load_reference(source)
+    dev = device()
+    out = ref.flash_attention(q.to(dev), k.to(dev), v.to(dev), causal=causal, sm_scale=sm_scale)
+    sync()
+    return out.cpu()
+
+
+def time_call(fn, args, kwargs, flush) -> tuple:
+    """Seconds of one ``fn(*args, **kwargs)``: L2 flushed, the device idle before and after.
+
+    Host time between two full-device synchronizations, so work left on any
+    stream is counted.  Returns ``(seconds, output)``."""
+    if flush is not None:
+        flush.zero_()                    # overwrite L2 with unrelated data
+    sync()
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    sync()
+    return time.perf_counter() - start, out
+
+
+def _fresh(shape_q, shape_kv, dtype, gen, dev):
+    def one(shape):
+        return torch.randn(shape, generator=gen, device=dev, dtype=torch.float32).to(dtype)
+    return one(shape_q), one(shape_kv), one(shape_kv)
+
+
+def benchmark(module, source, cases, *, repeats=15, warmup=2, seed=0):
+    """Time the student's kernel and the reference on the same fresh inputs.
+
+    ``cases``: dicts with ``batch, heads, kv_heads, s_q, s_k, d_head, causal,
+    dtype`` (a dtype name).  For every case: ``warmup`` calls of each
+    (compilation, autotuning), then ``repeats`` rounds, each with new random
+    inputs, timing both in alternating order.  Each student output is checked
+    right after its call against the reference's output on the same inputs
+    (max abs difference), with its type, shape, dtype and whether the inputs
+    were left unchanged."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("benchmark needs CUDA")
+    ref = load_reference(source)
+    dev = torch.device("cuda")
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=dev)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(int(seed))
+    results = []
+    for case in cases:
+        dtype = getattr(torch, case["dtype"])
+        shape_q = (case["batch"], case["heads"], case["s_q"], case["d_head"])
+        shape_kv = (case["batch"], case["kv_heads"], case["s_k"], case["d_head"])
+        kwargs = {"causal": bool(case["causal"])}
+        student, reference = module.flash_attention, ref.flash_attention
+        for _ in range(warmup):
+            q, k, v = _fresh(shape_q, shape_kv, dtype, gen, dev)
+            student(q, k, v, **kwargs)
+            reference(q, k, v, **kwargs)
+        sync()
+        t_student, t_ref, errors, problems = [], [], [], []
+        for i in range(repeats):
+            q, k, v = _fresh(shape_q, shape_kv, dtype, gen, dev)
+            saved = (q.clone(), k.clone(), v.clone())
+            order = [("student", student), ("reference", reference)]
+            if i % 2:
+                order.reverse()
+            outs = {}
+            for name, fn in order:
+                seconds, outs[name] = time_call(fn, (q, k, v), kwargs, flush)
+                (t_student if name == "student" else t_ref).append(seconds)
+                if name == "student":       # checked now, before anything else runs
+                    o = outs[name]
+                    if type(o) is not torch.Tensor:
+                        problems.append(f"returned {_type_name(o)}")
+                        errors.append(float("inf"))
+                    elif o.shape != q.shape or o.dtype != q.dtype:
+                        problems.append(f"returned {tuple(o.shape)} {o.dtype}")
+                        errors.append(float("inf"))
+                    else:
+                        errors.append(None)
+                    if not all(torch.equal(a, b) for a, b in zip(saved, (q, k, v))):
+                        problems.append("changed its inputs")
+            if errors[-1] is None:
+                diff = (outs["student"].float() - outs["reference"].float()).abs().max().item()
+                errors[-1] = diff if diff == diff else float("inf")      # NaN -> inf
+            del outs, saved
+        results.append({"case": case, "student_s": t_student, "reference_s": t_ref,
+                        "max_err": errors, "problems": sorted(set(problems))})
+    return {"gpu": torch.cuda.get_device_name(), "cases": results}

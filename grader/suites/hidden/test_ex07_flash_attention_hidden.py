@@ -1,0 +1,271 @@
+"""Hidden tests for ex07_flash_attention: every tile size, ragged shapes, proof of work.
+
+The NumPy parts are checked for any tile width, fully masked tiles included.
+``flash_attention`` is called through the ``ex07.run_checked`` probe: on the
+GPU if there is one, else on the CPU under Triton's interpreter (float32,
+small shapes).  Every call gets fresh random inputs, its output is checked,
+and so is how it was computed: a Triton kernel of the submission launched,
+no PyTorch matmul/softmax/SDPA, no (S_q, S_k) buffer, inputs unchanged, a
+plain tensor of the input's dtype back.
+"""
+import numpy as np
+import pytest
+import torch
+
+from grader.feedback import Feedback, check_close
+from grader.reference import flash
+from grader.reference.cases import rng_for
+
+pytestmark = [pytest.mark.exercise("ex07_flash_attention"), pytest.mark.hidden,
+              pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)]
+STEP_TOL = (1e-9, 1e-7)            # float64 NumPy
+
+
+def _on_case(text, check):
+    try:
+        check()
+    except Feedback as exc:
+        raise Feedback(f"on a case with {text}:\n{exc}") from None
+
+
+def _heads(key, b, h, h_kv, s_q, s_k, d):
+    rng = rng_for("ex07-hidden", *key)
+    make = lambda *shape: torch.from_numpy(rng.standard_normal(shape).astype(np.float32))  # noqa
+    return make(b, h, s_q, d), make(b, h_kv, s_k, d), make(b, h_kv, s_k, d)
+
+
+def _state(rng, lead, rows, d, n_tiles):
+    """A running (m, l, acc) after ``n_tiles`` random tiles (n_tiles=0: the start)."""
+    m, l, acc = np.full(lead + (rows,), -np.inf), np.zeros(lead + (rows,)), \
+        np.zeros(lead + (rows, d))
+    for _ in range(n_tiles):
+        n = int(rng.integers(1, 6))
+        m, l, acc = flash.step_reference(m, l, acc, rng.standard_normal(lead + (rows, n)) * 2,
+                                         rng.standard_normal(lead + (n, d)))
+    return m, l, acc
+
+
+def _check_step(student, args, text):
+    got = student.online_softmax_step(*args)
+    want = flash.step_reference(*args)
+    wrong = {name: flash.step_reference(*args, mistake=name)
+             for name in ("no_rescale", "nan_masked_tile")}
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        raise Feedback(f"online_softmax_step must return (m, l, acc), got {type(got).__name__}")
+    for i, name in enumerate(("m", "l", "acc")):
+        _on_case(text, lambda: check_close(
+            got[i], want[i], what=f"the updated {name}", atol=STEP_TOL[0], rtol=STEP_TOL[1],
+            mistakes={flash.describe(k): w[i] for k, w in wrong.items()}))
+
+
+# -- online_softmax_step -------------------------------------------------------------
+@pytest.mark.points(1)
+@pytest.mark.parametrize("n", [1, 3, 8, 17])
+def test_step_any_tile_width(student, n):
+    """online_softmax_step from a running state, tiles of any width"""
+    rng = rng_for("ex07-step", n)
+    for lead, n_tiles in (((), 2), ((2, 3), 1), ((2,), 3)):
+        m, l, acc = _state(rng, lead, 5, 4, n_tiles)
+        scores = rng.standard_normal(lead + (5, n)) * 3 + 1.0   # often raises the max
+        scores[rng.random(scores.shape) < 0.2] = -np.inf         # some masked entries
+        v = rng.standard_normal(lead + (n, 4))
+        _check_step(student, (m, l, acc, scores, v),
+                    f"batch dims {lead}, 5 rows, tile of {n} keys, after {n_tiles} tiles")
+
+
+@pytest.mark.points(1)
+def test_step_fully_masked_tile(student):
+    """a fully masked tile gives no NaN, at the start and later"""
+    rng = rng_for("ex07-step", "masked")
+    v = rng.standard_normal((4, 3))
+    masked = np.full((2, 4), -np.inf)
+    _check_step(student, (np.full(2, -np.inf), np.zeros(2), np.zeros((2, 3)), masked, v),
+                "a fully masked first tile (m = -inf)")
+    m, l, acc = _state(rng, (), 2, 3, 2)
+    _check_step(student, (m, l, acc, masked, v), "a fully masked tile after two tiles")
+    mixed = np.array([[-np.inf] * 4, [0.5, -np.inf, 2.0, -1.0]])
+    _check_step(student, (np.full(2, -np.inf), np.zeros(2), np.zeros((2, 3)), mixed, v),
+                "a first tile that masks all of row 0 only")
+
+
+@pytest.mark.points(1)
+def test_step_chain_is_attention(student):
+    """folding every tile in with online_softmax_step gives softmax(scores) @ v"""
+    rng = rng_for("ex07-step", "chain")
+    scores, v = rng.standard_normal((3, 23)) * 4, rng.standard_normal((23, 5))
+    m, l, acc = np.full(3, -np.inf), np.zeros(3), np.zeros((3, 5))
+    for j0, j1 in ((0, 1), (1, 9), (9, 10), (10, 23)):
+        out = student.online_softmax_step(m, l, acc, scores[:, j0:j1], v[j0:j1])
+        m, l, acc = (np.asarray(x) for x in out)
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    want = (e / e.sum(-1, keepdims=True)) @ v
+    check_close(acc / l[:, None], want, what="acc / l after tiles of 1, 8, 1 and 13 keys",
+                atol=1e-9, rtol=1e-7,
+                hint="When a tile raises the maximum, rescale both l and acc by "
+                     "exp(m_old - m_new).")
+
+
+# -- blockwise_attention --------------------------------------------------------------
+BLOCKWISE_CASES = [  # (S_q, S_k, block_size, causal)
+    (9, 9, 1, True), (5, 13, 4, True), (8, 20, 7, False), (1, 17, 5, True),
+    (6, 6, 6, True), (6, 10, 32, False), (12, 12, 5, True),
+]
+
+
+@pytest.mark.points(2)
+def test_blockwise_any_block_size(student):
+    """blockwise_attention equals attention for any block size and ragged S_q, S_k"""
+    rng = rng_for("ex07-blockwise")
+    for s_q, s_k, block, causal in BLOCKWISE_CASES:
+        q = rng.standard_normal((2, s_q, 8))
+        k, v = rng.standard_normal((2, s_k, 8)), rng.standard_normal((2, s_k, 8))
+        want = flash.reference(q[None], k[None], v[None], causal)[0]
+        mistakes = flash.flash_mistakes(q[None], k[None], v[None], causal,
+                                        names=["no_scale", "top_left_mask", "diagonal_masked",
+                                               "no_mask"])
+        mistakes = {d: w[0] for d, w in mistakes.items()}
+        if s_k > block:
+            mistakes[flash.describe("no_rescale")] = flash.reference(
+                q[None], k[None], v[None], causal, None, ("no_rescale", block))[0]
+        _on_case(f"S_q={s_q}, S_k={s_k}, block_size={block}, causal={causal}",
+                 lambda: check_close(
+                     student.blockwise_attention(q, k, v, block, causal=causal), want,
+                     what=f"blockwise_attention(q, k, v, {block}, causal={causal})",
+                     atol=1e-9, rtol=1e-7, mistakes=mistakes))
+
+
+@pytest.mark.points(1)
+def test_blockwise_rows_that_see_nothing(student):
+    """causal with S_q > S_k: rows that may see no key give zeros, not NaN"""
+    rng = rng_for("ex07-blockwise", "nothing")
+    q, k, v = (rng.standard_normal((1, s, 4)) for s in (7, 3, 3))
+    want = flash.reference(q[None], k[None], v[None], True)[0]
+    check_close(student.blockwise_attention(q, k, v, 2, causal=True), want,
+                what="blockwise_attention(q, k, v, 2) with S_q=7, S_k=3", atol=1e-9, rtol=1e-7,
+                mistakes={flash.describe("nan_masked_tile"): flash.reference(
+                    q[None], k[None], v[None], True, None, "nan_masked_tile")[0]})
+
+
+@pytest.mark.points(1)
+def test_blockwise_holds_one_tile(student):
+    """blockwise_attention folds in tiles of at most block_size keys with online_softmax_step"""
+    rng = rng_for("ex07-blockwise", "tiles")
+    q, k, v = (rng.standard_normal((2, s, 4)) for s in (5, 22, 22))
+    res = student.probe("ex07.blockwise_traced", q, k, v, 6, causal=False)
+    widths = res["widths"]
+    if not widths:
+        raise Feedback("blockwise_attention did not call online_softmax_step: fold each tile "
+                       "in with the module's online_softmax_step")
+    if max(widths) > 6 or sum(widths) < 22:
+        raise Feedback(f"with block_size=6 and S_k=22, online_softmax_step saw tiles of "
+                       f"{widths} keys: expected tiles of at most 6 keys covering all 22")
+    check_close(res["out"], flash.reference(q[None], k[None], v[None], False)[0],
+                what="blockwise_attention(q, k, v, 6, causal=False)", atol=1e-9, rtol=1e-7)
+
+
+# -- flash_attention: correctness --------------------------------------------------------
+FLASH_CASES = {  # id: (B, h, h_kv, S_q, S_k, d_head, causal)
+    "ragged, not causal": (2, 2, 2, 37, 53, 32, False),
+    "causal, S_q = S_k = 70": (1, 2, 2, 70, 70, 64, True),
+    "causal, S_q < S_k": (1, 2, 2, 20, 75, 32, True),
+    "decode, S_q = 1, h_kv = 1": (2, 4, 1, 1, 77, 64, True),
+    "causal, S_q > S_k": (1, 2, 2, 40, 24, 16, True),
+    "GQA, h = 4, h_kv = 2": (1, 4, 2, 33, 45, 32, True),
+    "GQA, h_kv = 1, not causal": (1, 4, 1, 29, 29, 16, False),
+    "d_head = 16": (1, 2, 2, 50, 50, 16, True),
+    "d_head = 128": (1, 1, 1, 35, 35, 128, True),
+}
+
+
+def _flash_check(student, key, shape, *, sm_scale=None, pass_sm_scale=True, pass_causal=True):
+    b, h, h_kv, s_q, s_k, d, causal = shape
+    q, k, v = _heads(key, b, h, h_kv, s_q, s_k, d)
+    res = student.probe("ex07.run_checked", q, k, v, causal=causal, sm_scale=sm_scale,
+                        pass_sm_scale=pass_sm_scale, pass_causal=pass_causal)
+    args = "q, k, v" + (f", causal={causal}" if pass_causal else "") + \
+        (f", sm_scale={sm_scale}" if pass_sm_scale and sm_scale is not None else "")
+    what = f"flash_attention({args})"
+    names = ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked", "no_mask",
+             "kv_tile", "nan_masked_tile", "no_rescale"]
+    if sm_scale is not None:
+        names.append("sm_scale_ignored")
+    text = f"B={b}, h={h}, h_kv={h_kv}, S_q={s_q}, S_k={s_k}, d_head={d}, causal={causal}"
+    _on_case(text, lambda: flash.check_output(
+        res, q, flash.reference(q, k, v, causal, sm_scale), what=what,
+        mistakes=flash.flash_mistakes(q, k, v, causal, sm_scale, names=names)))
+    _on_case(text, lambda: flash.check_authentic(res, q, k, v, what=what))
+    return q, k, v, res
+
+
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(240)
+@pytest.mark.parametrize("case", list(FLASH_CASES), ids=list(FLASH_CASES))
+def test_flash_attention(student, case):
+    """flash_attention matches exact attention"""
+    _flash_check(student, ("flash", case), FLASH_CASES[case])
+
+
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(240)
+def test_flash_custom_sm_scale(student):
+    """flash_attention uses a given sm_scale"""
+    _flash_check(student, ("scale",), (1, 2, 1, 26, 41, 32, True), sm_scale=0.3)
+
+
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(240)
+def test_flash_defaults(student):
+    """flash_attention defaults: causal=True, sm_scale=1/sqrt(d_head)"""
+    _flash_check(student, ("defaults",), (1, 2, 2, 30, 30, 64, True),
+                 pass_sm_scale=False, pass_causal=False)
+
+
+# -- flash_attention: the work is real ----------------------------------------------------
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(240)
+def test_flash_no_score_matrix(student):
+    """flash_attention never allocates an (S_q, S_k) score buffer"""
+    b, h, s, d = 1, 1, 96, 16          # S*S = 9216 elements > q, k, v (1536 each)
+    q, k, v = _heads(("scores",), b, h, h, s, s, d)
+    res = student.probe("ex07.run_checked", q, k, v, causal=False)
+    flash.check_authentic(res, q, k, v, what="flash_attention(q, k, v, causal=False)")
+    flash.check_output(res, q, flash.reference(q, k, v, False),
+                       what="flash_attention(q, k, v, causal=False)")
+
+
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(240)
+def test_flash_gqa_without_copies(student):
+    """GQA reads the shared K/V head in place (no repeated copy of K or V)"""
+    q, k, v = _heads(("gqa-copy",), 1, 4, 1, 16, 96, 32)
+    what = "flash_attention(q, k, v) with h=4, h_kv=1"
+    res = student.probe("ex07.run_checked", q, k, v, causal=True)
+    flash.check_output(res, q, flash.reference(q, k, v, True), what=what,
+                       mistakes=flash.flash_mistakes(q, k, v, True, names=["kv_tile"]))
+    flash.check_no_kv_copy(res, q, k, what=what)
+
+
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(240)
+def test_flash_inputs_unchanged(student):
+    """flash_attention leaves q, k and v as they were"""
+    q, k, v = _heads(("inputs",), 1, 2, 2, 21, 21, 32)
+    res = student.probe("ex07.run_checked", q, k, v, causal=True, sm_scale=0.5)
+    flash.check_inputs_unchanged(res, q, k, v, what="flash_attention(q, k, v, sm_scale=0.5)")
+    flash.check_output(res, q, flash.reference(q, k, v, True, 0.5),
+                       what="flash_attention(q, k, v, sm_scale=0.5)")
+
+
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(240)
+def test_flash_fresh_inputs(student):
+    """every call computes its own answer (three calls, same shape, new data)"""
+    for i in range(3):
+        q, k, v = _heads(("fresh", i), 1, 2, 2, 24, 24, 16)
+        res = student.probe("ex07.run_checked", q, k, v, causal=True)
+        what = f"call {i + 1} of 3 with new inputs of the same shape"
+        _on_case(what, lambda: flash.check_output(
+            res, q, flash.reference(q, k, v, True), what="flash_attention(q, k, v)",
+            hint="An earlier call's output came back? Compute every output from its own "
+                 "inputs; cache nothing between calls."))
+        flash.check_authentic(res, q, k, v, what=f"flash_attention ({what})")

@@ -1,0 +1,89 @@
+"""Public tests for ex07_flash_attention: small cases to check your work.
+
+Without a GPU your kernel runs in Triton's interpreter on the CPU (the
+grader sets ``TRITON_INTERPRET=1``): shapes stay small and float32.
+"""
+import numpy as np
+import pytest
+import torch
+
+from grader.feedback import check_close
+from grader.reference import flash
+from grader.reference.cases import rng_for
+
+pytestmark = [pytest.mark.exercise("ex07_flash_attention"),
+              pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)]
+
+
+def _heads(key, b, h, h_kv, s_q, s_k, d):
+    rng = rng_for("ex07-public", *key)
+    make = lambda *shape: torch.from_numpy(rng.standard_normal(shape).astype(np.float32))  # noqa
+    return make(b, h, s_q, d), make(b, h_kv, s_k, d), make(b, h_kv, s_k, d)
+
+
+@pytest.mark.points(1)
+def test_online_softmax_step_two_tiles(student):
+    """online_softmax_step over two tiles, the second raising the maximum"""
+    rng = rng_for("ex07-public", "step")
+    v1, v2 = rng.standard_normal((3, 4)), rng.standard_normal((2, 4))
+    s1 = np.array([[0.5, -1.0, 0.0], [1.0, 2.0, -0.5]])
+    s2 = np.array([[3.0, 0.0], [-1.0, 0.5]])
+    m, l, acc = np.full(2, -np.inf), np.zeros(2), np.zeros((2, 4))
+    got = student.online_softmax_step(m, l, acc, s1, v1)
+    want = flash.step_reference(m, l, acc, s1, v1)
+    for name, g, w in zip(("m", "l", "acc"), got, want):
+        check_close(g, w, what=f"after the first tile, {name}", atol=1e-9, rtol=1e-7)
+    got = student.online_softmax_step(*want, s2, v2)
+    wrong = flash.step_reference(*want, s2, v2, mistake="no_rescale")
+    for name, g, w, bad in zip(("m", "l", "acc"), got, flash.step_reference(*want, s2, v2),
+                               wrong):
+        check_close(g, w, what=f"after the second tile, {name}", atol=1e-9, rtol=1e-7,
+                    mistakes={flash.describe("no_rescale"): bad} if name == "acc" else None)
+
+
+@pytest.mark.points(1)
+def test_blockwise_small(student):
+    """blockwise_attention with tiles of 3 keys equals attention (causal, S_q=S_k=7)"""
+    rng = rng_for("ex07-public", "blockwise")
+    q, k, v = (rng.standard_normal((2, 7, 4)) for _ in range(3))
+    want = flash.reference(q[None], k[None], v[None], True)[0]
+    check_close(student.blockwise_attention(q, k, v, 3, causal=True), want,
+                what="blockwise_attention(q, k, v, 3)", atol=1e-9, rtol=1e-7,
+                mistakes={flash.describe("no_rescale"):
+                          flash.reference(q[None], k[None], v[None], True, None,
+                                          ("no_rescale", 3))[0]})
+
+
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(180)
+def test_flash_attention_small(student):
+    """flash_attention, not causal: B=1, h=2, S=24, d_head=16"""
+    q, k, v = _heads("small", 1, 2, 2, 24, 24, 16)
+    res = student.probe("ex07.run_checked", q, k, v, causal=False)
+    what = "flash_attention(q, k, v, causal=False)"
+    flash.check_output(res, q, flash.reference(q, k, v, False), what=what,
+                       mistakes=flash.flash_mistakes(q, k, v, False))
+    flash.check_authentic(res, q, k, v, what=what)
+
+
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(180)
+def test_flash_attention_causal(student):
+    """flash_attention, causal: B=1, h=2, S=40 (not a multiple of 16), d_head=32"""
+    q, k, v = _heads("causal", 1, 2, 2, 40, 40, 32)
+    res = student.probe("ex07.run_checked", q, k, v, causal=True)
+    what = "flash_attention(q, k, v, causal=True)"
+    flash.check_output(res, q, flash.reference(q, k, v, True), what=what,
+                       mistakes=flash.flash_mistakes(q, k, v, True))
+    flash.check_authentic(res, q, k, v, what=what)
+
+
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(180)
+def test_flash_attention_in_your_kernel(student):
+    """flash_attention runs your own Triton kernel and never builds the (S_q, S_k) scores"""
+    q, k, v = _heads("kernel", 1, 1, 1, 64, 64, 16)
+    res = student.probe("ex07.run_checked", q, k, v, causal=True)
+    what = "flash_attention(q, k, v)"
+    flash.check_authentic(res, q, k, v, what=what)
+    flash.check_output(res, q, flash.reference(q, k, v, True), what=what)
