@@ -1,0 +1,274 @@
+"""Independent references for exercises D-F: counting, timing fits, roofline.
+
+Written apart from ``solutions/`` (closed forms where the solutions loop,
+float64 attention from ``grader.reference.attention``).  As there, each
+function has a ``mistake=`` switch reproducing one known wrong answer, and
+``MISTAKES`` says what the feedback calls it.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from grader.reference import attention as ref
+
+MISTAKES = {
+    # counting
+    "flops_half": "the FLOPs are off by a factor of 2 (a (query, key) pair costs "
+                  "4 * d_head: 2 * d_head for its score and 2 * d_head for the weighted sum "
+                  "of values)",
+    "flops_double": "the FLOPs are off by a factor of 2 (counted 8 * d_head per pair; a "
+                    "multiply-add is 2 FLOPs, and there are 2 of them per feature)",
+    "causal_top_left": "the causal pairs were counted top-left (query i seeing keys 0..i); "
+                       "the mask is aligned to the end: query i sees s_k - s_q + i + 1 keys",
+    "causal_half": "the causal pairs were taken as s_q * s_k / 2; count them exactly "
+                   "(the diagonal is kept, and s_q may be smaller than s_k)",
+    "causal_ignored": "causal=True was ignored (all s_q * s_k pairs counted)",
+    "bytes_kv_all_heads": "K and V were counted with n_heads heads; they have n_kv_heads "
+                          "(that is the point of GQA)",
+    "bytes_no_output": "the output write was not counted (read Q, K, V once and write O once)",
+    "bytes_double": "the bytes are off by a factor of 2",
+    "bytes_half": "the bytes are off by a factor of 2 (K and V are both read: "
+                  "2 * n_kv_heads * s_k rows)",
+    "bytes_per_elem_ignored": "bytes_per_elem was not used (the count is in elements)",
+    # ex04
+    "scores_no_batch": "the batch was left out of the score tensor's size",
+    "scores_linear": "the score tensor grows like S, not S * S",
+    "scores_double": "the score tensor's bytes are off by a factor of 2",
+    "max_len_off_by_one": "the largest length is off by one (it must be the largest S whose "
+                          "score tensor fits, exactly: S*S*B*h*bytes <= memory)",
+    "max_len_float": "the length is not a whole number (return an int)",
+    "slope_endpoints": "the slope came from the first and last points only, not from a "
+                       "least-squares fit over all points",
+    "slope_inverted": "the fit is of log(S) on log(time) instead of log(time) on log(S)",
+    "slope_not_log": "the fit is on the times themselves, not on their logarithms",
+    # ex05 bound
+    "bound_inverted_ridge": "the ridge point was taken as peak_bytes_per_s / peak_flops "
+                            "(it is peak_flops / peak_bytes_per_s, in FLOPs per byte)",
+    "bound_strict": "an intensity exactly at the ridge point was called memory-bound "
+                    "(at or above the ridge is compute-bound)",
+    "bound_swapped": "compute and memory are swapped (a high intensity is compute-bound)",
+    # ex05 decode_with_cache
+    "rope_after_caching": "RoPE was applied after caching: the cache holds keys that were "
+                          "never rotated (rotate k at its own position, then cache it)",
+    "rope_positions_unused": "RoPE did not use each token's position (every step rotated as "
+                             "if at position 0, or no RoPE at all)",
+    "rope_on_values": "RoPE was also applied to the values (it goes on q and k only)",
+    "cache_not_grown": "the query attended only to the newest key instead of the whole "
+                       "cache",
+    # ex06
+    "intensity_float_bytes": "the intensity used 4 bytes per element; the default is 2 "
+                             "(fp16)",
+    "intensity_no_q_o": "the query read and the output write were left out of the bytes",
+}
+
+
+def _m(name: str) -> str:
+    return MISTAKES[name]
+
+
+def mistakes_of(fn, names, *args, **kwargs) -> dict:
+    """``{description: fn(*args, mistake=name, **kwargs)}``; skips ones that cannot apply."""
+    out = {}
+    for name in names:
+        try:
+            out[MISTAKES[name]] = fn(*args, mistake=name, **kwargs)
+        except (RuntimeError, ValueError, ZeroDivisionError):
+            pass
+    return out
+
+
+# -- counting ---------------------------------------------------------------
+
+def causal_pairs(s_q: int, s_k: int, mistake=None) -> int:
+    """(query, key) pairs an end-aligned causal mask allows (closed form)."""
+    if mistake == "causal_top_left":
+        n = min(s_q, s_k)
+        return n * (n + 1) // 2 + (s_q - n) * s_k
+    if mistake == "causal_half":
+        return s_q * s_k // 2
+    if mistake == "causal_ignored":
+        return s_q * s_k
+    n = min(s_q, s_k)
+    return n * (n + 1) // 2 + n * (s_k - n)
+
+
+def attention_flops(batch, n_heads, s_q, s_k, d_head, causal=False, mistake=None) -> int:
+    pairs = causal_pairs(s_q, s_k, mistake) if causal else s_q * s_k
+    per_pair = {"flops_half": 2, "flops_double": 8}.get(mistake, 4) * d_head
+    return per_pair * pairs * batch * n_heads
+
+
+def attention_bytes(batch, n_heads, n_kv_heads, s_q, s_k, d_head, bytes_per_elem=2,
+                    mistake=None) -> int:
+    kv_heads = n_heads if mistake == "bytes_kv_all_heads" else n_kv_heads
+    q_rows = batch * n_heads * s_q
+    o_rows = 0 if mistake == "bytes_no_output" else batch * n_heads * s_q
+    kv_rows = (1 if mistake == "bytes_half" else 2) * batch * kv_heads * s_k
+    elems = (q_rows + o_rows + kv_rows) * d_head
+    if mistake == "bytes_per_elem_ignored":
+        return elems
+    if mistake == "bytes_double":
+        return 2 * elems * bytes_per_elem
+    return elems * bytes_per_elem
+
+
+def decode_intensity(n_heads, n_kv_heads, seq_len, d_head, batch=1, bytes_per_elem=2,
+                     mistake=None) -> float:
+    flops = attention_flops(batch, n_heads, 1, seq_len, d_head,
+                            mistake=mistake if mistake in ("flops_half", "flops_double") else None)
+    if mistake == "intensity_float_bytes":
+        bytes_per_elem = 4
+    if mistake == "intensity_no_q_o":
+        nbytes = 2 * batch * n_kv_heads * seq_len * d_head * bytes_per_elem
+    else:
+        nbytes = attention_bytes(batch, n_heads, n_kv_heads, 1, seq_len, d_head, bytes_per_elem,
+                                 mistake=mistake if mistake and mistake.startswith("bytes")
+                                 else None)
+    return flops / nbytes
+
+
+def bound(intensity, peak_flops, peak_bytes_per_s, mistake=None) -> str:
+    ridge = peak_flops / peak_bytes_per_s
+    if mistake == "bound_inverted_ridge":
+        ridge = peak_bytes_per_s / peak_flops
+    if mistake == "bound_strict":
+        return "compute" if intensity > ridge else "memory"
+    if mistake == "bound_swapped":
+        return "memory" if intensity >= ridge else "compute"
+    return "compute" if intensity >= ridge else "memory"
+
+
+# -- ex04: memory wall and fits ---------------------------------------------
+
+def score_matrix_bytes(batch, n_heads, seq_len, bytes_per_elem=2, mistake=None) -> int:
+    if mistake == "scores_no_batch":
+        return n_heads * seq_len ** 2 * bytes_per_elem
+    if mistake == "scores_linear":
+        return batch * n_heads * seq_len * bytes_per_elem
+    if mistake == "scores_double":
+        return 2 * batch * n_heads * seq_len ** 2 * bytes_per_elem
+    return batch * n_heads * seq_len ** 2 * bytes_per_elem
+
+
+def max_naive_seq_len(memory_bytes, batch, n_heads, bytes_per_elem=2, mistake=None) -> int:
+    per = batch * n_heads * bytes_per_elem
+    # Exact integer search (no float square root): largest s with s*s*per <= memory.
+    lo, hi = 0, 1
+    while hi * hi * per <= memory_bytes:
+        hi *= 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if mid * mid * per <= memory_bytes:
+            lo = mid
+        else:
+            hi = mid
+    if mistake == "max_len_off_by_one":
+        return lo + 1
+    if mistake == "max_len_float":
+        return math.sqrt(memory_bytes / per)
+    return lo
+
+
+def loglog_slope(seq_lens, times, mistake=None) -> float:
+    x = np.log(np.asarray(seq_lens, dtype=np.float64))
+    y = np.log(np.asarray(times, dtype=np.float64))
+    if mistake == "slope_endpoints":
+        return float((y[-1] - y[0]) / (x[-1] - x[0]))
+    if mistake == "slope_inverted":
+        x, y = y, x
+    if mistake == "slope_not_log":
+        x = np.asarray(seq_lens, dtype=np.float64)
+        y = np.asarray(times, dtype=np.float64)
+    return float(np.polyfit(x, y, 1)[0])
+
+
+# -- ex05: kernels ----------------------------------------------------------
+
+def grouped(q, k, v, *, causal, mistake=None) -> torch.Tensor:
+    """Attention with ``h_kv`` dividing ``h`` (K/V repeated in float64: fine for a
+    reference), end-aligned causal mask."""
+    h, h_kv = q.shape[1], k.shape[1]
+    k64, v64 = ref.t64(k), ref.t64(v)
+    if h != h_kv:
+        k64 = ref.repeat_kv(k64, h // h_kv, mistake)
+        v64 = ref.repeat_kv(v64, h // h_kv, mistake)
+    return ref.attention(q, k64, v64, causal=causal, mistake=mistake)
+
+
+def decode_with_cache(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, *, rope_base=10000.0,
+                      mistake=None):
+    """``(out, k_cache, v_cache)`` computed all at once (full causal attention)."""
+    x = ref.t64(x)
+    s = x.shape[1]
+    pos = torch.arange(s)
+    k_raw = ref.split_heads(x @ ref.t64(w_k).T, n_kv_heads)
+    v_raw = ref.split_heads(x @ ref.t64(w_v).T, n_kv_heads)
+    k_rot = ref.rope(k_raw, pos, rope_base)
+    if mistake == "rope_after_caching":
+        # The cache keeps the raw keys and attention runs against it.
+        q = ref.rope(ref.split_heads(x @ ref.t64(w_q).T, n_heads), pos, rope_base)
+        k_att, k_cache, v_cache = k_raw, k_raw, v_raw
+    elif mistake == "rope_positions_unused":
+        q = ref.split_heads(x @ ref.t64(w_q).T, n_heads)
+        k_att, k_cache, v_cache = k_raw, k_raw, v_raw
+    elif mistake == "rope_on_values":
+        q = ref.rope(ref.split_heads(x @ ref.t64(w_q).T, n_heads), pos, rope_base)
+        v_rot = ref.rope(v_raw, pos, rope_base)
+        k_att, k_cache, v_cache = k_rot, k_rot, v_rot
+    else:
+        q = ref.rope(ref.split_heads(x @ ref.t64(w_q).T, n_heads), pos, rope_base)
+        k_att, k_cache, v_cache = k_rot, k_rot, v_raw
+    if mistake == "cache_not_grown":
+        rep = n_heads // n_kv_heads
+        out = ref.repeat_kv(v_cache, rep)          # each query sees only its own key
+    else:
+        out = grouped(q, k_att, v_cache, causal=True)
+    out = ref.merge_heads(out) @ ref.t64(w_o).T
+    return out, k_cache, v_cache
+
+
+def attention_mistakes(names, q, k, v, *, causal=True) -> dict:
+    """``{description: wrong answer}`` for attention mistakes, as PyTorch code
+    would produce them: a query row whose keys are all masked comes out NaN
+    from ``torch.softmax`` (the float64 reference gives zeros there)."""
+    out = {}
+    s_q, s_k = q.shape[-2], k.shape[-2]
+    for name in names:
+        try:
+            wrong = ref.attention(q, k, v, causal=causal, mistake=name)
+        except (RuntimeError, ValueError):
+            continue
+        if causal:
+            empty = ~ref.causal_allowed(s_q, s_k, name).any(dim=-1)     # (S_q,)
+            if bool(empty.any()):
+                wrong = wrong.clone()
+                wrong[..., empty, :] = float("nan")
+        out[ref.MISTAKES[name]] = wrong
+    return out
+
+
+# -- ex06: adding up an op-level trace (from probes/ex06.py) -------------------
+
+# Ops that reshape without copying although PyTorch does not mark them as views.
+NO_COPY_OPS = {"_unsafe_view.default"}
+
+
+def read_bytes(ops) -> dict:
+    """Bytes read by a traced call, under the readings of "a view reads nothing"
+    a careful student may choose: ``is_view`` ops only; those plus
+    ``_unsafe_view``; or every op whose output shares its input's storage."""
+    marked = sum(o["read"] for o in ops if not o["is_view"])
+    no_copy = sum(o["read"] for o in ops if not o["is_view"] and o["op"] not in NO_COPY_OPS)
+    aliasing = sum(o["read"] for o in ops if not o["is_view"] and not o["aliases"])
+    return {"views marked by PyTorch": marked, "views and _unsafe_view": no_copy,
+            "ops that allocate": aliasing}
+
+
+def materialized(ops, numel: int) -> list:
+    """Ops that allocated a tensor of at least ``numel`` elements."""
+    return [o for o in ops if not o["is_view"] and not o["aliases"]
+            and any(n >= numel for n in o["out_numel"])]
+

@@ -1,0 +1,167 @@
+"""Judging measurements made on a noisy machine (exercises D and E).
+
+Pure functions of the data a probe returns, so that they can be tested
+without a machine: given one attempt of a student's scaling run bracketed by
+two control runs of the grader's own naive attention, say whether it passes,
+fails for a reason that noise cannot explain, or cannot be judged because the
+machine was too noisy.  The rules never fail a correct submission because of
+noise: noise can only ever lead to a retry or to "not graded".
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PASS, FAIL, RETRY_STUDENT, RETRY_NOISY = "pass", "fail", "student_out", "noisy"
+
+# A control slope outside this range means the machine did not show the
+# quadratic at all during the run (a stall, a neighbour's burst): on the
+# 2-core machine the control ranged 1.9-2.6 at one thread over many runs,
+# and a GPU or a bigger CPU lands nearer 2.
+CONTROL_RANGE = (1.4, 3.2)
+# Two control runs, before and after the student's, that disagree by more
+# than this were disturbed: the student's run in between cannot be judged.
+CONTROL_AGREEMENT = 0.5
+# The student's slope may sit this far outside [min(controls, 2), max(controls, 2)]:
+# per-length noise moves a 3-point slope by up to ~0.3 on a busy 2-core machine.
+SLOPE_MARGIN = 0.35
+# A reported time must lie within the span of the calls the grader saw it
+# make (any of median, mean or min of them does), widened by these factors
+# for timer overheads; fabricated numbers, milliseconds or totals of all the
+# repeats fall outside.
+OBSERVED_SLACK = (0.8, 1.25)
+# Without observed calls, the control's magnitude is the check: any honest
+# naive attention in PyTorch is within 10x of it.
+MAGNITUDE_RANGE = (0.1, 10.0)
+
+
+def lsq_slope(xs, ys) -> float:
+    x = np.log(np.asarray(xs, dtype=np.float64))
+    y = np.log(np.asarray(ys, dtype=np.float64))
+    return float(np.polyfit(x, y, 1)[0])
+
+
+@dataclass
+class Verdict:
+    status: str                  # PASS, FAIL, RETRY_STUDENT or RETRY_NOISY
+    message: str = ""
+    slope: float | None = None
+    controls: tuple = ()
+    band: tuple = ()
+    rows: list = field(default_factory=list)   # (S, student s, control s)
+
+
+def _ms(t: float) -> str:
+    return f"{t * 1e3:.3g} ms"
+
+
+def judge_scaling(seq_lens, attempt: dict, repeats_hint: int = 5) -> Verdict:
+    """Judge one attempt from ``probes.ex04.scaling_run``."""
+    seq_lens = [int(s) for s in seq_lens]
+    if "bad_result" in attempt:
+        return Verdict(FAIL, "measure_scaling must return a dict {S: seconds}, got a "
+                             f"{attempt['bad_result']}")
+    if "bad_key" in attempt:
+        return Verdict(FAIL, f"measure_scaling returned a key that is not a length: "
+                             f"{attempt['bad_key']} (use the lengths of seq_lens as keys)")
+    got = {}
+    for s, t in attempt["student"]:
+        if isinstance(t, dict):
+            return Verdict(FAIL, f"measure_scaling returned a {t['not_a_number']} for S={s}; "
+                                 "expected seconds as a float")
+        got[int(s)] = float(t)
+    if sorted(got) != sorted(seq_lens):
+        return Verdict(FAIL, f"measure_scaling was asked for lengths {seq_lens} and returned "
+                             f"times for {sorted(got)}")
+    bad = [s for s in seq_lens if not (math.isfinite(got[s]) and got[s] > 0)]
+    if bad:
+        return Verdict(FAIL, f"measure_scaling returned {got[bad[0]]!r} seconds for S={bad[0]}; "
+                             "a time must be positive")
+    times = [got[s] for s in seq_lens]
+    ref1, ref2 = attempt["ref_before"], attempt["ref_after"]
+    control = [min(a, b) for a, b in zip(ref1, ref2)]
+    rows = [(s, got[s], c) for s, c in zip(seq_lens, control)]
+
+    # 1. Were these times measured?  Compare with the calls the grader watched.
+    by_len: dict[int, list[float]] = {}
+    for shape, took in attempt.get("observed", []):
+        if len(shape) >= 2:
+            by_len.setdefault(int(shape[-2]), []).append(float(took))
+    if all(s in by_len for s in seq_lens):
+        for s in seq_lens:
+            lo, hi = min(by_len[s]), max(by_len[s])
+            t = got[s]
+            if not (OBSERVED_SLACK[0] * lo <= t <= OBSERVED_SLACK[1] * hi):
+                med = statistics.median(by_len[s])
+                ratio = t / med
+                if 300 <= ratio <= 3000:
+                    why = ("This looks like: the times are in milliseconds, not seconds.")
+                elif 0.7 * repeats_hint <= ratio <= 1.5 * (repeats_hint + 2):
+                    why = ("This looks like: the total of all repeats was returned instead of "
+                           "the time of one call (the median).")
+                elif ratio < 0.1:
+                    why = ("This looks like: the clock stopped before the work finished "
+                           "(timing without synchronization), or the times were not measured.")
+                else:
+                    why = "These do not look measured: time the calls with time_fn."
+                return Verdict(FAIL, f"measure_scaling reported {_ms(t)} for S={s}, but its "
+                                     f"calls of naive_attention at S={s} took between "
+                                     f"{_ms(lo)} and {_ms(hi)} (timed by the grader while "
+                                     f"your code ran).\n{why}", rows=rows)
+    else:
+        wall = float(attempt.get("wall", 0.0))
+        if wall < 0.9 * sum(times):
+            return Verdict(FAIL, f"measure_scaling reported {_ms(sum(times))} of timings in "
+                                 f"a call that took {_ms(wall)}: these times were not "
+                                 "measured.", rows=rows)
+        for s, t, c in rows:
+            if not (MAGNITUDE_RANGE[0] <= t / c <= MAGNITUDE_RANGE[1]):
+                return Verdict(FAIL, f"measure_scaling reported {_ms(t)} for S={s}, but naive "
+                                     f"attention of that size takes about {_ms(c)} on this "
+                                     "machine: were these times measured?", rows=rows)
+
+    # 2. The slope, against the control measured around it.
+    slope = lsq_slope(seq_lens, times)
+    r1, r2 = lsq_slope(seq_lens, ref1), lsq_slope(seq_lens, ref2)
+    controls = (r1, r2)
+    lo_c, hi_c = CONTROL_RANGE
+    control_ok = lo_c <= r1 <= hi_c and lo_c <= r2 <= hi_c and abs(r1 - r2) <= CONTROL_AGREEMENT
+    band = (min(r1, r2, 2.0) - SLOPE_MARGIN, max(r1, r2, 2.0) + SLOPE_MARGIN)
+    if not control_ok:
+        return Verdict(RETRY_NOISY, f"the control slopes were {r1:.2f} and {r2:.2f}: the "
+                                    "machine was too noisy to judge this run",
+                       slope=slope, controls=controls, band=band, rows=rows)
+    if band[0] <= slope <= band[1]:
+        return Verdict(PASS, slope=slope, controls=controls, band=band, rows=rows)
+    return Verdict(RETRY_STUDENT, f"your slope was {slope:.2f}; the grader's own naive "
+                                  f"attention, measured just before and after, gave {r1:.2f} "
+                                  f"and {r2:.2f} (accepted: {band[0]:.2f} to {band[1]:.2f})",
+                   slope=slope, controls=controls, band=band, rows=rows)
+
+
+def final_scaling_verdict(verdicts: list[Verdict]) -> str:
+    """After the retries: PASS if any attempt passed; FAIL on a definite failure,
+    or when at least two attempts had a steady control and a slope outside the
+    band; otherwise the machine was too noisy ("noisy": not graded)."""
+    if any(v.status == PASS for v in verdicts):
+        return PASS
+    if any(v.status == FAIL for v in verdicts):
+        return FAIL
+    if sum(v.status == RETRY_STUDENT for v in verdicts) >= 2:
+        return FAIL
+    return RETRY_NOISY
+
+
+def scaling_table(verdict: Verdict, device: str, threads: str) -> str:
+    lines = [f"{'S':>6}  {'your time':>11}  {'control':>11}   ({device}{threads})"]
+    for s, t, c in verdict.rows:
+        lines.append(f"{s:>6}  {_ms(t):>11}  {_ms(c):>11}")
+    if verdict.slope is not None:
+        lines.append(f"log-log slope: yours {verdict.slope:.2f}; control "
+                     f"{verdict.controls[0]:.2f} before, {verdict.controls[1]:.2f} after; "
+                     f"accepted {verdict.band[0]:.2f} to {verdict.band[1]:.2f} "
+                     "(2 is the ideal S*S; caches can push a CPU above it)")
+    return "\n".join(lines)

@@ -1,0 +1,227 @@
+"""Probes for ex04_quadratic: timers, the scaling run with its control, the plot.
+
+Trusted code run in the worker next to the student's module.  Everything
+returned is plain data; the grading process decides.  On a CPU every
+measurement here runs at one PyTorch thread (see ``measure.one_thread``).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import math
+import os
+import tempfile
+import time
+
+import torch
+
+from . import measure
+
+
+def _number(value):
+    """A student's return value as a float, or a note of what it was."""
+    if isinstance(value, bool):
+        return {"not_a_number": "bool"}
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return {"not_a_number": type(value).__name__}
+
+
+# -- time_fn ------------------------------------------------------------------
+
+def run_timer(module, delays, warmup=None, repeats=None, call_args=(), call_kwargs=None):
+    """Call ``module.time_fn`` on a scripted function whose ``i``-th call sleeps
+    ``delays[i]`` seconds (the last delay repeats).  ``warmup``/``repeats``
+    are passed only when given.  Returns the result and what the function saw."""
+    seen = []
+
+    def scripted(*args, **kwargs):
+        i = len(seen)
+        seen.append({"args": list(args), "kwargs": sorted(kwargs)})
+        time.sleep(delays[min(i, len(delays) - 1)])
+
+    opts = {}
+    if warmup is not None:
+        opts["warmup"] = warmup
+    if repeats is not None:
+        opts["repeats"] = repeats
+    start = time.perf_counter()
+    result = module.time_fn(scripted, *call_args, **opts, **(call_kwargs or {}))
+    wall = time.perf_counter() - start
+    return {"result": _number(result), "calls": len(seen), "seen": seen[:20], "wall": wall}
+
+
+def time_cuda(module, target_s=0.05):
+    """A GPU kernel of known length, timed by ``module.time_fn`` and by CUDA events."""
+    if not torch.cuda.is_available():
+        return {"no_cuda": True}
+    torch.cuda.init()
+    # torch.cuda._sleep spins the GPU for a number of clock cycles: calibrate
+    # the count so that the kernel runs about ``target_s`` seconds.
+    cycles = 1_000_000
+    for _ in range(20):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        torch.cuda.synchronize()
+        took = start.elapsed_time(end) / 1e3
+        if took >= target_s * 0.8:
+            break
+        cycles = int(cycles * min(100.0, max(2.0, target_s / max(took, 1e-6))))
+    events = []
+    for _ in range(3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        torch.cuda.synchronize()
+        events.append(start.elapsed_time(end) / 1e3)
+    result = module.time_fn(torch.cuda._sleep, cycles, warmup=1, repeats=3)
+    torch.cuda.synchronize()
+    return {"result": _number(result), "kernel_s": sorted(events)[1]}
+
+
+# -- the scaling run ----------------------------------------------------------
+
+def _naive(q, k, v):
+    """The grader's own causal naive attention (the control)."""
+    s = q.shape[-2]
+    scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+    return torch.matmul(torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1), v)
+
+
+def _threads(device):
+    return measure.one_thread() if torch.device(device).type == "cpu" \
+        else contextlib.nullcontext()
+
+
+def _ref_times(seq_lens, device, batch, n_heads, d_head, dtype, repeats=5):
+    out = []
+    for s in seq_lens:
+        q, k, v = (torch.randn(batch, n_heads, s, d_head, device=device, dtype=dtype)
+                   for _ in range(3))
+        out.append(measure.time_call(_naive, q, k, v, warmup=1, repeats=repeats,
+                                     device=device).median)
+        del q, k, v
+    return out
+
+
+def pick_lengths(module, device="cpu", batch=1, n_heads=4, d_head=64, target_s=None,
+                 n_points=3):
+    """Lengths where the quadratic dominates on this device: double S from 128
+    until the control takes ``target_s``, then take that S and the
+    ``n_points - 1`` halvings below it.
+
+    ``target_s``: 20 ms on a CPU (at one thread, 1024 on the machine this was
+    written on; the smallest length, a quarter of it, still spends most of its
+    time in the S*S work rather than in call overhead), 10 ms on a GPU (there,
+    launch overhead is ~10 us per kernel, so the smallest point still runs
+    ~100x longer than the overhead).  The largest score tensor is kept under
+    a sixth of free GPU memory (scores, softmax and mask live at once)."""
+    cuda = torch.device(device).type == "cuda"
+    target_s = target_s or (0.01 if cuda else 0.02)
+    if cuda:
+        free, _ = torch.cuda.mem_get_info()
+        max_len = int(math.isqrt(free // (6 * 4 * batch * n_heads)))
+    else:
+        max_len = 4096
+    pilot = {}
+    s = 128
+    with _threads(device):
+        while True:
+            pilot[s] = _ref_times([s], device, batch, n_heads, d_head, torch.float32,
+                                  repeats=3)[0]
+            if pilot[s] >= target_s or 2 * s > max_len:
+                break
+            s *= 2
+    lens = [s >> i for i in range(n_points - 1, -1, -1)]
+    return {"seq_lens": lens, "pilot": [[k, v] for k, v in pilot.items()]}
+
+
+def scaling_run(module, seq_lens, device="cpu", batch=1, n_heads=4, d_head=64):
+    """One attempt: control, the student's ``measure_scaling``, control again.
+
+    While the student's code runs, ``module.naive_attention`` is wrapped so
+    that every call it makes is timed here too (with the device
+    synchronized): the grader can compare the times reported with the time
+    the calls really took."""
+    dtype = torch.float32
+    observed = []
+    original = getattr(module, "naive_attention", None)
+
+    def watched(q, k, v, *args, **kwargs):
+        measure.synchronize(device)
+        start = time.perf_counter()
+        out = original(q, k, v, *args, **kwargs)
+        measure.synchronize(device)
+        observed.append([list(getattr(q, "shape", ())), time.perf_counter() - start])
+        return out
+
+    with _threads(device):
+        ref_before = _ref_times(seq_lens, device, batch, n_heads, d_head, dtype)
+        if original is not None:
+            module.naive_attention = watched
+        try:
+            start = time.perf_counter()
+            result = module.measure_scaling(list(seq_lens), batch=batch, n_heads=n_heads,
+                                            d_head=d_head, device=device)
+            wall = time.perf_counter() - start
+        finally:
+            if original is not None:
+                module.naive_attention = original
+        ref_after = _ref_times(seq_lens, device, batch, n_heads, d_head, dtype)
+    if not isinstance(result, dict):
+        return {"bad_result": type(result).__name__}
+    pairs = []
+    for key, value in result.items():
+        try:
+            pairs.append([int(key), _number(value)])
+        except (TypeError, ValueError):
+            return {"bad_key": repr(key)[:60]}
+    return {"student": pairs, "ref_before": ref_before, "ref_after": ref_after,
+            "observed": observed[:500], "wall": wall}
+
+
+# -- the plot -------------------------------------------------------------------
+
+def plot(module, pairs, name="scaling.png"):
+    """Run ``module.plot_scaling`` on ``{S: seconds}``; report what was drawn.
+
+    ``Figure.savefig`` is watched to read the axes' scales and the plotted
+    data at the moment the figure is saved; the file's bytes come back."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return {"no_matplotlib": True}
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    saved = []
+    original = Figure.savefig
+
+    def watched(self, *args, **kwargs):
+        axes = []
+        for ax in self.get_axes():
+            axes.append({"xscale": ax.get_xscale(), "yscale": ax.get_yscale(),
+                         "lines": [line.get_xydata().astype("float64").tolist()
+                                   for line in ax.get_lines()][:10],
+                         "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel()})
+        saved.append(axes)
+        return original(self, *args, **kwargs)
+
+    folder = tempfile.mkdtemp(prefix="plot-")
+    path = os.path.join(folder, name)
+    Figure.savefig = watched
+    try:
+        module.plot_scaling({int(s): float(t) for s, t in pairs}, path)
+    finally:
+        Figure.savefig = original
+    data = b""
+    if os.path.isfile(path):
+        with open(path, "rb") as f:
+            data = f.read(8 << 20)
+    import numpy as np
+    return {"saved": saved[:3], "exists": os.path.isfile(path),
+            "png": np.frombuffer(data, dtype=np.uint8).copy()}

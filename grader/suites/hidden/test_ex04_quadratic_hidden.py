@@ -1,0 +1,199 @@
+"""Hidden tests for ex04_quadratic: hidden data, every known mistake named."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
+from grader.reference import attention as ref
+from grader.reference import roofline as rl
+
+pytestmark = [pytest.mark.exercise("ex04_quadratic"), pytest.mark.hidden]
+
+ATOL, RTOL = TOLERANCES["float32"]
+
+
+def _public():
+    """The public suite's helpers (one definition of how a timer is judged)."""
+    name = "_ex04_public_suite"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "public" / "test_ex04_quadratic.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+ATTENTION_MISTAKES = ["no_scale", "scale_by_d", "softmax_over_queries", "no_mask",
+                      "diagonal_masked", "mask_wrong_triangle"]
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("seed,shape,causal,dtype", [
+    (11, (2, 3, 17, 8), True, torch.float32),
+    (12, (1, 4, 33, 16), False, torch.float32),
+    (13, (2, 2, 64, 32), True, torch.float64),
+], ids=["causal-fp32", "no-mask-fp32", "causal-fp64"])
+def test_naive_attention_hidden(student, seed, shape, causal, dtype):
+    """naive_attention against the reference"""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(*shape, generator=g, dtype=dtype) * 2 for _ in range(3))
+    check_close(student.naive_attention(q, k, v, causal), ref.attention(q, k, v, causal=causal),
+                what=f"naive_attention(q, k, v, causal={causal}) on {tuple(shape)}",
+                atol=ATOL, rtol=RTOL,
+                mistakes=rl.attention_mistakes(ATTENTION_MISTAKES, q, k, v,
+                                         causal=causal))
+
+
+def check_calls(run, warmup, repeats, what):
+    if run["calls"] == warmup + repeats:
+        return
+    hint = ""
+    if run["calls"] == repeats:
+        hint = ("\nThis looks like: timing without warm-up (call fn warmup times before "
+                "the timed repeats).")
+    raise Feedback(f"{what} called the function {run['calls']} times; expected "
+                   f"{warmup + repeats} ({warmup} warm-up calls, then {repeats} timed ones){hint}")
+
+
+@pytest.mark.points(1)
+def test_time_fn_warms_up(student):
+    """time_fn does its warm-up calls before timing"""
+    # The first two calls are slow (as a first CUDA call or a cold cache
+    # would be); with warmup=2 and repeats=3 the median is of fast calls only.
+    pub = _public()
+    for _ in range(3):
+        run = student.probe("ex04.run_timer", [0.25, 0.25, 0.02], warmup=2, repeats=3)
+        check_calls(run, 2, 3, "time_fn(f, warmup=2, repeats=3)")
+        got = pub.timer_result(run, "time_fn(f, warmup=2, repeats=3)", 0.02)
+        if got >= 0.2:
+            raise Feedback(f"time_fn(f, warmup=2, repeats=3) returned {got:.3g} s where the "
+                           "timed calls take 0.02 s: the slow first calls were timed.\n"
+                           "This looks like: timing without warm-up (call fn warmup times "
+                           "before starting the clock).")
+        if got <= 0.1:
+            return
+    pytest.skip(f"not graded: machine too noisy (a 20 ms sleep measured {got:.3g} s)")
+
+
+@pytest.mark.points(1)
+def test_time_fn_takes_the_median(student):
+    """time_fn returns the median of the repeats"""
+    # After one warm-up, five timed calls of 20, 60, 60, 300, 60 ms: median 60,
+    # mean 100, min 20.
+    pub = _public()
+    for _ in range(3):
+        run = student.probe("ex04.run_timer", [0.0, 0.02, 0.06, 0.06, 0.3, 0.06],
+                            warmup=1, repeats=5)
+        check_calls(run, 1, 5, "time_fn(f, warmup=1, repeats=5)")
+        got = pub.timer_result(run, "time_fn(f, warmup=1, repeats=5)", 0.02)
+        if got < 0.058:
+            raise Feedback(f"time_fn returned {got:.3g} s where the timed calls took 20, 60, "
+                           "60, 300 and 60 ms: the median is 60 ms.\nThis looks like: the "
+                           "minimum instead of the median.")
+        if 0.09 <= got:
+            if got < 0.13:
+                raise Feedback(f"time_fn returned {got:.3g} s where the timed calls took 20, "
+                               "60, 60, 300 and 60 ms: the median is 60 ms.\nThis looks "
+                               "like: the mean instead of the median (one slow call moves a "
+                               "mean, not a median).")
+            continue
+        return
+    pytest.skip(f"not graded: machine too noisy (a 60 ms median measured {got:.3g} s)")
+
+
+@pytest.mark.points(1)
+def test_time_fn_passes_arguments(student):
+    """time_fn passes args and kwargs to fn, and keeps warmup/repeats"""
+    run = student.probe("ex04.run_timer", [0.0], warmup=1, repeats=2, call_args=[3, 4],
+                        call_kwargs={"scale": 2.0})
+    check_calls(run, 1, 2, "time_fn(fn, 3, 4, warmup=1, repeats=2, scale=2.0)")
+    for call in run["seen"]:
+        if call["args"] != [3, 4] or call["kwargs"] != ["scale"]:
+            raise Feedback("time_fn(fn, 3, 4, warmup=1, repeats=2, scale=2.0) must call "
+                           f"fn(3, 4, scale=2.0); fn got args {call['args']} and keyword "
+                           f"arguments {call['kwargs']} (warmup and repeats are the timer's "
+                           "own and must not reach fn)")
+
+
+@pytest.mark.points(1)
+@pytest.mark.gpu
+def test_time_fn_synchronizes_cuda(student):
+    """time_fn waits for the GPU (CUDA synchronization)"""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    for _ in range(3):
+        out = student.probe("ex04.time_cuda")
+        got, kernel = out["result"], out["kernel_s"]
+        if isinstance(got, dict):
+            raise Feedback(f"time_fn returned a {got['not_a_number']}; expected a float")
+        if got < 0.5 * kernel:
+            raise Feedback(f"time_fn returned {got:.3g} s for a GPU kernel that runs "
+                           f"{kernel:.3g} s.\nThis looks like: timing without synchronization "
+                           "(call torch.cuda.synchronize() before reading the clock).")
+        if got <= 3 * kernel:
+            return
+    pytest.skip(f"not graded: machine too noisy ({got:.3g} s for a {kernel:.3g} s kernel)")
+
+
+SLOPE_MISTAKES = ["slope_endpoints", "slope_inverted", "slope_not_log"]
+
+
+@pytest.mark.points(1)
+def test_loglog_slope_hidden(student):
+    """loglog_slope is the least-squares fit, on noisy hidden data"""
+    rng = np.random.default_rng(404)
+    for n in (3, 5, 6):
+        lens = [int(x) for x in 128 * 2 ** np.arange(n)]
+        times = [float(2e-9 * s ** 2.3 * np.exp(rng.normal(0, 0.15))) for s in lens]
+        check_close(student.loglog_slope(lens, times), rl.loglog_slope(lens, times),
+                    what=f"loglog_slope({lens}, ...)", atol=1e-9, rtol=1e-7,
+                    mistakes=rl.mistakes_of(rl.loglog_slope, SLOPE_MISTAKES, lens, times))
+
+
+@pytest.mark.points(1)
+def test_score_matrix_bytes_hidden(student):
+    """score_matrix_bytes on hidden sizes and element widths"""
+    for args in [(1, 1, 1000), (4, 16, 3000, 4), (2, 64, 131072, 2), (3, 40, 5000, 1)]:
+        check_equal(student.score_matrix_bytes(*args), rl.score_matrix_bytes(*args),
+                    what=f"score_matrix_bytes{args}",
+                    mistakes=rl.mistakes_of(rl.score_matrix_bytes,
+                                            ["scores_no_batch", "scores_linear",
+                                             "scores_double"], *args))
+
+
+@pytest.mark.points(1)
+def test_max_naive_seq_len_hidden(student):
+    """max_naive_seq_len on hidden memory sizes (exact fits and one byte short)"""
+    cases = [
+        (80 * 10**9, 1, 32, 2),                 # an 80 GB GPU, one sequence, 32 heads
+        (80 * 10**9, 8, 64, 2),
+        (24 * 2**30, 2, 16, 4),
+        (2 * 4096 * 4096 * 8 * 2, 2, 8, 2),     # fits exactly at 4096
+        (2 * 4096 * 4096 * 8 * 2 - 1, 2, 8, 2),  # one byte short
+        (10, 1, 1, 2),
+    ]
+    for args in cases:
+        got = student.max_naive_seq_len(*args)
+        if isinstance(got, float) and not isinstance(got, bool):
+            raise Feedback(f"max_naive_seq_len{args} returned the float {got!r}; a length is "
+                           "an int (the largest whole S that fits)")
+        check_equal(got, rl.max_naive_seq_len(*args), what=f"max_naive_seq_len{args}",
+                    mistakes=rl.mistakes_of(rl.max_naive_seq_len,
+                                            ["max_len_off_by_one"], *args))
+
+
+@pytest.mark.points(1)
+def test_plot_scaling_hidden(student):
+    """plot_scaling draws the given data on log-log axes"""
+    pairs = [[128, 0.0004], [256, 0.0017], [512, 0.0069], [1024, 0.031], [2048, 0.14]]
+    out = student.probe("ex04.plot", pairs, "hidden.png")
+    if out.get("no_matplotlib"):
+        pytest.skip("needs matplotlib on the grading machine (pip install 'attn-course[plot]')")
+    if not out["exists"]:
+        raise Feedback("plot_scaling did not write the file at the path it was given")
+    _public().check_loglog(out, pairs)

@@ -1,0 +1,106 @@
+"""Hidden tests for ex06_gqa_intensity: grouping for every h_kv, no repeated
+K/V, counts that match what the code executes."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.feedback import Feedback, check_close, expect_raises
+from grader.reference import roofline as rl
+
+pytestmark = [pytest.mark.exercise("ex06_gqa_intensity"), pytest.mark.hidden]
+
+
+def _public():
+    name = "_ex06_public_suite"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "public" / "test_ex06_gqa_intensity.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("h_kv", [1, 2, 8, 16], ids=["mqa", "kv2", "kv8", "mha"])
+def test_gqa_decode_every_grouping(student, h_kv):
+    """gqa_decode_attention against the reference, 16 query heads"""
+    pub = _public()
+    pub.check_gqa_decode(student, *pub.decode_inputs(100 + h_kv, 2, 16, h_kv, 37, 16))
+
+
+@pytest.mark.points(1)
+def test_gqa_decode_rejects_bad_shapes(student):
+    """gqa_decode_attention raises ValueError for 2 query positions or h % h_kv != 0"""
+    pub = _public()
+    q, k, v = pub.decode_inputs(1, 1, 4, 2, 5, 8)
+    expect_raises(lambda: student.gqa_decode_attention(q.expand(1, 4, 2, 8).contiguous(), k, v),
+                  "ValueError", what="gqa_decode_attention with q of 2 positions")
+    q6, k4, v4 = pub.decode_inputs(2, 1, 6, 4, 5, 8)
+    expect_raises(lambda: student.gqa_decode_attention(q6, k4, v4),
+                  "ValueError", what="gqa_decode_attention with 6 query heads over 4 KV heads")
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("h,h_kv", [(32, 1), (16, 4)], ids=["mqa", "gqa4"])
+def test_no_repeated_kv(student, h, h_kv):
+    """gqa_decode_attention never materializes K/V repeated per query head"""
+    b, s, d = 2, 512, 64
+    info = student.probe("ex06.trace", b, h, h_kv, s, d)
+    big = rl.materialized(info["ops"], b * h * s * d)
+    if big:
+        names = ", ".join(sorted({o["op"] for o in big}))
+        raise Feedback(
+            f"with h={h} query heads over h_kv={h_kv} KV heads (B={b}, S={s}, d_head={d}), "
+            f"your gqa_decode_attention allocated a tensor of {big[0]['out_numel'][0]:,} "
+            f"elements (B*h*S*d_head = {b * h * s * d:,}; op: {names}, shape "
+            f"{big[0]['out_shapes'][0]}): K or V repeated for every query head.\n"
+            "This looks like: repeat_interleave (or expand(...).reshape/contiguous) of the "
+            "cache. Reshape q to (B, h_kv, h/h_kv, d_head) instead, so that each K/V head is "
+            "read once for its whole group.")
+
+
+CASES = [
+    dict(n_heads=32, n_kv_heads=1, seq_len=4096, d_head=128, batch=1),   # the chapter's case
+    dict(n_heads=8, n_kv_heads=2, seq_len=1000, d_head=64, batch=2),
+    dict(n_heads=12, n_kv_heads=12, seq_len=300, d_head=32, batch=1),
+]
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("case", CASES, ids=["h32-kv1", "h8-kv2-b2", "mha"])
+@pytest.mark.timeout_s(120)
+def test_measure_intensity_is_counted(student, case):
+    """measure_intensity agrees with the grader's count of the same call"""
+    out = student.probe("ex06.intensity_run", case["n_heads"], case["n_kv_heads"],
+                        case["seq_len"], case["d_head"], case["batch"])
+    want = [[case["batch"], case["n_heads"], 1, case["d_head"]],
+            [case["batch"], case["n_kv_heads"], case["seq_len"], case["d_head"]]]
+    same_call = [c for c in out["seen"] if c["shapes"][:2] == want]
+    trace = same_call[0]["trace"] if same_call else out["fresh"]
+    what = "measure_intensity({n_heads}, {n_kv_heads}, {seq_len}, {d_head}, batch={batch})" \
+        .format(**case)
+    _public().judge_counts(out["student"], trace, what=what, **case)
+
+
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(120)
+def test_intensity_table_hidden(student):
+    """intensity_table on hidden heads and lengths: counted, and rising with h / h_kv"""
+    _public().check_table(student.probe("ex06.table_run", 16, [1, 4, 16], 2048, 64),
+                          16, (1, 4, 16), 2048, 64)
+
+
+@pytest.mark.points(1)
+def test_decode_intensity_hidden(student):
+    """decode_intensity on hidden parameters (batch, element width, short contexts)"""
+    for args in [(32, 8, 8192, 128, 1, 2), (64, 8, 100, 128, 4, 2), (16, 1, 65536, 64, 2, 1),
+                 (8, 8, 1, 64, 1, 4)]:
+        check_close(student.decode_intensity(*args), rl.decode_intensity(*args),
+                    what=f"decode_intensity{args}", atol=0, rtol=1e-9,
+                    mistakes=rl.mistakes_of(rl.decode_intensity,
+                                            ["flops_half", "flops_double", "bytes_kv_all_heads",
+                                             "intensity_float_bytes", "intensity_no_q_o",
+                                             "bytes_half", "bytes_no_output"], *args))

@@ -1,0 +1,226 @@
+"""Public tests for ex05_decode_prefill: small cases, and prefill and decode
+measured on the grading machine against its peaks."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from grader import measure
+from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
+from grader.reference import attention as ref
+from grader.reference import roofline as rl
+from grader.sandbox.codec import Func
+
+pytestmark = [pytest.mark.exercise("ex05_decode_prefill")]
+
+ATOL, RTOL = TOLERANCES["float32"]
+
+
+def _rand(seed, *shape, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=dtype)
+
+
+@pytest.mark.points(1)
+def test_attention_flops_small(student):
+    """attention_flops of a 4x4 score matrix, full and causal"""
+    for causal in (False, True):
+        args = (1, 1, 4, 4, 2)
+        check_equal(student.attention_flops(*args, causal=causal),
+                    rl.attention_flops(*args, causal=causal),
+                    what=f"attention_flops(1, 1, 4, 4, 2, causal={causal})",
+                    mistakes=rl.mistakes_of(rl.attention_flops,
+                                            ["flops_half", "flops_double", "causal_half",
+                                             "causal_ignored"], *args, causal=causal))
+
+
+@pytest.mark.points(1)
+def test_attention_bytes_small(student):
+    """attention_bytes of one MHA head"""
+    args = (1, 1, 1, 4, 4, 2)
+    check_equal(student.attention_bytes(*args), rl.attention_bytes(*args),
+                what="attention_bytes(1, 1, 1, 4, 4, 2)",
+                mistakes=rl.mistakes_of(rl.attention_bytes,
+                                        ["bytes_no_output", "bytes_double", "bytes_half",
+                                         "bytes_per_elem_ignored"], *args))
+
+
+@pytest.mark.points(1)
+def test_prefill_attention_small(student):
+    """prefill_attention on a small causal case"""
+    q, k, v = (_rand(s, 1, 2, 6, 4) for s in (1, 2, 3))
+    check_close(student.prefill_attention(q, k, v), ref.attention(q, k, v, causal=True),
+                what="prefill_attention(q, k, v)", atol=ATOL, rtol=RTOL,
+                mistakes=rl.attention_mistakes(["no_scale", "softmax_over_queries",
+                                                         "no_mask", "diagonal_masked"],
+                                         q, k, v, causal=True))
+
+
+@pytest.mark.points(1)
+def test_decode_attention_small(student):
+    """decode_attention: one query sees the whole cache"""
+    q, k, v = _rand(4, 1, 2, 1, 4), _rand(5, 1, 2, 7, 4), _rand(6, 1, 2, 7, 4)
+    check_close(student.decode_attention(q, k, v), ref.attention(q, k, v, causal=True),
+                what="decode_attention(q, k_cache, v_cache)", atol=ATOL, rtol=RTOL,
+                mistakes=rl.attention_mistakes(["top_left_mask", "mask_wrong_triangle",
+                                                         "no_scale"], q, k, v, causal=True))
+
+
+@pytest.mark.points(1)
+def test_achieved_of_a_slow_function(student):
+    """achieved() of a function that sleeps 50 ms"""
+    for _ in range(3):
+        got = student.achieved(Func("probe:common.sleep", 0.05), [], 2e12, 3e9)
+        check_achieved(got, 2e12, 3e9, "achieved(f, [], flops=2e12, nbytes=3e9)")
+        if got["seconds"] < 0.049:
+            raise Feedback(f"achieved(...) measured {got['seconds']:.4g} s for a function "
+                           "that sleeps 0.05 s: the clock must enclose the call, in seconds")
+        if got["seconds"] <= 0.2:
+            return
+    pytest.skip(f"not graded: machine too noisy (a 50 ms sleep measured {got['seconds']:.3g} s)")
+
+
+def check_achieved(got, flops, nbytes, what):
+    """The three numbers must agree with each other, in decimal units."""
+    if not isinstance(got, dict) or not {"seconds", "tflops", "gbps"} <= set(got):
+        raise Feedback(f"{what} must return a dict with keys 'seconds', 'tflops' and 'gbps'; "
+                       f"got {got!r:.200}")
+    s = got["seconds"]
+    if not isinstance(s, (int, float)) or not s > 0:
+        raise Feedback(f"{what}: 'seconds' must be a positive number, got {s!r}")
+    check_close(got["tflops"], flops / s / 1e12, what=f"{what}['tflops'] (for its "
+                f"{s:.4g} seconds)", atol=0, rtol=1e-6,
+                mistakes={"GFLOP/s instead of TFLOP/s (1 TFLOP/s = 1e12 FLOP/s)":
+                          flops / s / 1e9,
+                          "binary units (2**40) instead of decimal (1e12)": flops / s / 2**40,
+                          "FLOP/s instead of TFLOP/s": flops / s})
+    check_close(got["gbps"], nbytes / s / 1e9, what=f"{what}['gbps'] (for its {s:.4g} "
+                "seconds)", atol=0, rtol=1e-6,
+                mistakes={"MB/s instead of GB/s (1 GB/s = 1e9 bytes/s)": nbytes / s / 1e6,
+                          "binary units (2**30) instead of decimal (1e9)": nbytes / s / 2**30,
+                          "bytes/s instead of GB/s": nbytes / s})
+
+
+@pytest.mark.points(1)
+def test_bound_simple(student):
+    """bound() on either side of the ridge point"""
+    for intensity, want in ((100.0, "compute"), (1.0, "memory")):
+        args = (intensity, 1e12, 1e11)    # ridge point: 10 FLOPs per byte
+        check_equal(student.bound(*args), want, what=f"bound{args}",
+                    mistakes=rl.mistakes_of(rl.bound, ["bound_swapped",
+                                                       "bound_inverted_ridge"], *args))
+
+
+@pytest.mark.points(1)
+def test_decode_with_cache_small(student):
+    """decode_with_cache equals full causal attention (2 heads, 1 KV head)"""
+    check_decode_with_cache(student, seed=7, b=1, s=5, d=8, h=2, h_kv=1, d_head=4)
+
+
+DWC_MISTAKES = ["rope_after_caching", "rope_positions_unused", "rope_on_values",
+                "cache_not_grown"]
+
+
+def check_decode_with_cache(student, *, seed, b, s, d, h, h_kv, d_head, rope_base=10000.0,
+                            dtype=torch.float64):
+    x = _rand(seed, b, s, d, dtype=dtype)
+    w_q = _rand(seed + 1, h * d_head, d, dtype=dtype) / math.sqrt(d)
+    w_k = _rand(seed + 2, h_kv * d_head, d, dtype=dtype) / math.sqrt(d)
+    w_v = _rand(seed + 3, h_kv * d_head, d, dtype=dtype) / math.sqrt(d)
+    w_o = _rand(seed + 4, d, h * d_head, dtype=dtype) / math.sqrt(h * d_head)
+    args = (x, w_q, w_k, w_v, w_o, h, h_kv)
+    got = student.decode_with_cache(*args, rope_base=rope_base)
+    what = f"decode_with_cache(x {tuple(x.shape)}, ..., n_heads={h}, n_kv_heads={h_kv})"
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        raise Feedback(f"{what} must return (out, k_cache, v_cache); got "
+                       f"{type(got).__name__}")
+    want = rl.decode_with_cache(*args, rope_base=rope_base)
+    wrong = {name: rl.decode_with_cache(*args, rope_base=rope_base, mistake=name)
+             for name in DWC_MISTAKES}
+    atol, rtol = TOLERANCES["float32"]
+    for i, part in ((1, "k_cache"), (2, "v_cache"), (0, "out")):
+        check_close(got[i], want[i], what=f"{what}: {part}", atol=atol, rtol=rtol,
+                    mistakes={rl.MISTAKES[n]: w[i] for n, w in wrong.items()})
+
+
+# -- measured on this machine ---------------------------------------------------
+
+def roofline_shapes(device):
+    """Prefill at a long context and decode against a long cache, per device.
+
+    CPU (fp32, one thread): prefill S=512 with 8 heads of 64 is 0.27 GFLOP
+    (tens of ms; intensity ~64 FLOP/byte, far above a CPU's ridge point of a
+    few); decode reads a 32 MiB cache, past most L2 caches.  GPU
+    (fp16): prefill S=4096 with 32 heads of 128, decode with a 1 GiB cache."""
+    if device == "cuda":
+        return (1, 32, 4096, 128), (8, 32, 8192, 128), "float16", 2
+    return (1, 8, 512, 64), (1, 8, 8192, 64), "float32", 4
+
+
+def roofline_counts(prefill_shape, decode_shape, bpe):
+    b, h, s, d = prefill_shape
+    pf = (rl.attention_flops(b, h, s, s, d, causal=True),
+          rl.attention_bytes(b, h, h, s, s, d, bpe))
+    b, h, s, d = decode_shape
+    dc = (rl.attention_flops(b, h, 1, s, d), rl.attention_bytes(b, h, h, 1, s, d, bpe))
+    return pf, dc
+
+
+@pytest.mark.points(2)
+@pytest.mark.timeout_s(120)
+def test_prefill_compute_bound_decode_memory_bound(student, request, machine):
+    """on this machine's peaks: prefill is compute-bound, decode memory-bound"""
+    device = measure.default_device()
+    peaks = measure.grading_peaks(machine, device)
+    pshape, dshape, dtype, bpe = roofline_shapes(device)
+    (pf, pb), (df, db) = roofline_counts(pshape, dshape, bpe)
+    i_pre, i_dec = pf / pb, df / db
+    if rl.bound(i_pre, peaks.flops, peaks.bytes_per_s) != "compute" or \
+            rl.bound(i_dec, peaks.flops, peaks.bytes_per_s) != "memory":
+        peaks = measure.machine_peaks(device)      # one re-measure: a burst may have hit it
+        machine[measure.PEAKS_KEY] = peaks
+        if rl.bound(i_pre, peaks.flops, peaks.bytes_per_s) != "compute" or \
+                rl.bound(i_dec, peaks.flops, peaks.bytes_per_s) != "memory":
+            pytest.skip(f"not graded: machine too noisy (measured ridge point "
+                        f"{peaks.ridge:.3g} FLOP/byte is not between decode's {i_dec:.3g} "
+                        f"and prefill's {i_pre:.3g})")
+    for name, intensity, want in (("prefill", i_pre, "compute"), ("decode", i_dec, "memory")):
+        args = (intensity, peaks.flops, peaks.bytes_per_s)
+        check_equal(student.bound(*args), want,
+                    what=f"bound({intensity:.4g}, {peaks.flops:.4g}, {peaks.bytes_per_s:.4g}) "
+                         f"for {name} on this machine",
+                    mistakes=rl.mistakes_of(rl.bound, ["bound_swapped",
+                                                       "bound_inverted_ridge"], *args))
+    run = student.probe("ex05.roofline_run", device, list(pshape), list(dshape), dtype,
+                        [pf, pb], [df, db])
+    if "bad_result" in run:
+        raise Feedback(f"achieved(...) must return a dict, got a {run['bad_result']}")
+    for name, (flops, nbytes) in (("prefill", (pf, pb)), ("decode", (df, db))):
+        check_achieved(run[name], flops, nbytes, f"achieved({name}_attention, ...)")
+        if run[name]["tflops"] * 1e12 > 3 * peaks.flops:
+            raise Feedback(f"achieved({name}_attention, ...) reports "
+                           f"{run[name]['tflops']:.3g} TFLOP/s, more than 3x this machine's "
+                           f"matmul peak ({peaks.flops / 1e12:.3g} TFLOP/s): the clock stopped "
+                           "before the work was done.\nThis looks like: timing without "
+                           "synchronization (or without the call inside the clock).")
+    request.node.feedback_on_pass = roofline_table(run, peaks, (pshape, dshape, dtype),
+                                                   (i_pre, i_dec))
+
+
+def roofline_table(run, peaks, shapes, intensities) -> str:
+    pshape, dshape, dtype = shapes
+    lines = [f"{'':8}{'shape (B, h, S, d_head)':>24}  {'time':>9}  {'TFLOP/s':>9}  "
+             f"{'% peak':>6}  {'GB/s':>8}  {'% peak':>6}  {'FLOP/B':>7}  bound",
+             ]
+    for name, shape, inten in (("prefill", pshape, intensities[0]),
+                               ("decode", dshape, intensities[1])):
+        r = run[name]
+        lines.append(f"{name:8}{str(tuple(shape)):>24}  {r['seconds'] * 1e3:>7.3g}ms  "
+                     f"{r['tflops']:>9.3g}  {100 * r['tflops'] * 1e12 / peaks.flops:>5.0f}%  "
+                     f"{r['gbps']:>8.3g}  {100 * r['gbps'] * 1e9 / peaks.bytes_per_s:>5.0f}%  "
+                     f"{inten:>7.3g}  {rl.bound(inten, peaks.flops, peaks.bytes_per_s)}")
+    lines.append(f"peaks ({dtype}): {peaks}")
+    lines.append("Prefill's intensity is far above the ridge point, so only its FLOP/s can "
+                 "approach a peak; decode's is below it, so its GB/s is what to watch.")
+    return "\n".join(lines)

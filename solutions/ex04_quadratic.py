@@ -1,0 +1,172 @@
+"""Exercise D: measure the quadratic, in PyTorch.
+
+Attention compares every query with every key, so a naive implementation
+does ``S * S`` work per head and stores an ``S x S`` score matrix.  In this
+exercise you time it and watch the quadratic appear on a real machine.
+
+1. ``naive_attention``: attention that materializes the full score tensor
+   ``(B, h, S, S)`` on purpose (that is what is being measured).
+2. ``time_fn``: a correct timer: warm-up calls that are not timed, the CUDA
+   synchronization a GPU needs, and the median of several repeats.
+3. ``measure_scaling`` and ``loglog_slope``: time ``naive_attention`` at
+   several lengths and fit the slope of log(time) against log(S).  Where the
+   score computation dominates, the slope is close to 2 (on a CPU, caches
+   often push it a little above 2: that is a real effect, not an error).
+4. ``score_matrix_bytes`` and ``max_naive_seq_len``: the memory wall of the
+   naive approach (the chapter's 34.4 GB score tensor).
+5. ``plot_scaling``: a log-log plot of your measurement (needs matplotlib:
+   ``pip install 'attn-course[plot]'``).
+
+Conventions: ``B`` batch, ``h`` heads, ``S`` sequence length, ``d_head``
+head width; tensors are ``(B, h, S, d_head)``.  Causal masks are aligned to
+the end (query ``i`` sees keys ``0 .. S_k - S_q + i``; for ``S_q == S_k``
+the usual lower triangle).  Sizes are in bytes.
+
+Run the public tests with ``attn-grade check ex04``.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import torch
+
+
+def naive_attention(q, k, v, causal=True):
+    """Scaled dot-product attention that materializes the scores.
+
+    ``q``: ``(B, h, S_q, d_head)``, ``k`` and ``v``: ``(B, h, S_k, d_head)``
+    (torch tensors, any floating dtype, any device).  Computes the full
+    ``(B, h, S_q, S_k)`` score tensor ``q @ k^T / sqrt(d_head)``, applies the
+    end-aligned causal mask when ``causal``, takes the softmax over keys and
+    returns ``(B, h, S_q, d_head)`` in the dtype of ``q``.
+    """
+    # BEGIN SOLUTION
+    d_head = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)          # (B, h, S_q, S_k)
+    if causal:
+        s_q, s_k = scores.shape[-2], scores.shape[-1]
+        allowed = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).tril(s_k - s_q)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v                       # (B, h, S_q, d_head)
+    # END SOLUTION
+
+
+def time_fn(fn, *args, warmup=2, repeats=5, **kwargs):
+    """Median wall-clock seconds of ``fn(*args, **kwargs)``.
+
+    First call ``fn`` ``warmup`` times without timing (caches, allocators and
+    lazy initialization warm up), then time ``repeats`` calls one by one and
+    return the median (a float).  On a GPU, kernels run asynchronously: wait
+    for them (``torch.cuda.synchronize()``) before starting and before
+    stopping the clock, or you time the launch, not the work.  ``warmup``
+    and ``repeats`` belong to the timer and are never passed to ``fn``.
+    """
+    # BEGIN SOLUTION
+    def sync():
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    for _ in range(warmup):
+        fn(*args, **kwargs)
+    times = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        fn(*args, **kwargs)
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+    # END SOLUTION
+
+
+def measure_scaling(seq_lens, *, batch=1, n_heads=4, d_head=64, device="cpu",
+                    dtype=torch.float32):
+    """Time ``naive_attention`` (causal) at each length of ``seq_lens``.
+
+    For each ``S``, make random ``q``, ``k``, ``v`` of shape
+    ``(batch, n_heads, S, d_head)`` with ``dtype`` on ``device`` and time
+    ``naive_attention(q, k, v)`` with ``time_fn``.  Returns
+    ``{S: seconds}``.
+    """
+    # BEGIN SOLUTION
+    results = {}
+    for s in seq_lens:
+        q, k, v = (torch.randn(batch, n_heads, s, d_head, device=device, dtype=dtype)
+                   for _ in range(3))
+        results[s] = time_fn(naive_attention, q, k, v)
+    return results
+    # END SOLUTION
+
+
+def loglog_slope(seq_lens, times):
+    """Least-squares slope of ``log(time)`` against ``log(S)``.
+
+    ``seq_lens`` and ``times`` are sequences of the same length (at least
+    two points).  A slope of 2 means time grows like ``S**2``.  Returns a
+    float.
+    """
+    # BEGIN SOLUTION
+    xs = [math.log(s) for s in seq_lens]
+    ys = [math.log(t) for t in times]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sxy / sxx
+    # END SOLUTION
+
+
+def score_matrix_bytes(batch, n_heads, seq_len, bytes_per_elem=2):
+    """Bytes of the ``(batch, n_heads, seq_len, seq_len)`` score tensor (an int).
+
+    The chapter's case: ``score_matrix_bytes(8, 32, 8192)`` is 34.4 GB in
+    fp16, for one layer.
+    """
+    # BEGIN SOLUTION
+    return batch * n_heads * seq_len * seq_len * bytes_per_elem
+    # END SOLUTION
+
+
+def max_naive_seq_len(memory_bytes, batch, n_heads, bytes_per_elem=2):
+    """The largest ``S`` whose score tensor fits in ``memory_bytes`` (an int).
+
+    "Fits" means ``score_matrix_bytes(batch, n_heads, S, bytes_per_elem) <=
+    memory_bytes``; only the score tensor is counted.
+    """
+    # BEGIN SOLUTION
+    return math.isqrt(int(memory_bytes) // (batch * n_heads * bytes_per_elem))
+    # END SOLUTION
+
+
+def plot_scaling(results, path):
+    """Save a log-log plot of time against ``S`` to ``path``.
+
+    ``results`` is ``{S: seconds}`` (what ``measure_scaling`` returns).  Both
+    axes logarithmic, labelled; a dashed ``S**2`` guide line through the
+    first point helps the eye.  The file format follows the extension of
+    ``path`` (``.png``).  Needs matplotlib; without it, raise
+    ``ImportError`` with a message saying how to install it.
+    """
+    # BEGIN SOLUTION
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError("plot_scaling needs matplotlib: pip install 'attn-course[plot]' "
+                          "(or pip install matplotlib)") from exc
+    lens = sorted(results)
+    times = [results[s] for s in lens]
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.loglog(lens, times, "o-", label="naive attention")
+    ax.loglog(lens, [times[0] * (s / lens[0]) ** 2 for s in lens], "--", color="gray",
+              label="S^2")
+    ax.set_xlabel("sequence length S")
+    ax.set_ylabel("time (s)")
+    ax.set_title(f"slope {loglog_slope(lens, times):.2f}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    # END SOLUTION

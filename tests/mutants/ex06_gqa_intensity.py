@@ -1,0 +1,64 @@
+"""Known mistakes in ex06_gqa_intensity (see tests/mutants/__init__.py)."""
+from tests.mutants import Mutant
+
+_GROUPED = """    qg = q.reshape(b, h_kv, h // h_kv, d_head) * (1.0 / math.sqrt(d_head))   # (B, h_kv, g, d)
+    scores = qg @ k_cache.transpose(-2, -1)                                  # (B, h_kv, g, S)
+    out = torch.softmax(scores, dim=-1) @ v_cache                           # (B, h_kv, g, d)
+    return out.reshape(b, h, 1, d_head)"""
+
+_REPEATED = """    k = k_cache.repeat_interleave(h // h_kv, dim=1)                          # (B, h, S, d)
+    v = v_cache.repeat_interleave(h // h_kv, dim=1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)
+    return torch.softmax(scores, dim=-1) @ v"""
+
+_FORMULA = """    flops = 4 * batch * n_heads * seq_len * d_head
+    nbytes = 2 * batch * d_head * (2 * n_heads + 2 * n_kv_heads * seq_len)
+    return {"flops": flops, "bytes": nbytes, "intensity": flops / nbytes}"""
+
+_MEASURED = """    q = torch.randn(batch, n_heads, 1, d_head, device=device, dtype=torch.float16)"""
+
+_TILED = """    qg = q.reshape(b, h // h_kv, h_kv, d_head).transpose(1, 2) / math.sqrt(d_head)
+    scores = qg @ k_cache.transpose(-2, -1)
+    out = torch.softmax(scores, dim=-1) @ v_cache
+    return out.transpose(1, 2).reshape(b, h, 1, d_head)"""
+
+_TABLE_END = """            for h_kv in kv_heads}
+    # END SOLUTION
+"""
+
+MUTANTS = [
+    Mutant("repeat_interleave",
+           _GROUPED, _REPEATED,
+           "repeat_interleave"),
+    Mutant("tile_grouping",
+           _GROUPED, _TILED,
+           "tile (0,1,0,1)"),
+    Mutant("no_scale",
+           " * (1.0 / math.sqrt(d_head))   # (B, h_kv, g, d)",
+           "   # (B, h_kv, g, d)",
+           "not scaled by 1/sqrt(d_head)"),
+    Mutant("no_shape_check",
+           "    if s_q != 1:\n        raise ValueError",
+           "    if False:\n        raise ValueError",
+           "expected ValueError"),
+    Mutant("intensity_kv_all_heads",
+           "(2 * n_heads + 2 * n_kv_heads * seq_len)\n    return flops / nbytes",
+           "(2 * n_heads + 2 * n_heads * seq_len)\n    return flops / nbytes",
+           "counted with n_heads heads"),
+    # The formula dressed as a measurement, on top of repeated K/V: must fail.
+    Mutant("formula_with_repeat_interleave",
+           _TABLE_END,
+           _TABLE_END + "\n\ndef gqa_decode_attention(q, k_cache, v_cache):\n"
+           "    b, h, s_q, d_head = q.shape\n    h_kv = k_cache.shape[1]\n" + _REPEATED +
+           "\n\n\ndef measure_intensity(n_heads, n_kv_heads, seq_len, d_head, batch=1, "
+           "device='cpu'):\n" + _FORMULA + "\n",
+           "from the formula"),
+    Mutant("formula_not_counted",
+           _MEASURED,
+           _FORMULA + "\n" + _MEASURED,
+           "from the formula"),
+    Mutant("flops_counted_twice",
+           "flops = flop_counter.get_total_flops()",
+           "flops = 2 * flop_counter.get_total_flops()",
+           "factor of 2"),
+]
