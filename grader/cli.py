@@ -138,3 +138,6 @@ def stubs(check_only):
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+from grader.calibrate import calibrate as _calibrate  # noqa: E402
+main.add_command(_calibrate)

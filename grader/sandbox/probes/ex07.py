@@ -330,7 +330,8 @@ def time_call(fn, args, kwargs, flush) -> tuple:
     return time.perf_counter() - start, out
 
 
-def _fresh(shape_q, shape_kv, dtype, gen, dev):
+def fresh_inputs(shape_q, shape_kv, dtype, gen, dev):
+    """Random q, k, v on the device (drawn in float32, then cast)."""
     def one(shape):
         return torch.randn(shape, generator=gen, device=dev, dtype=torch.float32).to(dtype)
     return one(shape_q), one(shape_kv), one(shape_kv)
@@ -361,13 +362,13 @@ def benchmark(module, source, cases, *, repeats=15, warmup=2, seed=0):
         kwargs = {"causal": bool(case["causal"])}
         student, reference = module.flash_attention, ref.flash_attention
         for _ in range(warmup):
-            q, k, v = _fresh(shape_q, shape_kv, dtype, gen, dev)
+            q, k, v = fresh_inputs(shape_q, shape_kv, dtype, gen, dev)
             student(q, k, v, **kwargs)
             reference(q, k, v, **kwargs)
         sync()
         t_student, t_ref, errors, problems = [], [], [], []
         for i in range(repeats):
-            q, k, v = _fresh(shape_q, shape_kv, dtype, gen, dev)
+            q, k, v = fresh_inputs(shape_q, shape_kv, dtype, gen, dev)
             saved = (q.clone(), k.clone(), v.clone())
             order = [("student", student), ("reference", reference)]
             if i % 2:

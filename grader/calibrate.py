@@ -1,0 +1,158 @@
+"""``attn-grade calibrate``: measure this GPU and write ex07's speed tiers for it.
+
+ex07's speed grade is the ratio of the student's TFLOP/s to the reference
+kernel's (``grader/reference/flash.py``), both measured in the same run.
+What ratio a reasonable kernel reaches depends on the GPU model, so the
+thresholds are measured per model, here, and kept in
+``grader/data/gpu_thresholds.json``:
+
+* the reference kernel, autotuned, is timed against the same kernel run with
+  one plain configuration (64x64 tiles, 4 warps, 2 stages, no autotuning):
+  about what a correct, straightforward student kernel reaches;
+* tier 1, 2 and 3 ask for 35%, 60% and 85% of that plain kernel's ratio;
+* the best backend of PyTorch's ``scaled_dot_product_attention`` is timed
+  on the same inputs too, for the record (the reference should reach 0.9x).
+
+Timing is that of the grader (``grader/sandbox/probes/ex07.py``): fresh
+inputs for every call, L2 flushed, the device synchronized around each
+call, medians of ``--repeats`` calls, the two kernels alternating.  This
+runs trusted code only, in this process; it needs CUDA and Triton.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import statistics
+from pathlib import Path
+
+import click
+
+DATA_PATH = Path(__file__).resolve().parent / "data" / "gpu_thresholds.json"
+FRACTIONS = (0.35, 0.60, 0.85)      # of the plain kernel's ratio, for tiers 1, 2, 3
+PLAIN = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+
+
+def _load(path: Path) -> dict:
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise click.FileError(str(path), hint=f"it is not valid JSON ({exc.msg})") from None
+        data.setdefault("models", {})
+        return data
+    return {"about": "Speed tiers of ex07 per GPU model (see grader/calibrate.py).",
+            "default": {"tiers": [0.25, 0.45, 0.7]}, "models": {}}
+
+
+def sdpa_best(q, k, v, causal: bool, time_one) -> tuple:
+    """``(seconds, backend)`` of the fastest SDPA backend that runs these inputs."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+    best = (math.inf, "none")
+    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION,
+                    SDPBackend.EFFICIENT_ATTENTION):
+        try:
+            with sdpa_kernel([backend]):
+                seconds = time_one(lambda a, b, c: sdpa(a, b, c, is_causal=causal), (q, k, v))
+        except (RuntimeError, torch.cuda.OutOfMemoryError):
+            continue                     # this backend does not take these inputs
+        best = min(best, (seconds, backend.name))
+    return best
+
+
+def measure(repeats: int, seed: int = 0) -> dict:
+    """Time the reference kernel (autotuned, plain) and SDPA on ``flash.SPEED_CASES``."""
+    import torch
+
+    from grader.reference import flash
+    from grader.sandbox.probes import ex07 as probe
+
+    dev = torch.device("cuda")
+    flush = torch.empty(probe.FLUSH_BYTES // 4, dtype=torch.int32, device=dev)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed)
+    rows = []
+    for case in flash.SPEED_CASES:
+        dtype = getattr(torch, case["dtype"])
+        shape_q = (case["batch"], case["heads"], case["s_q"], case["d_head"])
+        shape_kv = (case["batch"], case["kv_heads"], case["s_k"], case["d_head"])
+        causal = bool(case["causal"])
+        tuned = lambda q, k, v: flash.flash_attention(q, k, v, causal=causal)  # noqa: E731
+        plain = lambda q, k, v: flash.flash_attention(q, k, v, causal=causal,  # noqa: E731
+                                                      config=PLAIN)
+        times = {"tuned": [], "plain": [], "sdpa": []}
+        backend = "none"
+
+        def one(fn, args):
+            seconds, _ = probe.time_call(fn, args, {}, flush)
+            return seconds
+
+        for i in range(repeats + 2):                     # the first two: warm-up
+            q, k, v = probe.fresh_inputs(shape_q, shape_kv, dtype, gen, dev)
+            order = [("tuned", tuned), ("plain", plain)]
+            for name, fn in (order if i % 2 else order[::-1]):
+                seconds = one(fn, (q, k, v))
+                if i >= 2:
+                    times[name].append(seconds)
+            seconds, backend = sdpa_best(q, k, v, causal, one)
+            if i >= 2:
+                times["sdpa"].append(seconds)
+        flops = flash.attention_flops(case["batch"], case["heads"], case["s_q"], case["s_k"],
+                                      case["d_head"], causal)
+        med = {name: statistics.median(ts) for name, ts in times.items()}
+        rows.append({"s": case["s_q"], "causal": causal,
+                     "reference_tflops": round(flops / med["tuned"] / 1e12, 1),
+                     "plain_tflops": round(flops / med["plain"] / 1e12, 1),
+                     "sdpa_tflops": round(flops / med["sdpa"] / 1e12, 1),
+                     "sdpa_backend": backend})
+    return {"cases": rows}
+
+
+def tiers_from(rows: list) -> list:
+    """Tier thresholds from the plain kernel's geometric-mean ratio to the reference."""
+    ratios = [r["plain_tflops"] / r["reference_tflops"] for r in rows]
+    plain = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    return [round(f * min(plain, 1.0), 2) for f in FRACTIONS]
+
+
+@click.command()
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=DATA_PATH,
+              show_default=True, help="The thresholds file to update.")
+@click.option("--repeats", type=click.IntRange(min=3), default=15, show_default=True,
+              help="Timed calls per kernel and shape (medians are kept).")
+@click.option("--dry-run", is_flag=True, help="Print the measured entry; write nothing.")
+def calibrate(out, repeats, dry_run):
+    """Measure this GPU and write ex07's speed tiers for its model."""
+    import torch
+
+    from grader.reference import flash
+    if not torch.cuda.is_available():
+        raise click.UsageError("calibrate measures a GPU, and this machine has no CUDA device.")
+    if not flash.HAS_TRITON:
+        raise click.UsageError(f"calibrate {flash.NEEDS_TRITON}.")
+    data = _load(out)
+    name = torch.cuda.get_device_name()
+    measured = measure(repeats)
+    entry = {"tiers": tiers_from(measured["cases"]),
+             "measured": measured["cases"],
+             "plain_config": PLAIN,
+             "versions": {"torch": torch.__version__,
+                          "triton": __import__("triton").__version__},
+             "date": datetime.date.today().isoformat()}
+    for r in measured["cases"]:
+        click.echo(f"S={r['s']:5d} causal={str(r['causal']):5s}  reference "
+                   f"{r['reference_tflops']:6.1f}  plain {r['plain_tflops']:6.1f}  SDPA "
+                   f"({r['sdpa_backend']}) {r['sdpa_tflops']:6.1f} TFLOP/s  reference/SDPA "
+                   f"{r['reference_tflops'] / max(r['sdpa_tflops'], 1e-9):.2f}")
+    click.echo(f"{name}: tiers {entry['tiers']}")
+    if dry_run:
+        return
+    data["models"][name] = entry
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(data, indent=1) + "\n")
+    except OSError as exc:
+        raise click.FileError(str(out), hint=f"could not write it ({exc.strerror})") from None
+    click.echo(f"wrote {out}")

@@ -1,0 +1,144 @@
+"""GPU tests for ex07_flash_attention: fp16/bf16 at long sequences, then speed.
+
+Without CUDA every test here is "not run: needs a GPU" (worth nothing; under
+``attn-grade grade --require-gpu`` a failure instead).
+
+Speed is graded as a ratio, never in seconds: the student's kernel and the
+reference kernel (``grader/reference/flash.py``) are timed in the same
+worker, on the same fresh inputs, alternating, L2 flushed and the device
+synchronized around every call (``ex07.benchmark``).  The ratio of their
+TFLOP/s earns tiers whose thresholds come, per GPU model, from
+``grader/data/gpu_thresholds.json`` (written by ``attn-grade calibrate``).
+"""
+import json
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from grader.feedback import Feedback
+from grader.reference import flash
+from grader.reference.cases import rng_for
+
+pytestmark = [pytest.mark.exercise("ex07_flash_attention"), pytest.mark.hidden,
+              pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)]
+THRESHOLDS = Path(__file__).resolve().parents[2] / "data" / "gpu_thresholds.json"
+
+CORRECTNESS_CASES = {  # id: (B, h, h_kv, S_q, S_k, d_head, causal)
+    "S = 8192, causal, GQA h_kv = 2": (1, 4, 2, 8192, 8192, 128, True),
+    "S = 4096, not causal, d_head 64": (1, 4, 4, 4096, 4096, 64, False),
+    "decode against 8192 keys, h_kv = 1": (2, 8, 1, 1, 8192, 128, True),
+    "S_q = 1000 < S_k = 3000, causal": (1, 4, 2, 1000, 3000, 64, True),
+    "ragged 777, d_head 32": (2, 2, 2, 777, 777, 32, True),
+    "d_head 16, S_q > S_k": (1, 2, 2, 300, 250, 16, True),
+}
+SPEED_CASES = flash.SPEED_CASES    # bf16, B=4, h=32, d_head=128, S 2048 and 8192
+SPEED_REPEATS = 15
+_SPEED: dict = {}
+
+
+def _need_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+
+
+def thresholds(gpu_name: str) -> dict:
+    """This GPU model's tiers from the data file, else its ``default`` entry."""
+    data = json.loads(THRESHOLDS.read_text())
+    return data["models"].get(gpu_name) or data["default"]
+
+
+@pytest.mark.gpu
+@pytest.mark.points(2)
+@pytest.mark.timeout_s(600)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gpu_long_sequences(student, dtype, machine):
+    """flash_attention in fp16/bf16 on the GPU, S up to 8192"""
+    _need_gpu()
+    machine.setdefault("GPU", torch.cuda.get_device_name())
+    for name, (b, h, h_kv, s_q, s_k, d, causal) in CORRECTNESS_CASES.items():
+        rng = rng_for("ex07-gpu", name, dtype)
+        q, k, v = (torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
+                   .to(getattr(torch, dtype))
+                   for shape in ((b, h, s_q, d), (b, h_kv, s_k, d), (b, h_kv, s_k, d)))
+        res = student.probe("ex07.run_checked", q, k, v, causal=causal)
+        what = f"flash_attention in {dtype} ({name})"
+        expected = flash.reference(q, k, v, causal, device="cuda")
+        try:
+            flash.check_output(res, q, expected, what=what)
+            flash.check_authentic(res, q, k, v, what=what)
+        except Feedback as exc:
+            atol, rtol = flash.tolerance(dtype, "cuda")
+            raise Feedback(f"{exc}\n(named tolerance for {dtype} on a GPU: atol={atol:g}, "
+                           f"rtol={rtol:g}; accumulate in float32)") from None
+
+
+def _speed(student, request) -> dict:
+    """The benchmark, run once per grading run and shared by the tier tests."""
+    key = (id(request.config), student.module_name)
+    if key not in _SPEED:
+        source = Path(flash.__file__).read_text()
+        try:
+            _SPEED[key] = student.probe("ex07.benchmark", source, SPEED_CASES,
+                                        repeats=SPEED_REPEATS, seed=20261129)
+        except Exception as exc:          # remembered: every tier reports the same failure
+            _SPEED[key] = exc
+    if isinstance(_SPEED[key], Exception):
+        raise _SPEED[key]
+    return _SPEED[key]
+
+
+def judge_speed(result: dict) -> dict:
+    """Ratios of TFLOP/s (student / reference), checked outputs, noise margin."""
+    rows, ratios, spreads = [], [], []
+    for r in result["cases"]:
+        c = r["case"]
+        if r["problems"]:
+            raise Feedback(f"while timing B={c['batch']}, h={c['heads']}, S={c['s_q']}, "
+                           f"causal={c['causal']}: flash_attention {', '.join(r['problems'])}; "
+                           "no speed credit without a correct answer to every timed call")
+        atol, _ = flash.tolerance(c["dtype"], "cuda")
+        worst = max(r["max_err"])
+        if not math.isfinite(worst) or worst > 2 * atol:
+            i = int(np.argmax([e if math.isfinite(e) else np.inf for e in r["max_err"]]))
+            raise Feedback(f"timed call {i + 1} (S={c['s_q']}, causal={c['causal']}, "
+                           f"{c['dtype']}) differs from the reference kernel's output on the "
+                           f"same fresh inputs by {worst:.3g} (allowed {2 * atol:g}): every "
+                           "timed output is checked, so replayed or cached outputs fail")
+        flops = flash.attention_flops(c["batch"], c["heads"], c["s_q"], c["s_k"], c["d_head"],
+                                      c["causal"])
+        t_s, t_r = statistics.median(r["student_s"]), statistics.median(r["reference_s"])
+        ratios.append(t_r / t_s)
+        mad = statistics.median(abs(t - t_r) for t in r["reference_s"])
+        spreads.append(mad / t_r)
+        rows.append(f"  S={c['s_q']:5d} causal={str(c['causal']):5s}: yours "
+                    f"{flops / t_s / 1e12:7.1f} TFLOP/s, reference {flops / t_r / 1e12:7.1f} "
+                    f"TFLOP/s, ratio {t_r / t_s:.2f}")
+    ratio = math.exp(sum(math.log(x) for x in ratios) / len(ratios))   # geometric mean
+    return {"ratio": ratio, "margin": min(0.1, max(spreads)), "table": "\n".join(rows)}
+
+
+@pytest.mark.gpu
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(600)
+@pytest.mark.parametrize("tier", [1, 2, 3])
+def test_gpu_speed(student, request, machine, tier):
+    """speed against the reference kernel, same run, same inputs (tier by TFLOP/s ratio)"""
+    _need_gpu()
+    result = _speed(student, request)
+    gpu = result["gpu"]
+    machine.setdefault("GPU", gpu)
+    tiers = thresholds(gpu)["tiers"]
+    judged = judge_speed(result)
+    need = tiers[tier - 1]
+    text = (f"{judged['table']}\n  geometric mean ratio {judged['ratio']:.2f} on {gpu}; "
+            f"tier {tier} needs {need:.2f} (less {judged['margin']:.0%} for timing noise)")
+    if judged["ratio"] < need * (1 - judged["margin"]):
+        raise Feedback(f"your kernel is correct but slower than tier {tier} asks:\n{text}\n"
+                       "Ideas: larger tiles (BLOCK_M 128), exp2 with the scale folded in, "
+                       "skip fully masked key tiles under the causal mask, autotune "
+                       "num_warps/num_stages.")
+    request.node.feedback_on_pass = text

@@ -1,0 +1,72 @@
+"""Mistakes in the fused attention exercise (G): NumPy steps, the kernel, and cheats."""
+from tests.mutants import Mutant
+
+SCALE_DEFAULT = "sm_scale = 1.0 / math.sqrt(d_head) if sm_scale is None else float(sm_scale)"
+ALLOC = "    out = torch.empty_like(q)                                  # (B, h, S_q, d_head)\n"
+
+# flash_attention's work done by PyTorch: repeat K/V, matmul, softmax.
+TORCH_FALLBACK = """    rep = n_heads // n_kv
+    kk, vv = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    scores = (q @ kk.transpose(-1, -2)) * sm_scale
+    if causal:
+        i = torch.arange(s_q)[:, None] + (s_k - s_q)
+        scores = scores.masked_fill(torch.arange(s_k)[None, :] > i, float("-inf"))
+    return torch.nan_to_num(torch.softmax(scores, dim=-1)) @ vv
+"""
+SDPA_FALLBACK = """    rep = n_heads // n_kv
+    kk, vv = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    return torch.nn.functional.scaled_dot_product_attention(q, kk, vv, is_causal=causal,
+                                                            scale=sm_scale)
+"""
+# Outputs remembered by shape: the second call with new data gets the first's answer.
+CACHE = """    key = (tuple(q.shape), tuple(k.shape), bool(causal), sm_scale)
+    cached = globals().setdefault("_OUTPUTS", {})
+    if key in cached:
+        return cached[key].clone()
+    out = torch.empty_like(q)
+    cached[key] = out
+"""
+# The scale folded into q in place: right answer, clobbered input.
+MUTATE = """    q.mul_(sm_scale)
+    sm_scale = 1.0
+    out = torch.empty_like(q)
+"""
+# GQA by copying K/V for every query head (the right answer, the wrong way).
+KV_COPY = """    k = k.repeat_interleave(n_heads // n_kv, 1)
+    v = v.repeat_interleave(n_heads // n_kv, 1)
+    n_kv = n_heads
+    out = torch.empty_like(q)
+"""
+
+MUTANTS = [
+    # -- NumPy: online_softmax_step and blockwise_attention
+    Mutant("numpy_no_rescale", "acc_new = alpha[..., None] * acc + p @ v",
+           "acc_new = acc + p @ v", "does not rescale the accumulator"),
+    Mutant("numpy_nan_masked_tile", "shift = np.where(np.isneginf(m_new), 0.0, m_new)",
+           "shift = m_new", "fully masked tile"),
+    Mutant("blockwise_no_scale", "    scale = 1.0 / math.sqrt(d_head)\n",
+           "    scale = 1.0\n", "not scaled by 1/sqrt(d_head)"),
+    Mutant("blockwise_top_left", "rows = (s_k - s_q + np.arange(s_q))[:, None]",
+           "rows = np.arange(s_q)[:, None]", "top-left"),
+    # -- the Triton kernel
+    Mutant("kernel_no_rescale", "acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)",
+           "acc = acc + tl.dot(p.to(v.dtype), v)", "does not rescale the accumulator"),
+    Mutant("kernel_nan_masked_rows", 'shift = tl.where(m_new == float("-inf"), 0.0, m_new)',
+           "shift = m_new", "fully masked tile"),
+    Mutant("kernel_top_left_mask", "pos_m = S_K - S_Q + offs_m", "pos_m = offs_m", "top-left"),
+    Mutant("kernel_diagonal_masked", "(cols[None, :] <= pos_m[:, None])",
+           "(cols[None, :] < pos_m[:, None])", "also hides the diagonal"),
+    Mutant("kernel_kv_tile", "kv_head = head // GROUP", "kv_head = head % (H // GROUP)",
+           "repeat_interleave"),
+    Mutant("no_default_scale", SCALE_DEFAULT,
+           "sm_scale = 1.0 if sm_scale is None else float(sm_scale)",
+           "not scaled by 1/sqrt(d_head)"),
+    Mutant("sm_scale_ignored", SCALE_DEFAULT, "sm_scale = 1.0 / math.sqrt(d_head)",
+           "sm_scale argument was ignored"),
+    # -- cheats: the known ways to game a kernel grader
+    Mutant("torch_matmul_fallback", ALLOC, TORCH_FALLBACK, "PyTorch did attention's work"),
+    Mutant("sdpa_fallback", ALLOC, SDPA_FALLBACK, "scaled_dot_product_attention"),
+    Mutant("output_cache", ALLOC, CACHE, "cache nothing between calls"),
+    Mutant("input_mutation", ALLOC, MUTATE, "changed its input q"),
+    Mutant("gqa_copies_kv", ALLOC, KV_COPY, "copied for every query head"),
+]
