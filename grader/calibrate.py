@@ -156,3 +156,10 @@ def calibrate(out, repeats, dry_run):
     except OSError as exc:
         raise click.FileError(str(out), hint=f"could not write it ({exc.strerror})") from None
     click.echo(f"wrote {out}")
+
+
+def tiers_for(gpu_name: str, path: Path = DATA_PATH) -> list:
+    """The speed tiers of ``gpu_name`` from the thresholds file (else its default)."""
+    data = json.loads(Path(path).read_text())
+    entry = data.get("models", {}).get(gpu_name) or data["default"]
+    return [float(x) for x in entry["tiers"]]

@@ -474,3 +474,41 @@ def check_no_kv_copy(result: dict, q, k, *, what: str) -> None:
                        f"made by {big[0][0]}) was allocated during the call: K or V copied for "
                        f"every query head (B*h*S_k*d_head = {repeated}). Index the shared head "
                        "in the kernel instead: query head i reads K/V head i // (h // h_kv).")
+
+
+def judge_speed(result: dict) -> dict:
+    """Ratios of TFLOP/s (student / reference) from ``ex07.benchmark``'s answer.
+
+    Raises ``Feedback`` if any timed call came back wrong (each is checked
+    against the reference's output on the same inputs).  Returns the
+    geometric-mean ratio, a noise margin (the reference's own relative
+    spread, at most 10%) and a table for the feedback."""
+    import statistics
+
+    from grader.feedback import Feedback
+    rows, ratios, spreads = [], [], []
+    for r in result["cases"]:
+        c = r["case"]
+        if r["problems"]:
+            raise Feedback(f"while timing B={c['batch']}, h={c['heads']}, S={c['s_q']}, "
+                           f"causal={c['causal']}: flash_attention {', '.join(r['problems'])}; "
+                           "no speed credit without a correct answer to every timed call")
+        atol, _ = tolerance(c["dtype"], "cuda")
+        worst = max(r["max_err"])
+        if not math.isfinite(worst) or worst > 2 * atol:
+            i = int(np.argmax([e if math.isfinite(e) else np.inf for e in r["max_err"]]))
+            raise Feedback(f"timed call {i + 1} (S={c['s_q']}, causal={c['causal']}, "
+                           f"{c['dtype']}) differs from the reference kernel's output on the "
+                           f"same fresh inputs by {worst:.3g} (allowed {2 * atol:g}): every "
+                           "timed output is checked, so replayed or cached outputs fail")
+        flops = attention_flops(c["batch"], c["heads"], c["s_q"], c["s_k"], c["d_head"],
+                                c["causal"])
+        t_s, t_r = statistics.median(r["student_s"]), statistics.median(r["reference_s"])
+        ratios.append(t_r / t_s)
+        mad = statistics.median(abs(t - t_r) for t in r["reference_s"])
+        spreads.append(mad / t_r)
+        rows.append(f"  S={c['s_q']:5d} causal={str(c['causal']):5s}: yours "
+                    f"{flops / t_s / 1e12:7.1f} TFLOP/s, reference {flops / t_r / 1e12:7.1f} "
+                    f"TFLOP/s, ratio {t_r / t_s:.2f}")
+    ratio = math.exp(sum(math.log(x) for x in ratios) / len(ratios))   # geometric mean
+    return {"ratio": ratio, "margin": min(0.1, max(spreads)), "table": "\n".join(rows)}

@@ -307,11 +307,12 @@ def load_reference(source: str):
     return mod
 
 
-def run_reference(module, source, q, k, v, causal=True, sm_scale=None):
+def run_reference(module, source, q, k, v, causal=True, sm_scale=None, config=None):
     """The reference kernel on these inputs (to test the reference itself)."""
     ref = load_reference(source)
     dev = device()
-    out = ref.flash_attention(q.to(dev), k.to(dev), v.to(dev), causal=causal, sm_scale=sm_scale)
+    out = ref.flash_attention(q.to(dev), k.to(dev), v.to(dev), causal=causal,
+                              sm_scale=sm_scale, config=config)
     sync()
     return out.cpu()
 
@@ -337,7 +338,7 @@ def fresh_inputs(shape_q, shape_kv, dtype, gen, dev):
     return one(shape_q), one(shape_kv), one(shape_kv)
 
 
-def benchmark(module, source, cases, *, repeats=15, warmup=2, seed=0):
+def benchmark(module, source, cases, *, repeats=15, warmup=2, seed=0, on="cuda"):
     """Time the student's kernel and the reference on the same fresh inputs.
 
     ``cases``: dicts with ``batch, heads, kv_heads, s_q, s_k, d_head, causal,
@@ -346,12 +347,14 @@ def benchmark(module, source, cases, *, repeats=15, warmup=2, seed=0):
     inputs, timing both in alternating order.  Each student output is checked
     right after its call against the reference's output on the same inputs
     (max abs difference), with its type, shape, dtype and whether the inputs
-    were left unchanged."""
-    if not torch.cuda.is_available():
+    were left unchanged.  ``on="cpu"`` (Triton's interpreter, tiny shapes)
+    only tests this code: CPU timings grade nothing."""
+    dev = torch.device(on)
+    if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("benchmark needs CUDA")
     ref = load_reference(source)
-    dev = torch.device("cuda")
-    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=dev)
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=dev) \
+        if dev.type == "cuda" else None
     gen = torch.Generator(device=dev)
     gen.manual_seed(int(seed))
     results = []
@@ -395,4 +398,5 @@ def benchmark(module, source, cases, *, repeats=15, warmup=2, seed=0):
             del outs, saved
         results.append({"case": case, "student_s": t_student, "reference_s": t_ref,
                         "max_err": errors, "problems": sorted(set(problems))})
-    return {"gpu": torch.cuda.get_device_name(), "cases": results}
+    gpu = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu (interpreter)"
+    return {"gpu": gpu, "cases": results}

@@ -10,22 +10,19 @@ synchronized around every call (``ex07.benchmark``).  The ratio of their
 TFLOP/s earns tiers whose thresholds come, per GPU model, from
 ``grader/data/gpu_thresholds.json`` (written by ``attn-grade calibrate``).
 """
-import json
-import math
-import statistics
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from grader.calibrate import tiers_for
 from grader.feedback import Feedback
 from grader.reference import flash
 from grader.reference.cases import rng_for
 
 pytestmark = [pytest.mark.exercise("ex07_flash_attention"), pytest.mark.hidden,
               pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)]
-THRESHOLDS = Path(__file__).resolve().parents[2] / "data" / "gpu_thresholds.json"
 
 CORRECTNESS_CASES = {  # id: (B, h, h_kv, S_q, S_k, d_head, causal)
     "S = 8192, causal, GQA h_kv = 2": (1, 4, 2, 8192, 8192, 128, True),
@@ -43,12 +40,6 @@ _SPEED: dict = {}
 def _need_gpu():
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
-
-
-def thresholds(gpu_name: str) -> dict:
-    """This GPU model's tiers from the data file, else its ``default`` entry."""
-    data = json.loads(THRESHOLDS.read_text())
-    return data["models"].get(gpu_name) or data["default"]
 
 
 @pytest.mark.gpu
@@ -91,36 +82,6 @@ def _speed(student, request) -> dict:
     return _SPEED[key]
 
 
-def judge_speed(result: dict) -> dict:
-    """Ratios of TFLOP/s (student / reference), checked outputs, noise margin."""
-    rows, ratios, spreads = [], [], []
-    for r in result["cases"]:
-        c = r["case"]
-        if r["problems"]:
-            raise Feedback(f"while timing B={c['batch']}, h={c['heads']}, S={c['s_q']}, "
-                           f"causal={c['causal']}: flash_attention {', '.join(r['problems'])}; "
-                           "no speed credit without a correct answer to every timed call")
-        atol, _ = flash.tolerance(c["dtype"], "cuda")
-        worst = max(r["max_err"])
-        if not math.isfinite(worst) or worst > 2 * atol:
-            i = int(np.argmax([e if math.isfinite(e) else np.inf for e in r["max_err"]]))
-            raise Feedback(f"timed call {i + 1} (S={c['s_q']}, causal={c['causal']}, "
-                           f"{c['dtype']}) differs from the reference kernel's output on the "
-                           f"same fresh inputs by {worst:.3g} (allowed {2 * atol:g}): every "
-                           "timed output is checked, so replayed or cached outputs fail")
-        flops = flash.attention_flops(c["batch"], c["heads"], c["s_q"], c["s_k"], c["d_head"],
-                                      c["causal"])
-        t_s, t_r = statistics.median(r["student_s"]), statistics.median(r["reference_s"])
-        ratios.append(t_r / t_s)
-        mad = statistics.median(abs(t - t_r) for t in r["reference_s"])
-        spreads.append(mad / t_r)
-        rows.append(f"  S={c['s_q']:5d} causal={str(c['causal']):5s}: yours "
-                    f"{flops / t_s / 1e12:7.1f} TFLOP/s, reference {flops / t_r / 1e12:7.1f} "
-                    f"TFLOP/s, ratio {t_r / t_s:.2f}")
-    ratio = math.exp(sum(math.log(x) for x in ratios) / len(ratios))   # geometric mean
-    return {"ratio": ratio, "margin": min(0.1, max(spreads)), "table": "\n".join(rows)}
-
-
 @pytest.mark.gpu
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(600)
@@ -131,8 +92,8 @@ def test_gpu_speed(student, request, machine, tier):
     result = _speed(student, request)
     gpu = result["gpu"]
     machine.setdefault("GPU", gpu)
-    tiers = thresholds(gpu)["tiers"]
-    judged = judge_speed(result)
+    tiers = tiers_for(gpu)
+    judged = flash.judge_speed(result)
     need = tiers[tier - 1]
     text = (f"{judged['table']}\n  geometric mean ratio {judged['ratio']:.2f} on {gpu}; "
             f"tier {tier} needs {need:.2f} (less {judged['margin']:.0%} for timing noise)")
