@@ -1,0 +1,312 @@
+"""ex07: the references, the probes, the speed path, and installs without Triton or CUDA.
+
+The reference kernel and the benchmark probe run here under Triton's
+interpreter (CPU, float32, tiny shapes): what a GPU would time is tested
+for plumbing only, the numbers mean nothing on a CPU.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from grader import calibrate as cal
+from grader.cli import main
+from grader.exercises import EXERCISES
+from grader.feedback import Feedback
+from grader.reference import attention as att
+from grader.reference import flash
+from grader.sandbox.client import Limits, StudentModule, Worker
+from tests.conftest import REPO, copy_solutions, grade_dir
+from tests.mutants import all_mutants
+
+EX = "ex07_flash_attention"
+needs_triton = pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)
+SOURCE = Path(flash.__file__).read_text()
+
+
+def _student(folder: Path) -> StudentModule:
+    return StudentModule(Worker(folder, EX, Limits(call_timeout=120,
+                                                   env={"TRITON_INTERPRET": "1"})))
+
+
+@pytest.fixture(scope="module")
+def solution(tmp_path_factory):
+    student = _student(copy_solutions(tmp_path_factory.mktemp("ex07") / "sub", [EX]))
+    yield student
+    student._worker.close()
+
+
+def _qkv(b, h, h_kv, s_q, s_k, d, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, h, s_q, d, generator=g), torch.randn(b, h_kv, s_k, d, generator=g),
+            torch.randn(b, h_kv, s_k, d, generator=g))
+
+
+# -- the float64 reference --------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(1, 4, 2, 9, 13, 8, True), (2, 2, 1, 7, 3, 4, True),
+                                   (1, 3, 3, 5, 5, 4, False), (1, 2, 1, 1, 6, 4, True)])
+def test_reference_agrees_with_attention_module(shape):
+    b, h, h_kv, s_q, s_k, d, causal = shape
+    q, k, v = _qkv(b, h, h_kv, s_q, s_k, d)
+    rep = h // h_kv
+    want = att.attention(q, att.repeat_kv(k, rep), att.repeat_kv(v, rep), causal=causal)
+    got = flash.reference(q, k, v, causal)
+    assert torch.allclose(got, want, atol=1e-12)
+    assert torch.allclose(flash.reference(q, k, v, causal, chunk=2), got, atol=1e-12)
+    assert torch.isfinite(got).all()
+
+
+def test_mistakes_differ_from_the_truth():
+    """Every mistake the hidden suite names changes its answer on such a case."""
+    q, k, v = _qkv(1, 4, 2, 20, 45, 16)
+    truth = flash.reference(q, k, v, True, 0.3)
+    names = ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked", "no_mask",
+             "kv_tile", "no_rescale", "sm_scale_ignored"]
+    mistakes = flash.flash_mistakes(q, k, v, True, 0.3, names=names)
+    assert len(mistakes) >= len(names)
+    for description, wrong in mistakes.items():
+        assert not torch.allclose(wrong, truth, atol=1e-3), description
+    rows = flash.reference(*_qkv(1, 1, 1, 6, 3, 16), True, None, "nan_masked_tile")
+    assert torch.isnan(rows[0, 0, :3]).all() and torch.isfinite(rows[0, 0, 3:]).all()
+
+
+def test_step_reference_masked_tile_and_rescale():
+    m, l, acc = np.full(2, -np.inf), np.zeros(2), np.zeros((2, 3))
+    masked = np.full((2, 4), -np.inf)
+    out = flash.step_reference(m, l, acc, masked, np.ones((4, 3)))
+    assert np.isneginf(out[0]).all() and not np.isnan(out[1]).any() and (out[2] == 0).all()
+    assert np.isnan(flash.step_reference(m, l, acc, masked, np.ones((4, 3)),
+                                         mistake="nan_masked_tile")[2]).all()
+
+
+def test_flops_formula():
+    assert flash.attention_flops(4, 32, 1024, 1024, 128, False) == 4 * 4 * 32 * 1024**2 * 128
+    assert flash.attention_flops(1, 1, 8, 8, 16, True) == 0.5 * 4 * 64 * 16
+
+
+# -- the reference kernel, in the interpreter ------------------------------------------
+@needs_triton
+@pytest.mark.parametrize("shape", [(1, 2, 1, 37, 53, 32, True), (2, 4, 2, 1, 70, 16, True),
+                                   (1, 2, 2, 48, 64, 64, False), (1, 2, 1, 40, 30, 16, True),
+                                   (1, 1, 1, 19, 19, 128, True), (1, 2, 2, 32, 64, 16, False)])
+def test_reference_kernel(solution, shape):
+    b, h, h_kv, s_q, s_k, d, causal = shape
+    q, k, v = _qkv(b, h, h_kv, s_q, s_k, d, seed=1)
+    got = solution.probe("ex07.run_reference", SOURCE, q, k, v, causal=causal, sm_scale=0.4)
+    atol, rtol = flash.tolerance("float32", "cpu")
+    assert torch.allclose(got.double(), flash.reference(q, k, v, causal, 0.4),
+                          atol=atol, rtol=rtol)
+
+
+@needs_triton
+def test_reference_kernel_fixed_config(solution):
+    q, k, v = _qkv(1, 2, 1, 70, 50, 32, seed=2)
+    got = solution.probe("ex07.run_reference", SOURCE, q, k, v, causal=True,
+                         config={"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4,
+                                 "num_stages": 2})
+    assert torch.allclose(got.double(), flash.reference(q, k, v, True), atol=2e-5, rtol=2e-4)
+
+
+# -- the probe's watch --------------------------------------------------------------------
+@needs_triton
+def test_trace_of_the_solution_is_clean(solution):
+    q, k, v = _qkv(1, 4, 1, 16, 96, 32)
+    res = solution.probe("ex07.run_checked", q, k, v, causal=True)
+    assert res["launches"] and all(x["in_submission"] for x in res["launches"])
+    assert res["forbidden"] == {} and sum(res["compute_ops"].values()) <= 2
+    assert [b[1] for b in res["buffers"]] == [q.numel()]          # the output only
+    assert res["numpy_conversions"] == [] and res["out_type"] == "torch.Tensor"
+    flash.check_authentic(res, q, k, v, what="flash_attention")
+    flash.check_no_kv_copy(res, q, k, what="flash_attention")
+
+
+CHEATS = {
+    # a kernel of its own launched for show, the attention done in NumPy
+    "numpy": ("copied to the host or to NumPy", """
+        @triton.jit
+        def _touch(X):
+            pass
+
+        def flash_attention(q, k, v, *, causal=True, sm_scale=None):
+            _touch[(1,)](q)
+            qn, kn, vn = q.numpy(), k.numpy(), v.numpy()
+            s = qn @ kn.swapaxes(-1, -2) / np.sqrt(qn.shape[-1])
+            p = np.exp(s - s.max(-1, keepdims=True))
+            return torch.from_numpy(((p / p.sum(-1, keepdims=True)) @ vn).astype(np.float32))
+        """),
+    # the right numbers in a tensor subclass (lazy values, custom comparisons)
+    "subclass": ("not a plain torch.Tensor", """
+        class Lazy(torch.Tensor):
+            pass
+
+        def flash_attention(q, k, v, *, causal=True, sm_scale=None):
+            s = torch.einsum("bhqd,bhkd->bhqk", q, k) / q.shape[-1] ** 0.5
+            return torch.einsum("bhqk,bhkd->bhqd", s.softmax(-1), v).as_subclass(Lazy)
+        """),
+    # no kernel at all: row by row in PyTorch, without matmul or softmax ops
+    "no_kernel": ("no Triton kernel of your own", """
+        def flash_attention(q, k, v, *, causal=True, sm_scale=None):
+            out = q.clone()
+            for i in range(q.shape[2]):
+                w = (k * q[:, :, i:i + 1]).sum(-1) / q.shape[-1] ** 0.5
+                e = (w - w.amax(-1, keepdim=True)).exp()
+                out[:, :, i] = ((e / e.sum(-1, keepdim=True))[..., None] * v).sum(-2)
+            return out
+        """),
+    # a kernel of its own launched for show, the attention done row by row in PyTorch
+    "torch_loop": ("PyTorch arithmetic ops ran during the call", """
+        @triton.jit
+        def _touch(X):
+            pass
+
+        def flash_attention(q, k, v, *, causal=True, sm_scale=None):
+            _touch[(1,)](q)
+            out = torch.empty_like(q)
+            for i in range(q.shape[2]):
+                w = (k * q[:, :, i:i + 1]).sum(-1) / q.shape[-1] ** 0.5
+                e = (w - w.amax(-1, keepdim=True)).exp()
+                out[:, :, i] = ((e / e.sum(-1, keepdim=True))[..., None] * v).sum(-2)
+            return out
+        """),
+}
+
+
+@needs_triton
+@pytest.mark.parametrize("cheat", list(CHEATS))
+def test_cheats_are_named(tmp_path, cheat):
+    expect, body = CHEATS[cheat]
+    header = "import numpy as np\nimport torch\nimport triton\nimport triton.language as tl\n"
+    (tmp_path / f"{EX}.py").write_text(header + textwrap.dedent(body))
+    student = _student(tmp_path)
+    try:
+        q, k, v = _qkv(1, 1, 1, 8, 8, 16)
+        res = student.probe("ex07.run_checked", q, k, v, causal=False)
+    finally:
+        student._worker.close()
+    with pytest.raises(Feedback, match=expect):
+        flash.check_output(res, q, flash.reference(q, k, v, False), what="flash_attention")
+        flash.check_authentic(res, q, k, v, what="flash_attention")
+
+
+# -- the speed path (plumbing only: CPU timings grade nothing) ------------------------------
+TINY = [dict(batch=1, heads=2, kv_heads=1, s_q=20, s_k=20, d_head=16, causal=True,
+             dtype="float32")]
+
+
+@needs_triton
+def test_benchmark_probe_and_judge(solution):
+    result = solution.probe("ex07.benchmark", SOURCE, TINY, repeats=2, warmup=1, on="cpu")
+    (case,) = result["cases"]
+    assert len(case["student_s"]) == len(case["reference_s"]) == 2
+    assert case["problems"] == [] and max(case["max_err"]) < 1e-4
+    judged = flash.judge_speed(result)
+    assert judged["ratio"] > 0 and 0 <= judged["margin"] <= 0.1 and "TFLOP/s" in judged["table"]
+
+
+@needs_triton
+def test_benchmark_fails_a_cached_output(tmp_path):
+    """Every timed output is checked: an output cache loses the speed credit."""
+    (cache,) = [m for m in all_mutants() if m.file == EX and m.name == "output_cache"]
+    sub = copy_solutions(tmp_path / "sub", [EX])
+    (sub / f"{EX}.py").write_text(cache.apply((sub / f"{EX}.py").read_text()))
+    student = _student(sub)
+    try:
+        result = student.probe("ex07.benchmark", SOURCE, TINY, repeats=2, warmup=1, on="cpu")
+    finally:
+        student._worker.close()
+    with pytest.raises(Feedback, match="every timed output is checked"):
+        flash.judge_speed(result)
+
+
+def test_thresholds_file_and_tiers(tmp_path):
+    data = json.loads(cal.DATA_PATH.read_text())
+    for entry in [data["default"], *data["models"].values()]:
+        tiers = entry["tiers"]
+        assert len(tiers) == 3 and 0 < tiers[0] < tiers[1] < tiers[2] <= 1
+    assert cal.tiers_for("a GPU nobody calibrated") == data["default"]["tiers"]
+    rows = [{"plain_tflops": 300.0, "reference_tflops": 500.0},
+            {"plain_tflops": 240.0, "reference_tflops": 400.0}]
+    assert cal.tiers_from(rows) == [round(f * 0.6, 2) for f in cal.FRACTIONS]
+
+
+def test_calibrate_without_cuda_is_a_usage_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = CliRunner().invoke(main, ["calibrate"])
+    assert result.exit_code == 2 and "no CUDA device" in result.output
+
+
+# -- grading ----------------------------------------------------------------------------------
+def test_worker_env_interprets_without_cuda():
+    env = dict(EXERCISES[EX].worker_env)
+    assert env == ({} if torch.cuda.is_available() else {"TRITON_INTERPRET": "1"})
+    assert all(not dict(e.worker_env) for name, e in EXERCISES.items() if name != EX)
+
+
+@needs_triton
+def test_solution_full_marks_and_gpu_tests_not_run(tmp_path):
+    report = grade_dir(copy_solutions(tmp_path / "sub", [EX]), [EX])
+    assert not report.errors, report.errors
+    got, total = report.exercise_scores()[EX]
+    assert got == total > 20
+    gpu = [t for t in report.tests if "gpu" in t.name]
+    if not torch.cuda.is_available():
+        assert len(gpu) == 5 and all(t.status == "not_run" and "needs a GPU" in t.output
+                                     for t in gpu)
+    assert report.seconds < 120
+
+
+@needs_triton
+def test_stub_scores_nothing(tmp_path):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / f"{EX}.py").write_text((REPO / "exercises" / f"{EX}.py").read_text())
+    report = grade_dir(sub, [EX], suite="public")
+    assert not report.errors, report.errors
+    assert report.exercise_scores()[EX][0] == 0
+
+
+_NO_TRITON = """
+import sys
+sys.modules["triton"] = None          # as on macOS and Windows: no Triton at all
+import json
+from pathlib import Path
+from click.testing import CliRunner
+from grader.cli import main
+from grader.core import Options, grade
+from grader.reference import flash
+assert not flash.HAS_TRITON
+report = grade(Path(sys.argv[1]), Options(exercises=["ex02_mha", "ex07_flash_attention"]))
+help_ok = CliRunner().invoke(main, ["--help"]).exit_code == 0
+print(json.dumps({"errors": report.errors, "help": help_ok,
+                  "tests": [[t.exercise, t.status, t.output] for t in report.tests]}))
+"""
+
+
+def test_everything_but_ex07_works_without_triton(tmp_path):
+    sub = copy_solutions(tmp_path / "sub", ["ex02_mha", EX])
+    done = subprocess.run([sys.executable, "-c", _NO_TRITON, str(sub)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["help"] and not out["errors"], out["errors"]
+    ex02 = [t for t in out["tests"] if t[0] == "ex02_mha"]
+    ex07 = [t for t in out["tests"] if t[0] == EX]
+    assert ex02 and all(status == "passed" for _, status, _ in ex02)
+    assert ex07 and all(status == "not_run" and "needs Triton" in text and "Linux" in text
+                        for _, status, text in ex07)
+
+
+def test_grader_imports_no_triton():
+    code = ("import sys, grader.cli, grader.core, grader.calibrate, grader.reference.attention, "
+            "grader.sandbox.client; print('triton' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr[-2000:]
