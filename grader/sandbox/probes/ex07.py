@@ -4,7 +4,8 @@ They watch what the student's ``flash_attention`` does during one call and
 return what they saw as data; the suites judge it in the grading process.
 
 * ``run_checked``: one call on the device (CUDA if present, else the CPU
-  under ``TRITON_INTERPRET=1``), with an op-level trace (PyTorch's
+  under ``TRITON_INTERPRET=1``, where an autotuned kernel runs its first
+  configuration: there is nothing to time), with an op-level trace (PyTorch's
   ``TorchDispatchMode``) that lists forbidden ops (matmul, bmm, softmax,
   ``scaled_dot_product_attention``...), other PyTorch arithmetic, every new
   buffer with its size, copies to the host or to NumPy, and the Triton
@@ -209,6 +210,36 @@ class _NumpyWatch:
         return False
 
 
+class _InterpretedAutotune:
+    """Under the interpreter there is no GPU to time configurations on (Triton's
+    autotuner would fail asking for a driver): every config ties and the
+    autotuner keeps its first one."""
+
+    def __enter__(self):
+        self._saved = None
+        if os.environ.get("TRITON_INTERPRET") != "1" or torch.cuda.is_available():
+            return self
+        try:
+            from triton.runtime import autotuner
+        except ImportError:
+            return self
+        cls = autotuner.Autotuner
+        if "do_bench" in cls.__dict__:
+            self._saved = (cls, cls.__dict__["do_bench"])
+
+            def tie(fn, quantiles=None, **kwargs):
+                return [0.0] * len(quantiles) if quantiles else 0.0
+
+            cls.do_bench = property(lambda this: tie)
+        return self
+
+    def __exit__(self, *exc):
+        if self._saved is not None:
+            cls, original = self._saved
+            cls.do_bench = original
+        return False
+
+
 def _type_name(value) -> str:
     t = type(value)
     return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
@@ -231,7 +262,7 @@ def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=Tr
         kwargs["sm_scale"] = sm_scale
     root = os.path.abspath(os.getcwd())
     sync()
-    with _Launcher(root) as launcher, _NumpyWatch() as numpy_watch:
+    with _Launcher(root) as launcher, _NumpyWatch() as numpy_watch, _InterpretedAutotune():
         trace = _Trace((q, k, v), launcher)
         start = time.perf_counter()
         with trace:
@@ -364,6 +395,12 @@ def benchmark(module, source, cases, *, repeats=15, warmup=2, seed=0, on="cuda")
         shape_kv = (case["batch"], case["kv_heads"], case["s_k"], case["d_head"])
         kwargs = {"causal": bool(case["causal"])}
         student, reference = module.flash_attention, ref.flash_attention
+        if dev.type == "cpu":                              # tests of this code only
+            plain_student = student
+
+            def student(*args, **kwargs):
+                with _InterpretedAutotune():
+                    return plain_student(*args, **kwargs)
         for _ in range(warmup):
             q, k, v = fresh_inputs(shape_q, shape_kv, dtype, gen, dev)
             student(q, k, v, **kwargs)
