@@ -18,10 +18,10 @@ def roofline_run(module, device, prefill_shape, decode_shape, dtype_name,
     ``*_counts`` are ``(flops, bytes)`` computed by the grader from its own
     formulas.  Returns the two dicts as the student's code gave them."""
     dtype = getattr(torch, dtype_name)
-    g = torch.Generator(device="cpu").manual_seed(5)
+    g = torch.Generator(device=device).manual_seed(5)
 
-    def rand(*shape):
-        return torch.randn(*shape, generator=g, dtype=torch.float32).to(device, dtype)
+    def rand(*shape):       # made on the device: a GPU's caches are ~1 GiB
+        return torch.randn(*shape, generator=g, device=device, dtype=dtype)
 
     b, h, s, d = prefill_shape
     q, k, v = rand(b, h, s, d), rand(b, h, s, d), rand(b, h, s, d)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader.feedback import TOLERANCES, check_close, check_equal
+from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference import roofline as rl
 
 pytestmark = [pytest.mark.exercise("ex05_decode_prefill"), pytest.mark.hidden]
@@ -84,16 +84,27 @@ def test_attention_bytes_hidden(student):
 @pytest.mark.points(1)
 def test_bound_at_the_ridge(student):
     """bound() at, above and below the ridge point, with hidden peaks"""
-    cases = [(8.0, 8e12, 1e12, "compute"),           # exactly at the ridge
-             (7.999, 8e12, 1e12, "memory"),
-             (290.0, 989e12, 3.35e12, "memory"),    # an H100's ridge is ~295
-             (0.5, 2e9, 1e10, "compute"),           # ridge 0.2
-             (1.0, 1e11, 2.5e10, "memory")]
-    for intensity, pf, pb, want in cases:
-        args = (intensity, pf, pb)
-        check_equal(student.bound(*args), want, what=f"bound{args}",
-                    mistakes=rl.mistakes_of(rl.bound, ["bound_strict", "bound_swapped",
-                                                       "bound_inverted_ridge"], *args))
+    cases = [(8.0, 8e12, 1e12),            # exactly at the ridge: compute
+             (7.999, 8e12, 1e12),
+             (290.0, 989e12, 3.35e12),     # an H100's ridge is ~295
+             (0.5, 2e9, 1e10),             # ridge 0.2
+             (1.0, 1e11, 2.5e10),
+             (20.0, 1e11, 1e10)]
+    # The cases are chosen so that each mistake gives its own pattern of answers.
+    got = [student.bound(*args) for args in cases]
+    want = [rl.bound(*args) for args in cases]
+    if got == want:
+        return
+    lines = [f"bound{args}: expected {w!r}, got {g!r}" for args, g, w in zip(cases, got, want)
+             if g != w]
+    for name in ("bound_strict", "bound_swapped", "bound_inverted_ridge"):
+        if got == [rl.bound(*args, mistake=name) for args in cases]:
+            lines.append(f"This looks like: {rl.MISTAKES[name]}.")
+            break
+    else:
+        lines.append("The ridge point is peak_flops / peak_bytes_per_s; at or above it, "
+                     "compute-bound.")
+    raise Feedback("\n".join(lines))
 
 
 ATT_MISTAKES = ["no_scale", "scale_by_d", "softmax_over_queries", "no_mask", "diagonal_masked",

@@ -102,14 +102,16 @@ def check_achieved(got, flops, nbytes, what):
                           "bytes/s instead of GB/s": nbytes / s})
 
 
+BOUND_HINT = ("The ridge point is peak_flops / peak_bytes_per_s (FLOPs per byte); an intensity "
+              "at or above it is compute-bound, below it memory-bound.")
+
+
 @pytest.mark.points(1)
 def test_bound_simple(student):
     """bound() on either side of the ridge point"""
     for intensity, want in ((100.0, "compute"), (1.0, "memory")):
         args = (intensity, 1e12, 1e11)    # ridge point: 10 FLOPs per byte
-        check_equal(student.bound(*args), want, what=f"bound{args}",
-                    mistakes=rl.mistakes_of(rl.bound, ["bound_swapped",
-                                                       "bound_inverted_ridge"], *args))
+        check_equal(student.bound(*args), want, what=f"bound{args}", hint=BOUND_HINT)
 
 
 @pytest.mark.points(1)
@@ -139,7 +141,7 @@ def check_decode_with_cache(student, *, seed, b, s, d, h, h_kv, d_head, rope_bas
     wrong = {name: rl.decode_with_cache(*args, rope_base=rope_base, mistake=name)
              for name in DWC_MISTAKES}
     atol, rtol = TOLERANCES["float32"]
-    for i, part in ((1, "k_cache"), (2, "v_cache"), (0, "out")):
+    for i, part in ((0, "out"), (1, "k_cache"), (2, "v_cache")):
         check_close(got[i], want[i], what=f"{what}: {part}", atol=atol, rtol=rtol,
                     mistakes={rl.MISTAKES[n]: w[i] for n, w in wrong.items()})
 
@@ -190,8 +192,7 @@ def test_prefill_compute_bound_decode_memory_bound(student, request, machine):
         check_equal(student.bound(*args), want,
                     what=f"bound({intensity:.4g}, {peaks.flops:.4g}, {peaks.bytes_per_s:.4g}) "
                          f"for {name} on this machine",
-                    mistakes=rl.mistakes_of(rl.bound, ["bound_swapped",
-                                                       "bound_inverted_ridge"], *args))
+                    hint=BOUND_HINT)
     run = student.probe("ex05.roofline_run", device, list(pshape), list(dshape), dtype,
                         [pf, pb], [df, db])
     if "bad_result" in run:

@@ -1,0 +1,378 @@
+"""Exercises D-F: the measurement kit, the judge of noisy timings, full marks
+for the reference (five times in a row) and for independent solutions."""
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader import measure
+from grader.reference import timing
+from tests.conftest import SOLUTIONS, copy_solutions, failures, grade_dir
+
+DF = ["ex04_quadratic", "ex05_decode_prefill", "ex06_gqa_intensity"]
+
+
+# -- the measurement kit --------------------------------------------------------
+
+def test_time_call_warms_up_and_takes_the_median():
+    calls = []
+
+    def f(delay):
+        calls.append(delay)
+        time.sleep(0.03 if len(calls) <= 2 else delay)
+
+    t = measure.time_call(f, 0.005, warmup=2, repeats=3)
+    assert len(calls) == 5
+    assert len(t.times) == 3
+    assert t.median == statistics.median(t.times)
+    assert 0.005 <= t.median < 0.03      # the slow first calls were not timed
+
+
+def test_one_thread_restores_the_thread_count():
+    before = torch.get_num_threads()
+    with measure.one_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+
+def test_peaks_are_measured_once_per_run_and_shown():
+    machine: dict = {}
+    peaks = measure.grading_peaks(machine, "cpu")
+    assert peaks.flops > 1e8 and peaks.bytes_per_s > 1e8
+    assert measure.grading_peaks(machine, "cpu") is peaks      # kept for the run
+    text = str(machine[measure.PEAKS_KEY])
+    assert "FLOP/s matmul" in text and "B/s copy" in text and "ridge point" in text
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cuda_peaks_and_synchronized_timer():     # pragma: no cover - GPU only
+    peaks = measure.machine_peaks("cuda")
+    assert peaks.flops > 1e12 and peaks.threads == 0
+    cycles = 50_000_000
+    t = measure.time_call(torch.cuda._sleep, cycles, warmup=1, repeats=3, device="cuda")
+    assert t.median > 1e-3
+
+
+# -- judging a scaling run ------------------------------------------------------
+
+LENS = [256, 512, 1024]
+
+
+def attempt(student, before=(1.0, 4.4, 19.0), after=(1.0, 4.3, 19.5), observed=True,
+            wall=None):
+    """A synthetic scaling run, times in ms."""
+    obs = []
+    if observed:
+        for s, t in zip(LENS, student):
+            obs += [[[1, 4, s, 64], t * 1e-3 * f] for f in (1.3, 1.0, 0.98, 1.02, 1.0, 1.05, 0.99)]
+    return {"student": [[s, t * 1e-3] for s, t in zip(LENS, student)],
+            "ref_before": [t * 1e-3 for t in before], "ref_after": [t * 1e-3 for t in after],
+            "observed": obs, "wall": wall if wall is not None else 7 * sum(student) * 1e-3}
+
+
+def test_judge_passes_a_measured_quadratic():
+    v = timing.judge_scaling(LENS, attempt([1.1, 4.6, 19.9]))
+    assert v.status == timing.PASS, v.message
+    assert "log-log slope" in timing.scaling_table(v, "cpu", ", 1 thread")
+
+
+def test_judge_never_fails_when_the_control_is_disturbed():
+    # A stall hit the control before the run: the run cannot be judged, even
+    # though the student's slope looks wrong.
+    v = timing.judge_scaling(LENS, attempt([5.0, 6.0, 19.9], before=(9.0, 4.4, 19.0)))
+    assert v.status == timing.RETRY_NOISY
+    assert timing.final_scaling_verdict([v, v, v]) == timing.RETRY_NOISY
+
+
+def test_judge_retries_a_disturbed_student_run_then_passes():
+    bad = timing.judge_scaling(LENS, attempt([6.0, 4.6, 19.9]))
+    good = timing.judge_scaling(LENS, attempt([1.1, 4.6, 19.9]))
+    assert bad.status == timing.RETRY_STUDENT
+    assert timing.final_scaling_verdict([bad, good]) == timing.PASS
+    assert timing.final_scaling_verdict([bad, timing.judge_scaling(
+        LENS, attempt([1.1, 4.6, 19.9], before=(9.0, 4.4, 19.0)))]) == timing.RETRY_NOISY
+
+
+def test_judge_fails_constant_times():
+    v = timing.judge_scaling(LENS, attempt([5.0, 5.0, 5.0]))
+    assert v.status in (timing.RETRY_STUDENT, timing.FAIL)
+    assert timing.final_scaling_verdict([v, v, v]) == timing.FAIL
+
+
+def test_judge_fails_fabricated_times():
+    # {S: c * S**2} without timing anything: no observed calls, a fast call.
+    fake = attempt([1e-9 * s ** 2 * 1e3 for s in LENS], observed=False, wall=0.002)
+    v = timing.judge_scaling(LENS, fake)
+    assert v.status == timing.FAIL and "measured" in v.message
+    # Times that do not match the calls the grader watched.
+    lie = attempt([1.1, 4.6, 19.9])
+    lie["student"] = [[s, 2e-9 * s ** 2] for s in LENS]
+    v = timing.judge_scaling(LENS, lie)
+    assert v.status == timing.FAIL and "took between" in v.message
+
+
+def test_judge_names_milliseconds_and_totals():
+    ms = attempt([1.1, 4.6, 19.9])
+    ms["student"] = [[s, t * 1e3] for s, t in ms["student"]]
+    assert "milliseconds" in timing.judge_scaling(LENS, ms).message
+    total = attempt([1.1, 4.6, 19.9])
+    total["student"] = [[s, t * 5] for s, t in total["student"]]
+    assert "total of all repeats" in timing.judge_scaling(LENS, total).message
+
+
+def test_judge_rejects_a_wrong_structure():
+    wrong = attempt([1.1, 4.6, 19.9])
+    wrong["student"] = wrong["student"][:2]
+    assert timing.judge_scaling(LENS, wrong).status == timing.FAIL
+    assert timing.judge_scaling(LENS, {"bad_result": "list"}).status == timing.FAIL
+
+
+# -- plot_scaling without matplotlib ----------------------------------------------
+
+def _load_solution(name: str):
+    spec = importlib.util.spec_from_file_location(f"_sol_{name}", SOLUTIONS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_plot_scaling_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
+    mod = _load_solution("ex04_quadratic")
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)    # import matplotlib -> ImportError
+    with pytest.raises(ImportError, match=r"pip install 'attn-course\[plot\]'"):
+        mod.plot_scaling({256: 1e-3, 512: 4e-3}, tmp_path / "p.png")
+
+
+# -- grading ----------------------------------------------------------------------
+
+def test_stubs_grade_to_zero_without_grader_problems(tmp_path):
+    sub = tmp_path / "stubs"
+    sub.mkdir()
+    for name in DF:
+        (sub / f"{name}.py").write_text((SOLUTIONS.parent / "exercises" / f"{name}.py")
+                                        .read_text())
+    report = grade_dir(sub, DF)
+    assert not report.errors, report.errors
+    assert report.score == 0
+    assert all("NotImplementedError" in t.output or "not implemented" in t.output.lower()
+               for t in failures(report)), [t.output for t in failures(report)][:3]
+
+
+@pytest.mark.slow
+def test_reference_full_marks_five_times_in_a_row(tmp_path):
+    """The acceptance run: the ex04-ex06 hidden suites on the reference, 5x."""
+    sub = copy_solutions(tmp_path / "ref", DF)
+    seconds = []
+    for i in range(5):
+        report = grade_dir(sub, DF)
+        seconds.append(report.seconds)
+        assert not report.errors, report.errors
+        bad = [(t.full_name, t.status, t.output) for t in report.tests if t.status != "passed"
+               and not (t.status == "not_run" and "needs a GPU" in t.output)]
+        assert not bad, f"run {i + 1}: {bad}"
+        assert report.score == report.max_score > 0
+    print(f"\nex04-ex06 hidden suites on the reference: "
+          f"{', '.join(f'{s:.1f}' for s in seconds)} s")
+
+
+# Independent solutions, written against the contract in another style: they
+# must get full marks too (the grader must not over-fit the reference).
+ALT_EX04 = '''
+import math, time
+import torch
+
+def naive_attention(q, k, v, causal=True):
+    s = torch.einsum("bhqd,bhkd->bhqk", q, k) * q.shape[-1] ** -0.5
+    if causal:
+        sq, sk = s.shape[-2:]
+        i = torch.arange(sq)[:, None] + (sk - sq)
+        s = s + torch.where(torch.arange(sk)[None, :] <= i, 0.0, float("-inf")).to(s.dtype)
+    return torch.einsum("bhqk,bhkd->bhqd", s.softmax(-1), v)
+
+def time_fn(fn, *args, warmup=2, repeats=5, **kwargs):
+    for _ in range(warmup):
+        fn(*args, **kwargs)
+    ts = []
+    for _ in range(repeats):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        fn(*args, **kwargs)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        ts.append((time.perf_counter_ns() - t0) / 1e9)
+    return sorted(ts)[len(ts) // 2]
+
+def measure_scaling(seq_lens, *, batch=1, n_heads=4, d_head=64, device="cpu",
+                    dtype=torch.float32):
+    out = {}
+    for s in seq_lens:
+        x = torch.randn(3, batch, n_heads, s, d_head, device=device, dtype=dtype)
+        out[s] = time_fn(naive_attention, x[0], x[1], x[2], causal=True)
+    return out
+
+def loglog_slope(seq_lens, times):
+    import numpy as np
+    return float(np.polyfit(np.log10(seq_lens), np.log10(times), 1)[0])
+
+def score_matrix_bytes(batch, n_heads, seq_len, bytes_per_elem=2):
+    return batch * n_heads * seq_len ** 2 * bytes_per_elem
+
+def max_naive_seq_len(memory_bytes, batch, n_heads, bytes_per_elem=2):
+    s = int((memory_bytes / (batch * n_heads * bytes_per_elem)) ** 0.5)
+    while score_matrix_bytes(batch, n_heads, s + 1, bytes_per_elem) <= memory_bytes:
+        s += 1
+    while s > 0 and score_matrix_bytes(batch, n_heads, s, bytes_per_elem) > memory_bytes:
+        s -= 1
+    return s
+
+def plot_scaling(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plt.figure()
+    xs = sorted(results)
+    plt.plot(xs, [results[x] for x in xs], marker="o")
+    plt.xscale("log")
+    plt.yscale("log")
+    plt.savefig(path)
+    plt.close()
+'''
+
+ALT_EX05 = '''
+import math, time
+import torch
+
+def _attn(q, k, v, mask):
+    w = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.size(-1))
+    if mask is not None:
+        w = w.masked_fill(mask, float("-inf"))
+    return torch.matmul(torch.softmax(w, dim=-1), v)
+
+def prefill_attention(q, k, v):
+    s = q.size(-2)
+    return _attn(q, k, v, torch.triu(torch.ones(s, s, dtype=torch.bool), 1))
+
+def decode_attention(q, k_cache, v_cache):
+    return _attn(q, k_cache, v_cache, None)
+
+def attention_flops(batch, n_heads, s_q, s_k, d_head, causal=False):
+    if not causal:
+        pairs = s_q * s_k
+    else:
+        pairs = 0
+        for i in range(s_q):
+            pairs += max(0, min(s_k, s_k - s_q + i + 1))
+    return 4 * d_head * pairs * batch * n_heads
+
+def attention_bytes(batch, n_heads, n_kv_heads, s_q, s_k, d_head, bytes_per_elem=2):
+    return bytes_per_elem * d_head * batch * (2 * n_heads * s_q + 2 * n_kv_heads * s_k)
+
+def achieved(fn, args, flops, nbytes):
+    fn(*args)
+    ts = []
+    for _ in range(3):
+        t = time.perf_counter()
+        fn(*args)
+        ts.append(time.perf_counter() - t)
+    sec = sorted(ts)[1]
+    return {"seconds": sec, "tflops": flops / sec / 1e12, "gbps": nbytes / sec / 1e9}
+
+def bound(intensity, peak_flops, peak_bytes_per_s):
+    return "memory" if intensity < peak_flops / peak_bytes_per_s else "compute"
+
+def _rope(x, pos, base):
+    d = x.size(-1)
+    inv = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    ang = torch.outer(pos.double(), inv)
+    ang = torch.cat([ang, ang], -1).to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    return x * ang.cos() + torch.cat([-x2, x1], -1) * ang.sin()
+
+def decode_with_cache(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, *, rope_base=10000.0):
+    B, S, D = x.shape
+    dh = w_q.shape[0] // n_heads
+    ks, vs, outs = [], [], []
+    for t in range(S):
+        p = torch.tensor([t])
+        q = (x[:, t] @ w_q.T).view(B, n_heads, 1, dh)
+        k = (x[:, t] @ w_k.T).view(B, n_kv_heads, 1, dh)
+        v = (x[:, t] @ w_v.T).view(B, n_kv_heads, 1, dh)
+        q, k = _rope(q, p, rope_base), _rope(k, p, rope_base)
+        ks.append(k); vs.append(v)
+        kc = torch.cat(ks, 2).repeat_interleave(n_heads // n_kv_heads, 1)
+        vc = torch.cat(vs, 2).repeat_interleave(n_heads // n_kv_heads, 1)
+        outs.append(decode_attention(q, kc, vc).reshape(B, n_heads * dh))
+    return torch.stack(outs, 1) @ w_o.T, torch.cat(ks, 2), torch.cat(vs, 2)
+'''
+
+ALT_EX06 = '''
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import FlopCounterMode
+
+def gqa_decode_attention(q, k_cache, v_cache):
+    B, H, one, D = q.shape
+    Hkv = k_cache.shape[1]
+    if one != 1 or H % Hkv:
+        raise ValueError("bad shapes")
+    qg = q.view(B, Hkv, H // Hkv, D)
+    s = torch.einsum("bkgd,bksd->bkgs", qg, k_cache) / D ** 0.5
+    return torch.einsum("bkgs,bksd->bkgd", s.softmax(-1), v_cache).reshape(B, H, 1, D)
+
+def decode_intensity(n_heads, n_kv_heads, seq_len, d_head, batch=1, bytes_per_elem=2):
+    f = 4.0 * batch * n_heads * seq_len * d_head
+    b = bytes_per_elem * batch * d_head * (n_heads + n_heads + 2 * n_kv_heads * seq_len)
+    return f / b
+
+class _Reads(TorchDispatchMode):
+    # A view is any op whose output shares storage with an input.
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        ptrs = {t.untyped_storage().data_ptr() for t in ins}
+        if not any(o.untyped_storage().data_ptr() in ptrs for o in outs):
+            self.n += sum(t.numel() * t.element_size() for t in ins)
+        return out
+
+def measure_intensity(n_heads, n_kv_heads, seq_len, d_head, batch=1, device="cpu"):
+    q = torch.randn(batch, n_heads, 1, d_head, dtype=torch.float16, device=device)
+    k = torch.randn(batch, n_kv_heads, seq_len, d_head, dtype=torch.float16, device=device)
+    v = torch.randn(batch, n_kv_heads, seq_len, d_head, dtype=torch.float16, device=device)
+    fc, rd = FlopCounterMode(display=False), _Reads()
+    with fc:
+        with rd:
+            gqa_decode_attention(q, k, v)
+    f = fc.get_total_flops()
+    return {"flops": f, "bytes": rd.n, "intensity": f / rd.n}
+
+def intensity_table(n_heads=32, kv_heads=(1, 8, 32), seq_len=4096, d_head=128):
+    return {kv: measure_intensity(n_heads, kv, seq_len, d_head)["intensity"] for kv in kv_heads}
+'''
+
+
+@pytest.mark.slow
+def test_independent_solutions_get_full_marks(tmp_path):
+    sub = tmp_path / "alt"
+    sub.mkdir()
+    for name, text in zip(DF, (ALT_EX04, ALT_EX05, ALT_EX06)):
+        (sub / f"{name}.py").write_text(textwrap.dedent(text))
+    report = grade_dir(sub, DF)
+    assert not report.errors, report.errors
+    bad = [(t.full_name, t.output) for t in report.tests if t.status == "failed"]
+    assert not bad, bad
+    assert report.score == report.max_score > 0
