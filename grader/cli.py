@@ -6,7 +6,10 @@ code 2; a student's wrong answer is a score, never an exception.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -49,6 +52,22 @@ def _run(path: Path, options: Options):
         raise click.UsageError(str(exc)) from None
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write a result atomically, readable by its owner only: whatever a
+    submission left at that path (a file, a link) is replaced, not followed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def _emit(report, out_format: str, out: Path | None, public_only: bool) -> None:
     render = {"text": lambda r: fmt.to_text(r, public_only=public_only),
               "json": fmt.to_json}[out_format]
@@ -57,8 +76,7 @@ def _emit(report, out_format: str, out: Path | None, public_only: bool) -> None:
         click.echo(text, nl=False)
         return
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
+        write_private(out, text)
     except OSError as exc:
         # Keep the grade: print it rather than lose it.
         click.echo(text, nl=False)

@@ -18,6 +18,7 @@ import pytest
 from grader.exercises import EXERCISES, SUITES_DIR, suite_files
 from grader.feedback import Feedback
 from grader.report import FAILED, NOT_RUN, PASSED, Report, TestResult
+from grader.sandbox import confine
 from grader.sandbox.client import Limits, StudentError, StudentModule, Worker
 
 PLUGIN_KEY = pytest.StashKey["GradingPlugin"]()
@@ -33,6 +34,7 @@ class Options:
     exercises: list[str] | None = None    # None: every exercise with a suite
     call_timeout: float | None = None     # overrides each exercise's default
     import_timeout: float = 60.0          # importing a submission's module
+    memory_mb: int = 8192                 # per worker (RLIMIT_DATA)
     require_gpu: bool = False
     extra: dict = field(default_factory=dict)
 
@@ -78,6 +80,7 @@ class GradingPlugin:
             ex = EXERCISES[exercise]
             limits = Limits(call_timeout=self.options.call_timeout or ex.call_timeout,
                             import_timeout=self.options.import_timeout,
+                            memory_bytes=self.options.memory_mb << 20,
                             env=dict(ex.worker_env))
             self.workers[exercise] = Worker(self.submission, exercise, limits)
         return self.workers[exercise]
@@ -140,6 +143,18 @@ class GradingPlugin:
                                       f"{str(report.longrepr)[-800:]}")
 
 
+def _sandbox_text(options: Options) -> str:
+    if confine.is_root():
+        confine.protect_secrets()
+        if confine.can_drop_privileges():
+            return (f"each exercise runs as its own unprivileged user, "
+                    f"{options.memory_mb} MB of memory")
+        return ("workers run as root: this Python is not reachable by an unprivileged "
+                "user (see the README's threat model)")
+    return (f"workers run as the grading user in private folders, {options.memory_mb} MB "
+            "of memory (not root: see the README's threat model)")
+
+
 def grade(submission: Path | str, options: Options | None = None) -> Report:
     """Grade a folder of exercise modules; always returns a ``Report``."""
     options = options or Options()
@@ -154,6 +169,7 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
     names = [e for e in EXERCISES if e in requested]  # course order, no repeats
     files = [str(p) for e in names for p in suite_files(e, options.suite)]
     report = Report(submission=str(submission), suite=options.suite, exercises=list(names))
+    report.machine["sandbox"] = _sandbox_text(options)
     plugin = GradingPlugin(submission, options, report)
     start = time.perf_counter()
     args = ["-c", str(SUITES_DIR / "pytest.ini"), "--rootdir", str(SUITES_DIR),

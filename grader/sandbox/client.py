@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.sandbox import codec
+from grader.sandbox import codec, confine
 
 RUNTIME_DIR = Path(__file__).resolve().parent
 RUNTIME_FILES = ("worker.py", "codec.py")
@@ -68,9 +68,11 @@ class Limits:
     call_timeout: float = 10.0
     import_timeout: float = 60.0
     max_timeouts: int = 4      # after this many, further calls fail at once
-    max_response_bytes: int = 512 << 20
+    max_response_bytes: int = 256 << 20
     max_output_bytes: int = 64 << 10  # stderr kept for feedback (head + tail)
-    rlimits: dict = field(default_factory=dict)
+    memory_bytes: int = 8 << 30       # RLIMIT_DATA of the worker
+    drop_privileges: bool = True      # as root: run as a fresh unprivileged uid
+    rlimits: dict | None = None       # None: confine.default_rlimits
     env: dict = field(default_factory=dict)
 
 
@@ -128,6 +130,7 @@ class Worker:
         self.load_error: StudentLoadError | None = None
         self.restarts = 0
         self.timeouts = 0
+        self.uid: int | None = None
 
     # -- lifecycle ---------------------------------------------------------
     def _prepare_dir(self) -> Path:
@@ -148,22 +151,39 @@ class Worker:
         return root
 
     def _env(self) -> dict:
-        keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES",
-                "LD_LIBRARY_PATH", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "VIRTUAL_ENV",
-                "TRITON_CACHE_DIR", "TRITON_HOME")
+        """A scrubbed environment: nothing of the grader's but what Python,
+        BLAS and the GPU need; home, temp and caches inside the private folder."""
+        keep = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
+                "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")
         env = {k: os.environ[k] for k in keep if k in os.environ}
-        env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
+        private = self._dir
+        assert private is not None
+        env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+                    "HOME": str(private), "TMPDIR": str(private / "tmp"),
+                    "MPLCONFIGDIR": str(private / "tmp"),
+                    "TRITON_CACHE_DIR": str(private / "tmp" / "triton")})
         env.update({k: str(v) for k, v in self.limits.env.items()})
         return env
 
     def start(self) -> None:
         if self._dir is None:
             self._dir = self._prepare_dir()
-        cfg = {"env": self.limits.env, "rlimits": self.limits.rlimits}
+            (self._dir / "tmp").mkdir()
+            if self.limits.drop_privileges and confine.can_drop_privileges():
+                self.uid = confine.fresh_uid()
+                confine.give_to(self._dir, self.uid)
+        rlimits = self.limits.rlimits
+        if rlimits is None:
+            rlimits = confine.default_rlimits(self.limits.memory_bytes, self.uid)
+        cfg = {"env": self.limits.env, "rlimits": rlimits}
+        as_user = {}
+        if self.uid is not None:
+            as_user = dict(user=self.uid, group=self.uid, extra_groups=[], umask=0o077)
         self.proc = subprocess.Popen(
             [sys.executable, "-I", str(self._dir / "runtime" / "worker.py"), json.dumps(cfg)],
             cwd=self._dir / "submission", env=self._env(), stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            **as_user)
         self.output = _OutputTail(self.proc.stderr, self.limits.max_output_bytes)
         self.load_error = None
         if not (self.submission / f"{self.module}.py").is_file():
@@ -182,11 +202,13 @@ class Worker:
             self.load_error = StudentLoadError(f"{self.module}.py could not be imported: {exc}")
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
+        if self.proc is not None:
+            try:  # the whole group: children it forked die with it
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        if self.uid is not None:
+            confine.kill_uid(self.uid)  # also those that left the group
         if self.proc is not None:
             try:
                 self.proc.wait(timeout=5)
@@ -201,6 +223,9 @@ class Worker:
 
     def close(self) -> None:
         self.kill()
+        if self.uid is not None:
+            confine.release_uid(self.uid)
+            self.uid = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
@@ -254,7 +279,8 @@ class Worker:
                                  "(the time limit); it was stopped") from None
         except EOFError:
             return self._died(what)
-        except (codec.CodecError, ValueError, KeyError, IndexError) as exc:
+        except (codec.CodecError, ValueError, KeyError, IndexError, TypeError,
+                RecursionError) as exc:
             self.kill()
             raise StudentBadValue(f"{what} sent back a malformed answer: {exc}") from None
         if not isinstance(answer, dict):

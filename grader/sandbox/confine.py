@@ -1,0 +1,165 @@
+"""What confines a worker: its own user when we are root, resource limits,
+secrets the worker cannot read, and clean-up of every process it started.
+
+As root (a grading container, CI), each worker runs as a fresh unprivileged
+user id that no other process uses, in a private folder that only it can
+read; the folders holding the hidden suites, the references, the solutions,
+the package's tests and the git history are made readable by root alone
+(``protect_secrets``), and the grader writes its results with a private
+umask.  Without root none of that is possible: the worker runs as the
+grading user, from a private folder, and could read what that user can read.
+README's threat model says so.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+
+from grader.exercises import PACKAGE_DIR, REPO_DIR
+
+UID_RANGE = (61000, 64999)   # ids no account uses on common distributions
+_used_uids: set[int] = set()     # held by a live worker of this process
+allocated_uids: list[int] = []   # every uid this process handed out (for tests)
+
+
+def is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def secret_paths() -> list[Path]:
+    """Folders a student must never read: hidden suites, references, solutions,
+    the package's tests (mutants are copies of solutions) and git history."""
+    paths = [PACKAGE_DIR / "suites" / "hidden", PACKAGE_DIR / "reference",
+             REPO_DIR / "solutions", REPO_DIR / "tests", REPO_DIR / ".git"]
+    return [p for p in paths if p.is_dir()]
+
+
+def protect_secrets() -> list[Path]:
+    """As root, make the secret folders readable by their owner (root) only."""
+    if not is_root():
+        return []
+    done = []
+    for path in secret_paths():
+        try:
+            os.chmod(path, 0o700)
+            done.append(path)
+        except OSError:
+            pass
+    return done
+
+
+_can_drop: dict[str, bool] = {}
+
+
+def can_drop_privileges() -> bool:
+    """As root, can an unprivileged user run this Python and import NumPy?
+
+    Not when the interpreter or its packages live in a folder other users
+    cannot enter (a pyenv under /root, say): then workers run as the grading
+    user, and the report says so.  Checked once per process."""
+    if not is_root():
+        return False
+    if sys.executable not in _can_drop:
+        import subprocess
+        uid = fresh_uid()
+        try:
+            proc = subprocess.run([sys.executable, "-I", "-c", "import numpy"], cwd="/",
+                                  user=uid, group=uid, extra_groups=[], timeout=60,
+                                  capture_output=True, env={"PATH": os.environ.get("PATH", "")})
+            _can_drop[sys.executable] = proc.returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            _can_drop[sys.executable] = False
+        finally:
+            release_uid(uid)
+    return _can_drop[sys.executable]
+
+
+def fresh_uid() -> int:
+    """A user id for one worker, not used by any running process."""
+    running = _running_uids()
+    for _ in range(1000):
+        uid = random.randint(*UID_RANGE)
+        if uid not in _used_uids and uid not in running:
+            _used_uids.add(uid)
+            allocated_uids.append(uid)
+            return uid
+    raise RuntimeError("no free user id for a worker")
+
+
+def release_uid(uid: int) -> None:
+    kill_uid(uid)
+    _used_uids.discard(uid)
+
+
+def _proc_table():
+    """(pid, real uid, threads) of every process, from /proc (Linux)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = dict(line.split(":", 1) for line in
+                          (entry / "status").read_text().splitlines() if ":" in line)
+            yield int(entry.name), int(fields["Uid"].split()[0]), int(fields["Threads"])
+        except (OSError, ValueError, KeyError, IndexError):
+            continue
+
+
+def _running_uids() -> set[int]:
+    return {uid for _, uid, _ in _proc_table()}
+
+
+def processes_of(uid: int) -> list[int]:
+    return [pid for pid, u, _ in _proc_table() if u == uid]
+
+
+def threads_of(uid: int) -> int:
+    """Processes and threads of ``uid``: what RLIMIT_NPROC counts on Linux."""
+    return sum(n for _, u, n in _proc_table() if u == uid)
+
+
+def kill_uid(uid: int) -> None:
+    """Kill every process running as ``uid``: also those that left the worker's
+    process group (setsid, double fork).  Only meaningful for a worker uid."""
+    for _ in range(5):
+        pids = processes_of(uid)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.05)
+
+
+def give_to(path: Path, uid: int) -> None:
+    """Hand a worker's private folder to its user (0700: no one else reads it)."""
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.chown(os.path.join(root, name), uid, uid, follow_symlinks=False)
+    os.chown(path, uid, uid)
+    os.chmod(path, 0o700)
+
+
+def default_rlimits(memory_bytes: int, uid: int | None) -> dict:
+    """Resource limits for a worker (names from the ``resource`` module)."""
+    limits = {
+        "RLIMIT_DATA": memory_bytes,          # heap and anonymous mappings
+        "RLIMIT_NOFILE": 1024,
+        "RLIMIT_FSIZE": 256 << 20,            # largest file it may write
+        "RLIMIT_CORE": 0,
+        "RLIMIT_CPU": 3600,                   # CPU seconds over the worker's life
+    }
+    if sys.platform.startswith("linux"):
+        # Processes and threads per user: a fork bomb stops here.  A fresh uid
+        # starts at zero; the grading user's own count must be left room for.
+        own = 0 if uid is not None else threads_of(os.getuid())
+        limits["RLIMIT_NPROC"] = own + 512
+    return limits
