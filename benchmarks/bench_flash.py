@@ -7,7 +7,10 @@ same inputs in the same run, and the ratio of the reference to the best
 backend.  Target on an H200: at least 0.9 everywhere.
 
     python benchmarks/bench_flash.py                   # B=4, h=32, d_head=128, bf16
-    python benchmarks/bench_flash.py --seq 1024 4096 8192 --repeats 30
+    python benchmarks/bench_flash.py --seq 1024 4096 8192 --repeats 30 --variants
+
+The reference picks its tensor-descriptor kernel (TMA) on Hopper and its
+pointer kernel elsewhere; ``--variants`` times both apart.
 
 FLOPs: two matmuls of 2 * S_q * S_k * d_head each per (batch, head), so
 4 * B * h * S_q * S_k * d_head; causal masks skip about half of the (query,
@@ -30,13 +33,24 @@ def main(argv=None) -> int:
     parser.add_argument("--heads", type=int, default=32)
     parser.add_argument("--d-head", type=int, default=128)
     parser.add_argument("--seq", type=int, nargs="+", default=[1024, 4096, 8192])
-    parser.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
+    parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"],
+                        default="bfloat16")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--variants", action="store_true",
+                        help="Also time the reference's pointer and descriptor kernels apart.")
+    parser.add_argument("--smoke", action="store_true",
+                        help="Check this script on the CPU (Triton's interpreter, tiny "
+                             "float32 shapes); the numbers mean nothing.")
     args = parser.parse_args(argv)
+    if args.smoke:                       # before the kernels' module is imported
+        import os
+        os.environ["TRITON_INTERPRET"] = "1"
+        args.batch, args.heads, args.d_head, args.seq = 1, 2, 16, [32]
+        args.dtype, args.repeats, args.warmup = "float32", 2, 1
 
     import torch
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available() and not args.smoke:
         print("bench_flash.py measures a GPU, and this machine has no CUDA device.",
               file=sys.stderr)
         return 2
@@ -49,9 +63,10 @@ def main(argv=None) -> int:
         print(f"bench_flash.py {flash.NEEDS_TRITON}", file=sys.stderr)
         return 2
 
-    dev = torch.device("cuda")
+    dev = torch.device("cpu" if args.smoke else "cuda")
     dtype = getattr(torch, args.dtype)
-    flush = torch.empty(probe.FLUSH_BYTES // 4, dtype=torch.int32, device=dev)
+    flush = None if args.smoke else torch.empty(probe.FLUSH_BYTES // 4, dtype=torch.int32,
+                                                device=dev)
     gen = torch.Generator(device=dev)
     gen.manual_seed(0)
     backends = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION,
@@ -63,7 +78,8 @@ def main(argv=None) -> int:
                 return sdpa(q, k, v, is_causal=causal)
         return run
 
-    print(f"{torch.cuda.get_device_name()}, B={args.batch}, h={args.heads}, "
+    where = "CPU (interpreter smoke test)" if args.smoke else torch.cuda.get_device_name()
+    print(f"{where}, B={args.batch}, h={args.heads}, "
           f"d_head={args.d_head}, {args.dtype}; forward TFLOP/s, median of {args.repeats}")
     header = f"{'S':>6} {'causal':>6} {'reference':>10} " + \
         " ".join(f"{b.name.replace('_ATTENTION', '').lower():>10}" for b in backends) + \
@@ -75,6 +91,10 @@ def main(argv=None) -> int:
             shape = (args.batch, args.heads, s, args.d_head)
             contenders = {"reference": lambda q, k, v, c=causal: flash.flash_attention(
                 q, k, v, causal=c)}
+            if args.variants:
+                for variant in ("pointers", "descriptors"):
+                    contenders[variant] = lambda q, k, v, c=causal, w=variant: \
+                        flash.flash_attention(q, k, v, causal=c, variant=w)
             for b in backends:
                 contenders[b.name] = with_backend(b, causal)
             times = {name: [] for name in contenders}
@@ -95,13 +115,19 @@ def main(argv=None) -> int:
             flops = flash.attention_flops(args.batch, args.heads, s, s, args.d_head, causal)
             tflops = {name: (flops / statistics.median(ts) / 1e12 if ts else None)
                       for name, ts in times.items()}
-            best = max((t for n, t in tflops.items() if n != "reference" and t), default=None)
+            best = max((tflops[b.name] for b in backends if tflops[b.name]), default=None)
             ratio = tflops["reference"] / best if best else float("nan")
             worst = min(worst, ratio) if best else worst
             cells = " ".join(f"{tflops[b.name]:10.1f}" if tflops[b.name] else f"{'-':>10}"
                              for b in backends)
-            print(f"{s:6d} {str(causal):>6} {tflops['reference']:10.1f} {cells} {ratio:9.2f}")
+            extra = "".join(f"  {n}: {tflops[n]:.1f}" for n in ("pointers", "descriptors")
+                            if tflops.get(n))
+            print(f"{s:6d} {str(causal):>6} {tflops['reference']:10.1f} {cells} {ratio:9.2f}"
+                  f"{extra}")
     print(f"lowest reference/best ratio: {worst:.2f} (target: at least 0.90)")
+    if flash.DESCRIPTOR_FAILURE:
+        print(f"the descriptor kernel failed here, pointers served: "
+              f"{flash.DESCRIPTOR_FAILURE[0]}")
     return 0
 
 

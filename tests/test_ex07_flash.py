@@ -7,6 +7,7 @@ for plumbing only, the numbers mean nothing on a CPU.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -94,13 +95,15 @@ def test_flops_formula():
 
 # -- the reference kernel, in the interpreter ------------------------------------------
 @needs_triton
+@pytest.mark.parametrize("variant", ["pointers", "descriptors"])
 @pytest.mark.parametrize("shape", [(1, 2, 1, 37, 53, 32, True), (2, 4, 2, 1, 70, 16, True),
-                                   (1, 2, 2, 48, 64, 64, False), (1, 2, 1, 40, 30, 16, True),
+                                   (1, 2, 2, 48, 64, 64, False), (2, 2, 1, 40, 30, 16, True),
                                    (1, 1, 1, 19, 19, 128, True), (1, 2, 2, 32, 64, 16, False)])
-def test_reference_kernel(solution, shape):
+def test_reference_kernel(solution, shape, variant):
     b, h, h_kv, s_q, s_k, d, causal = shape
     q, k, v = _qkv(b, h, h_kv, s_q, s_k, d, seed=1)
-    got = solution.probe("ex07.run_reference", SOURCE, q, k, v, causal=causal, sm_scale=0.4)
+    got = solution.probe("ex07.run_reference", SOURCE, q, k, v, causal=causal, sm_scale=0.4,
+                         variant=variant)
     atol, rtol = flash.tolerance("float32", "cpu")
     assert torch.allclose(got.double(), flash.reference(q, k, v, causal, 0.4),
                           atol=atol, rtol=rtol)
@@ -235,6 +238,33 @@ def test_thresholds_file_and_tiers(tmp_path):
     rows = [{"plain_tflops": 300.0, "reference_tflops": 500.0},
             {"plain_tflops": 240.0, "reference_tflops": 400.0}]
     assert cal.tiers_from(rows) == [round(f * 0.6, 2) for f in cal.FRACTIONS]
+
+
+_CALIBRATE_SMOKE = """
+import json
+from grader import calibrate
+cases = [dict(batch=1, heads=2, kv_heads=2, s_q=32, s_k=32, d_head=16, causal=c,
+              dtype="float32") for c in (False, True)]
+rows = calibrate.measure(3, cases=cases, device="cpu")["cases"]
+print(json.dumps({"rows": rows, "tiers": calibrate.tiers_from(rows)}))
+"""
+_BENCH = REPO / "benchmarks" / "bench_flash.py"
+
+
+@needs_triton
+def test_calibrate_and_benchmark_run_on_the_cpu():
+    """Plumbing only: the interpreter stands in for a GPU, the numbers mean nothing."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", _CALIBRATE_SMOKE], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(out["rows"]) == 2 and all(r["reference_tflops"] > 0 for r in out["rows"])
+    assert len(out["tiers"]) == 3
+    done = subprocess.run([sys.executable, str(_BENCH), "--smoke", "--variants"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ref/best" in done.stdout and "descriptors" in done.stdout
 
 
 def test_calibrate_without_cuda_is_a_usage_error(monkeypatch):

@@ -8,7 +8,11 @@ Two things live here, written apart from ``solutions/``:
   ``grader.feedback.check_close(mistakes=...)``; ``step_reference`` does the
   same for one online-softmax step.  These never need Triton.
 * ``flash_attention``: the reference Triton kernel that a student's kernel
-  is timed against on a GPU.  It is trusted code: the GPU suite sends this
+  is timed against on a GPU, autotuned, in two variants of one algorithm:
+  tiles read through tensor descriptors (TMA on Hopper, chosen on CUDA
+  capability 9+) or through pointers (other GPUs, the interpreter, and the
+  fallback if descriptors fail).  Both run under the interpreter in the
+  package's tests.  It is trusted code: the GPU suite sends this
   file's source to the worker, which imports it from a private folder and
   times it beside the student's kernel, in the same process on the same
   inputs, alternating the two (see ``grader/sandbox/probes/ex07.py``).  So
@@ -279,8 +283,9 @@ if HAS_TRITON:
 
         The last dimension of every tensor is contiguous (the host checks).
         """
-        tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16)    # tl.dot's minimum tile
-        tl.static_assert(D_HEAD >= 16 and D_HEAD <= 128)
+        tl.static_assert(BLOCK_M >= 16)                      # tl.dot's minimum tile
+        tl.static_assert(BLOCK_N >= 16)
+        tl.static_assert(D_HEAD <= 128)                      # one tile of q in registers
         # Under a causal mask the last query tiles do the most work: start them first.
         pid_m = tl.program_id(0)
         if CAUSAL:
@@ -333,13 +338,108 @@ if HAS_TRITON:
             tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_m[:, None] < S_Q)
 
 
-def flash_attention(q, k, v, *, causal=True, sm_scale=None, config=None):
+    # -- the same kernel reading tiles through tensor descriptors (TMA on Hopper) --
+    def _set_blocks(nargs):
+        # Host-side descriptors are made before the autotuner picks tile
+        # sizes: each config sets the block shapes it needs.
+        m, n, d = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["D_HEAD"]
+        nargs["desc_q"].block_shape = [1, m, d]
+        nargs["desc_o"].block_shape = [1, m, d]
+        nargs["desc_k"].block_shape = [1, n, d]
+        nargs["desc_v"].block_shape = [1, n, d]
+
+    _DESC_CONFIGS = [triton.Config(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages,
+                                   pre_hook=_set_blocks) for c in _CONFIGS]
+
+    @triton.jit
+    def _tiles_desc(acc, l_i, m_i, q, desc_k, desc_v, kv_row, pos_m, lo, hi, S_K, qk_scale,
+                    D_HEAD: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                    CAUSAL: tl.constexpr):
+        """Key tiles [lo, hi) from descriptors (rows past S_K read as zeros)."""
+        offs_n = tl.arange(0, BLOCK_N)
+        for start_n in tl.range(lo, hi, BLOCK_N):
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            k = desc_k.load([kv_row, start_n, 0]).reshape(BLOCK_N, D_HEAD)
+            v = desc_v.load([kv_row, start_n, 0]).reshape(BLOCK_N, D_HEAD)
+            s = tl.dot(q, tl.trans(k)) * qk_scale                     # (BLOCK_M, BLOCK_N)
+            if MASKED:
+                cols = start_n + offs_n
+                ok = cols[None, :] < S_K
+                if CAUSAL:
+                    ok = ok & (cols[None, :] <= pos_m[:, None])
+                s = tl.where(ok, s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                shift = tl.where(m_new == float("-inf"), 0.0, m_new)   # rows with no key yet
+            else:
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                shift = m_new
+            p = tl.exp2(s - shift[:, None])
+            alpha = tl.exp2(m_i - shift)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+        return acc, l_i, m_i
+
+    @triton.autotune(configs=_DESC_CONFIGS, key=["S_Q", "S_K", "D_HEAD", "CAUSAL"])
+    @triton.jit
+    def _ref_fwd_desc(desc_q, desc_k, desc_v, desc_o, H, GROUP, S_Q, S_K, sm_scale,
+                      D_HEAD: tl.constexpr, CAUSAL: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """``_ref_fwd`` over 3-d descriptors: q/o ``(B*h, S_q, d)``, k/v ``(B*h_kv, S_k, d)``.
+
+        A tile never crosses into the next head: rows past the end of a
+        head read as zeros and are not written."""
+        tl.static_assert(BLOCK_M >= 16)                      # tl.dot's minimum tile
+        tl.static_assert(BLOCK_N >= 16)
+        pid_m = tl.program_id(0)
+        if CAUSAL:
+            pid_m = tl.num_programs(0) - 1 - pid_m           # the longest rows first
+        pid_bh = tl.program_id(1)
+        kv_row = (pid_bh // H) * (H // GROUP) + (pid_bh % H) // GROUP   # GQA by index
+        q = desc_q.load([pid_bh, pid_m * BLOCK_M, 0]).reshape(BLOCK_M, D_HEAD)
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, D_HEAD], dtype=tl.float32)
+        qk_scale = sm_scale * LOG2E
+        pos_m = S_K - S_Q + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        if CAUSAL:
+            first = S_K - S_Q + pid_m * BLOCK_M
+            full_hi = tl.minimum(tl.maximum(first + 1, 0) // BLOCK_N * BLOCK_N,
+                                 S_K // BLOCK_N * BLOCK_N)
+            hi = tl.minimum(tl.maximum(first + BLOCK_M, 0), S_K)
+        else:
+            full_hi = S_K // BLOCK_N * BLOCK_N
+            hi = S_K
+        acc, l_i, m_i = _tiles_desc(acc, l_i, m_i, q, desc_k, desc_v, kv_row, pos_m,
+                                    0, full_hi, S_K, qk_scale, D_HEAD, BLOCK_N, False, CAUSAL)
+        acc, l_i, m_i = _tiles_desc(acc, l_i, m_i, q, desc_k, desc_v, kv_row, pos_m,
+                                    full_hi, hi, S_K, qk_scale, D_HEAD, BLOCK_N, True, CAUSAL)
+        out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+        desc_o.store([pid_bh, pid_m * BLOCK_M, 0],
+                     out.to(desc_o.dtype).reshape(1, BLOCK_M, D_HEAD))
+
+
+# Set when the descriptor kernel failed on this machine: the pointer kernel serves.
+DESCRIPTOR_FAILURE: list = []
+
+
+def _use_descriptors(q) -> bool:
+    """Descriptors where TMA exists (CUDA capability 9+), unless they failed here."""
+    return (q.is_cuda and not DESCRIPTOR_FAILURE
+            and torch.cuda.get_device_capability(q.device)[0] >= 9)
+
+
+def flash_attention(q, k, v, *, causal=True, sm_scale=None, config=None, variant="auto"):
     """The reference kernel: ``q`` ``(B, h, S_q, d)``, ``k``/``v`` ``(B, h_kv, S_k, d)``.
 
     Same contract as the exercise (end-aligned causal mask, GQA by index,
     zeros for rows that see no key).  d_head in {16, 32, 64, 128}.
-    ``config`` (e.g. ``{"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4,
-    "num_stages": 2}``) skips autotuning and runs that one configuration.
+    ``variant``: ``"pointers"`` (any GPU, the interpreter), ``"descriptors"``
+    (tiles through tensor descriptors, TMA on Hopper) or ``"auto"``
+    (descriptors on CUDA capability 9+; if they fail there, pointers from
+    then on, the failure kept in ``DESCRIPTOR_FAILURE``).  ``config`` (e.g.
+    ``{"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}``) skips
+    autotuning and runs the pointer kernel with that one configuration.
     """
     if not HAS_TRITON:
         raise RuntimeError(f"the reference kernel {NEEDS_TRITON}")
@@ -349,8 +449,22 @@ def flash_attention(q, k, v, *, causal=True, sm_scale=None, config=None):
         raise ValueError(f"d_head={d_head} is not supported; use one of {SUPPORTED_D_HEAD}")
     if n_heads % n_kv or k.shape != v.shape:
         raise ValueError("k and v must be (B, h_kv, S_k, d_head) with h % h_kv == 0")
-    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
     sm_scale = 1.0 / math.sqrt(d_head) if sm_scale is None else float(sm_scale)
+    if variant == "descriptors" or (variant == "auto" and config is None
+                                    and _use_descriptors(q)):
+        try:
+            return _launch_descriptors(q, k, v, causal, sm_scale)
+        except Exception as exc:          # noqa: BLE001 - any failure: fall back, once
+            if variant == "descriptors":
+                raise
+            DESCRIPTOR_FAILURE.append(f"{type(exc).__name__}: {exc}"[:500])
+    return _launch_pointers(q, k, v, causal, sm_scale, config)
+
+
+def _launch_pointers(q, k, v, causal, sm_scale, config):
+    batch, n_heads, s_q, d_head = q.shape
+    n_kv, s_k = k.shape[1], k.shape[2]
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
 
     def grid(meta):
@@ -366,6 +480,25 @@ def flash_attention(q, k, v, *, causal=True, sm_scale=None, config=None):
                  D_HEAD=d_head, CAUSAL=bool(causal), **(config or {}))
     return out
 
+
+def _launch_descriptors(q, k, v, causal, sm_scale):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    batch, n_heads, s_q, d_head = q.shape
+    n_kv, s_k = k.shape[1], k.shape[2]
+    q3 = q.contiguous().view(batch * n_heads, s_q, d_head)      # (B*h, S_q, d)
+    k3 = k.contiguous().view(batch * n_kv, s_k, d_head)         # (B*h_kv, S_k, d)
+    v3 = v.contiguous().view(batch * n_kv, s_k, d_head)
+    out = torch.empty_like(q3)
+    dummy = [1, 16, d_head]       # replaced by each config's pre_hook (_set_blocks)
+    descs = [TensorDescriptor(x, list(x.shape), list(x.stride()), list(dummy))
+             for x in (q3, k3, v3, out)]
+
+    def grid(meta):
+        return (triton.cdiv(s_q, meta["BLOCK_M"]), batch * n_heads)
+
+    _ref_fwd_desc[grid](*descs, n_heads, n_heads // n_kv, s_q, s_k, sm_scale,
+                        D_HEAD=d_head, CAUSAL=bool(causal))
+    return out.view(batch, n_heads, s_q, d_head)
 
 # -- judging a traced call (grading process only) ------------------------------------
 # Named tolerances beyond grader.feedback.TOLERANCES: on a GPU, float32 tl.dot

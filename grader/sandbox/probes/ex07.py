@@ -338,12 +338,13 @@ def load_reference(source: str):
     return mod
 
 
-def run_reference(module, source, q, k, v, causal=True, sm_scale=None, config=None):
+def run_reference(module, source, q, k, v, causal=True, sm_scale=None, config=None,
+                  variant="auto"):
     """The reference kernel on these inputs (to test the reference itself)."""
     ref = load_reference(source)
     dev = device()
     out = ref.flash_attention(q.to(dev), k.to(dev), v.to(dev), causal=causal,
-                              sm_scale=sm_scale, config=config)
+                              sm_scale=sm_scale, config=config, variant=variant)
     sync()
     return out.cpu()
 
