@@ -235,6 +235,7 @@ def test_thresholds_file_and_tiers(tmp_path):
         tiers = entry["tiers"]
         assert len(tiers) == 3 and 0 < tiers[0] < tiers[1] < tiers[2] <= 1
     assert cal.tiers_for("a GPU nobody calibrated") == data["default"]["tiers"]
+    assert cal.tiers_for("any", path=tmp_path / "missing.json") == cal.DEFAULT_TIERS
     rows = [{"plain_tflops": 300.0, "reference_tflops": 500.0},
             {"plain_tflops": 240.0, "reference_tflops": 400.0}]
     assert cal.tiers_from(rows) == [round(f * 0.6, 2) for f in cal.FRACTIONS]

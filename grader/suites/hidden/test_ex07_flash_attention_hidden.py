@@ -177,11 +177,15 @@ FLASH_CASES = {  # id: (B, h, h_kv, S_q, S_k, d_head, causal)
 }
 
 
-def _flash_check(student, key, shape, *, sm_scale=None, pass_sm_scale=True, pass_causal=True):
+def _flash_check(student, key, shape, *, sm_scale=None, pass_sm_scale=True, pass_causal=True,
+                 machine=None):
     b, h, h_kv, s_q, s_k, d, causal = shape
     q, k, v = _heads(key, b, h, h_kv, s_q, s_k, d)
     res = student.probe("ex07.run_checked", q, k, v, causal=causal, sm_scale=sm_scale,
                         pass_sm_scale=pass_sm_scale, pass_causal=pass_causal)
+    if machine is not None:
+        machine.setdefault("ex07 kernels ran on", res["gpu"] or
+                           "the CPU, in Triton's interpreter (float32; GPU tests not run)")
     args = "q, k, v" + (f", causal={causal}" if pass_causal else "") + \
         (f", sm_scale={sm_scale}" if pass_sm_scale and sm_scale is not None else "")
     what = f"flash_attention({args})"
@@ -200,9 +204,9 @@ def _flash_check(student, key, shape, *, sm_scale=None, pass_sm_scale=True, pass
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(240)
 @pytest.mark.parametrize("case", list(FLASH_CASES), ids=list(FLASH_CASES))
-def test_flash_attention(student, case):
+def test_flash_attention(student, case, machine):
     """flash_attention matches exact attention"""
-    _flash_check(student, ("flash", case), FLASH_CASES[case])
+    _flash_check(student, ("flash", case), FLASH_CASES[case], machine=machine)
 
 
 @pytest.mark.points(1)
