@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 PASS, FAIL, RETRY_STUDENT, RETRY_NOISY = "pass", "fail", "student_out", "noisy"
+ATTEMPTS = 3     # runs of the student's measurement before giving up
 
 # A control slope outside this range means the machine did not show the
 # quadratic at all during the run (a stall, a neighbour's burst): on the
@@ -33,9 +34,10 @@ SLOPE_MARGIN = 0.35
 # for timer overheads; fabricated numbers, milliseconds or totals of all the
 # repeats fall outside.
 OBSERVED_SLACK = (0.8, 1.25)
-# Without observed calls, the control's magnitude is the check: any honest
-# naive attention in PyTorch is within 10x of it.
-MAGNITUDE_RANGE = (0.1, 10.0)
+# Without observed calls, the control's magnitude is the check: no honest
+# naive attention in PyTorch runs 10x faster than the grader's (a slow one,
+# say a mask built in Python loops, is still honest: no upper bound).
+MAGNITUDE_FLOOR = 0.1
 
 
 def lsq_slope(xs, ys) -> float:
@@ -118,7 +120,7 @@ def judge_scaling(seq_lens, attempt: dict, repeats_hint: int = 5) -> Verdict:
                                  f"a call that took {_ms(wall)}: these times were not "
                                  "measured.", rows=rows)
         for s, t, c in rows:
-            if not (MAGNITUDE_RANGE[0] <= t / c <= MAGNITUDE_RANGE[1]):
+            if t / c < MAGNITUDE_FLOOR:
                 return Verdict(FAIL, f"measure_scaling reported {_ms(t)} for S={s}, but naive "
                                      f"attention of that size takes about {_ms(c)} on this "
                                      "machine: were these times measured?", rows=rows)
@@ -144,13 +146,13 @@ def judge_scaling(seq_lens, attempt: dict, repeats_hint: int = 5) -> Verdict:
 
 def final_scaling_verdict(verdicts: list[Verdict]) -> str:
     """After the retries: PASS if any attempt passed; FAIL on a definite failure,
-    or when at least two attempts had a steady control and a slope outside the
-    band; otherwise the machine was too noisy ("noisy": not graded)."""
+    or when every attempt (at least three) had a steady control and a slope
+    outside the band; otherwise the machine was too noisy ("noisy": not graded)."""
     if any(v.status == PASS for v in verdicts):
         return PASS
     if any(v.status == FAIL for v in verdicts):
         return FAIL
-    if sum(v.status == RETRY_STUDENT for v in verdicts) >= 2:
+    if len(verdicts) >= ATTEMPTS and all(v.status == RETRY_STUDENT for v in verdicts):
         return FAIL
     return RETRY_NOISY
 

@@ -152,26 +152,30 @@ def scaling_run(module, seq_lens, device="cpu", batch=1, n_heads=4, d_head=64):
     observed = []
     original = getattr(module, "naive_attention", None)
 
-    def watched(q, k, v, *args, **kwargs):
+    def watched(*args, **kwargs):
+        q = args[0] if args else kwargs.get("q")
         measure.synchronize(device)
         start = time.perf_counter()
-        out = original(q, k, v, *args, **kwargs)
+        out = original(*args, **kwargs)
         measure.synchronize(device)
         observed.append([list(getattr(q, "shape", ())), time.perf_counter() - start])
         return out
 
+    # Each run gets its own pin: the student's code may change the thread count.
     with _threads(device):
         ref_before = _ref_times(seq_lens, device, batch, n_heads, d_head, dtype)
-        if original is not None:
-            module.naive_attention = watched
-        try:
+    if original is not None:
+        module.naive_attention = watched
+    try:
+        with _threads(device):
             start = time.perf_counter()
             result = module.measure_scaling(list(seq_lens), batch=batch, n_heads=n_heads,
                                             d_head=d_head, device=device)
             wall = time.perf_counter() - start
-        finally:
-            if original is not None:
-                module.naive_attention = original
+    finally:
+        if original is not None:
+            module.naive_attention = original
+    with _threads(device):
         ref_after = _ref_times(seq_lens, device, batch, n_heads, d_head, dtype)
     if not isinstance(result, dict):
         return {"bad_result": type(result).__name__}

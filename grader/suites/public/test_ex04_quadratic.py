@@ -143,7 +143,7 @@ def test_measure_scaling_shows_the_quadratic(student, request, machine):
     machine.setdefault("ex04 lengths", f"{lens} on {device}{threads} (chosen where the "
                                        "quadratic dominates)")
     verdicts = []
-    for _ in range(3):
+    for _ in range(timing.ATTEMPTS):
         attempt = student.probe("ex04.scaling_run", lens, device)
         verdict = timing.judge_scaling(lens, attempt)
         verdicts.append(verdict)

@@ -199,7 +199,9 @@ def test_prefill_compute_bound_decode_memory_bound(student, request, machine):
         raise Feedback(f"achieved(...) must return a dict, got a {run['bad_result']}")
     for name, (flops, nbytes) in (("prefill", (pf, pb)), ("decode", (df, db))):
         check_achieved(run[name], flops, nbytes, f"achieved({name}_attention, ...)")
-        if run[name]["tflops"] * 1e12 > 3 * peaks.flops:
+        if run[name]["tflops"] * 1e12 > 3 * peaks.flops and \
+                run[name]["tflops"] * 1e12 > 3 * measure.machine_peaks(device).flops:
+            # (measured again first: a burst during the first probe would lower the roof)
             raise Feedback(f"achieved({name}_attention, ...) reports "
                            f"{run[name]['tflops']:.3g} TFLOP/s, more than 3x this machine's "
                            f"matmul peak ({peaks.flops / 1e12:.3g} TFLOP/s): the clock stopped "
