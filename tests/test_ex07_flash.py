@@ -290,7 +290,7 @@ def test_solution_full_marks_and_gpu_tests_not_run(tmp_path):
     assert got == total > 20
     gpu = [t for t in report.tests if "gpu" in t.name]
     if not torch.cuda.is_available():
-        assert len(gpu) == 5 and all(t.status == "not_run" and "needs a GPU" in t.output
+        assert len(gpu) == 6 and all(t.status == "not_run" and "needs a GPU" in t.output
                                      for t in gpu)
     assert report.seconds < 120
 

@@ -132,6 +132,11 @@ def test_blockwise_any_block_size(student):
                      student.blockwise_attention(q, k, v, block, causal=causal), want,
                      what=f"blockwise_attention(q, k, v, {block}, causal={causal})",
                      atol=1e-9, rtol=1e-7, mistakes=mistakes))
+    q, k, v = (rng.standard_normal((2, 3, s, 8)) for s in (6, 11, 11))    # (B, h, S, d)
+    _on_case("q of shape (2, 3, 6, 8), S_k=11, block_size=4", lambda: check_close(
+        student.blockwise_attention(q, k, v, 4, causal=True), flash.reference(q, k, v, True),
+        what="blockwise_attention(q, k, v, 4) on (B, h, S, d_head) arrays", atol=1e-9,
+        rtol=1e-7))
 
 
 @pytest.mark.points(1)

@@ -87,3 +87,17 @@ def test_flash_attention_in_your_kernel(student):
     what = "flash_attention(q, k, v)"
     flash.check_authentic(res, q, k, v, what=what)
     flash.check_output(res, q, flash.reference(q, k, v, True), what=what)
+
+
+@pytest.mark.gpu
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(300)
+def test_flash_attention_gpu_fp16(student):
+    """on a GPU: flash_attention in float16, causal, S=1024, d_head=64"""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    q, k, v = (x.half() for x in _heads("gpu", 1, 4, 2, 1024, 1024, 64))
+    res = student.probe("ex07.run_checked", q, k, v, causal=True)
+    what = "flash_attention(q, k, v) in float16 on the GPU"
+    flash.check_output(res, q, flash.reference(q, k, v, True, device="cuda"), what=what)
+    flash.check_authentic(res, q, k, v, what=what)
