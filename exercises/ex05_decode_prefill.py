@@ -36,6 +36,7 @@ import time
 
 import torch
 
+# Helpers of your own (RoPE, splitting heads, attention with GQA grouping) go here.
 
 
 def prefill_attention(q, k, v):

@@ -7,7 +7,6 @@ import statistics
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 import torch

@@ -2,7 +2,6 @@
 measured on the grading machine against its peaks."""
 import math
 
-import numpy as np
 import pytest
 import torch
 
