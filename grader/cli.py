@@ -92,7 +92,7 @@ def main() -> None:
 
 @main.command()
 @click.argument("exercise", nargs=-1)
-@click.option("--path", type=click.Path(path_type=Path, file_okay=False), default="exercises",
+@click.option("--path", type=click.Path(path_type=Path), default="exercises",
               show_default=True, help="Folder holding your exercise modules.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
               help="Seconds allowed for each call into your code.")
@@ -102,6 +102,9 @@ def check(exercise, path, timeout):
     if not path.exists():
         raise click.BadParameter(f"{path} does not exist; run this from the course folder "
                                  "or pass --path.", param_hint="--path")
+    if not path.is_dir():
+        raise click.BadParameter(f"{path} is not a folder of exercise modules.",
+                                 param_hint="--path")
     options = Options(suite="public", exercises=_exercise_names(exercise, "EXERCISE"),
                       call_timeout=timeout)
     report = _run(path, options)
@@ -130,6 +133,55 @@ def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu):
                       call_timeout=timeout, require_gpu=require_gpu)
     report = _run(path, options)
     _emit(report, out_format, out, public_only=suite == "public")
+
+
+@main.command()
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default="grades.csv",
+              show_default=True, help="The class's CSV: points per exercise and total.")
+@click.option("--results", "results_dir", type=click.Path(path_type=Path, file_okay=False),
+              default=None, help="Folder for each submission's results JSON "
+              "[default: results/ beside --out].")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Submissions graded at once.")
+@click.option("--suite", type=click.Choice(["public", "hidden"]), default="hidden",
+              show_default=True)
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
+              help="Seconds allowed for each call into a submission.")
+@click.option("--submission-timeout", type=click.FloatRange(min=1), default=1800,
+              show_default=True, help="Seconds allowed for grading one whole submission.")
+@click.option("-e", "--exercise", "exercises", multiple=True,
+              help="Grade only this exercise (repeatable).")
+@click.option("--force", is_flag=True, help="Grade again what an earlier run graded.")
+def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, exercises, force):
+    """Grade every submission (one sub-folder each) in FOLDER."""
+    from grader.batch import columns, discover, run_batch, to_csv
+
+    if not folder.exists():
+        raise click.BadParameter(f"{folder} does not exist.", param_hint="FOLDER")
+    if not folder.is_dir():
+        raise click.BadParameter(f"{folder} is not a folder of submissions.",
+                                 param_hint="FOLDER")
+    only = _exercise_names(exercises, "--exercise")
+    subs = discover(folder)
+    if not subs:
+        raise click.UsageError(f"{folder} holds no submissions (one sub-folder each).")
+    results_dir = results_dir or out.parent / "results"
+    with click.progressbar(length=len(subs), label="grading", file=sys.stderr,
+                           show_pos=True, item_show_func=lambda o: o.submission.name
+                           if o else "") as bar:
+        outcomes = run_batch(subs, results_dir, jobs=jobs, suite=suite, timeout=timeout,
+                             submission_timeout=submission_timeout, force=force,
+                             exercises=only,
+                             on_done=lambda o: bar.update(1, o))
+    write_private(out, to_csv(outcomes, columns(outcomes)))
+    skipped = sum(o.skipped for o in outcomes)
+    broken = [o for o in outcomes if o.error]
+    click.echo(f"{len(outcomes)} submissions: {len(outcomes) - skipped} graded, {skipped} "
+               f"already graded (--force to redo), {len(broken)} with errors; "
+               f"wrote {out} and {results_dir}/")
+    for o in broken:
+        click.echo(f"  {o.submission.name}: {o.error}")
 
 
 @main.command()

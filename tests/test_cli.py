@@ -62,6 +62,10 @@ def test_check_reports_public_tests_without_claiming_success(tmp_path):
     (["grade", "{sub}", "--bogus"], "No such option"),
     (["check", "--path", "no/such/folder"], "does not exist"),
     (["check", "nope", "--path", "{sub}"], "unknown exercise"),
+    (["check", "--path", "{file}"], "is not a folder"),
+    (["check", "--path", "{empty}"], "no exercise modules"),
+    (["stubs", "--bogus"], "No such option"),
+    (["frobnicate"], "No such command"),
 ])
 def test_bad_input_is_one_sentence_and_exit_2(tmp_path, args, phrase):
     sub = copy_solutions(tmp_path / "sub", ["ex02_mha"])

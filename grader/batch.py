@@ -1,0 +1,160 @@
+"""Grade a whole class: every submission in a folder, each in its own
+grader process, into one CSV and a Gradescope-style JSON per submission.
+
+A submission is a sub-folder holding exercise modules.  Each is graded by
+``attn-grade grade`` in a fresh process with an overall time limit, so one
+submission that breaks even the grader costs only its own row.  A rerun
+skips submissions whose result file is already there and newer than the
+submission, unless ``force``.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from grader.exercises import EXERCISES
+
+
+@dataclass
+class Submission:
+    name: str
+    path: Path
+
+
+@dataclass
+class Outcome:
+    submission: Submission
+    result_path: Path
+    skipped: bool = False          # graded in an earlier run
+    error: str = ""
+    seconds: float = 0.0
+    scores: dict = field(default_factory=dict)   # exercise -> (score, max)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "submission"
+
+
+def discover(folder: Path) -> list[Submission]:
+    """Every sub-folder of ``folder`` is a submission (sorted by name)."""
+    subs = []
+    for path in sorted(Path(folder).iterdir()):
+        if path.is_dir() and not path.name.startswith("."):
+            subs.append(Submission(path.name, path))
+    return subs
+
+
+def _latest_mtime(path: Path) -> float:
+    times = [p.stat().st_mtime for p in path.rglob("*") if p.is_file()]
+    return max(times + [path.stat().st_mtime])
+
+
+def exercise_scores(result: dict) -> dict:
+    """Per-exercise (score, max) from a results JSON (names start 'exNN_...: ')."""
+    out: dict = {}
+    for test in result.get("tests", []):
+        exercise = str(test.get("name", "")).split(":", 1)[0]
+        got, total = out.get(exercise, (0.0, 0.0))
+        out[exercise] = (got + float(test.get("score", 0)), total + float(test.get("max_score", 0)))
+    return out
+
+
+def _failed_result(message: str) -> dict:
+    return {"score": 0, "tests": [], "output": message, "output_format": "text"}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    from grader.cli import write_private
+    write_private(path, json.dumps(data, indent=2))
+
+
+def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float | None,
+              submission_timeout: float, force: bool,
+              exercises: list[str] | None = None) -> Outcome:
+    result_path = results_dir / f"{_safe(sub.name)}.json"
+    outcome = Outcome(sub, result_path)
+    if not force and result_path.is_file() and \
+            result_path.stat().st_mtime >= _latest_mtime(sub.path):
+        try:
+            data = json.loads(result_path.read_text())
+            outcome.skipped = True
+            outcome.scores = exercise_scores(data)
+            outcome.error = data.get("batch_error", "")
+            return outcome
+        except (OSError, ValueError):
+            pass  # unreadable: grade again
+    cmd = [sys.executable, "-m", "grader.cli", "grade", str(sub.path), "--suite", suite,
+           "--format", "json", "--out", str(result_path)]
+    if timeout:
+        cmd += ["--timeout", str(timeout)]
+    for ex in exercises or []:
+        cmd += ["--exercise", ex]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=submission_timeout,
+                              stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            last = lines[-1] if lines else f"the grader exited with {proc.returncode}"
+            outcome.error = last.removeprefix("Error: ")
+    except subprocess.TimeoutExpired:
+        outcome.error = f"grading took longer than {submission_timeout:g} s and was stopped"
+    outcome.seconds = time.monotonic() - start
+    if outcome.error:
+        data = _failed_result(f"not graded: {outcome.error}")
+        data["batch_error"] = outcome.error
+        _write_json(result_path, data)
+        return outcome
+    try:
+        outcome.scores = exercise_scores(json.loads(result_path.read_text()))
+    except (OSError, ValueError) as exc:
+        outcome.error = f"the result could not be read: {exc}"
+    return outcome
+
+
+def to_csv(outcomes: list[Outcome], exercises: list[str]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["submission", *exercises, "total", "max_total", "error"])
+    for o in sorted(outcomes, key=lambda o: o.submission.name):
+        row = [o.submission.name]
+        total = max_total = 0.0
+        for ex in exercises:
+            got, most = o.scores.get(ex, (0.0, 0.0))
+            row.append(f"{got:g}")
+            total, max_total = total + got, max_total + most
+        writer.writerow(row + [f"{total:g}", f"{max_total:g}", o.error])
+    return buf.getvalue()
+
+
+def run_batch(subs: list[Submission], results_dir: Path, *, jobs: int = 1, suite: str = "hidden",
+              timeout: float | None = None, submission_timeout: float = 1800.0,
+              force: bool = False, exercises: list[str] | None = None,
+              on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    results_dir.mkdir(parents=True, exist_ok=True)
+    outcomes = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(grade_one, s, results_dir, suite=suite, timeout=timeout,
+                               submission_timeout=submission_timeout, force=force,
+                               exercises=exercises)
+                   for s in subs]
+        for future in as_completed(futures):
+            outcome = future.result()
+            outcomes.append(outcome)
+            if on_done:
+                on_done(outcome)
+    return outcomes
+
+
+def columns(outcomes: list[Outcome]) -> list[str]:
+    seen = {ex for o in outcomes for ex in o.scores}
+    return [ex for ex in EXERCISES if ex in seen]
