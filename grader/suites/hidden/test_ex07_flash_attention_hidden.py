@@ -177,6 +177,7 @@ FLASH_CASES = {  # id: (B, h, h_kv, S_q, S_k, d_head, causal)
     "causal, S_q > S_k": (1, 2, 2, 40, 30, 16, True),    # 10 rows see no key
     "GQA, h = 4, h_kv = 2": (1, 4, 2, 33, 45, 32, True),
     "GQA, h_kv = 1, not causal": (1, 4, 1, 29, 29, 16, False),
+    "GQA decode, h = 6, h_kv = 2": (2, 6, 2, 1, 40, 32, True),
     "d_head = 16": (1, 2, 2, 50, 50, 16, True),
     "d_head = 128": (1, 1, 1, 35, 35, 128, True),
 }
