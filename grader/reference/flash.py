@@ -262,7 +262,7 @@ if HAS_TRITON:
             p = tl.exp2(s - shift[:, None])
             alpha = tl.exp2(m_i - shift)                                # rescales the past
             l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])   # MMA accumulates in place
             m_i = m_new
         return acc, l_i, m_i
 
@@ -376,7 +376,7 @@ if HAS_TRITON:
             p = tl.exp2(s - shift[:, None])
             alpha = tl.exp2(m_i - shift)
             l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])   # MMA accumulates in place
             m_i = m_new
         return acc, l_i, m_i
 
