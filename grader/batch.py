@@ -45,15 +45,20 @@ def _safe(name: str) -> str:
 
 
 def discover(folder: Path) -> list[Submission]:
-    """Every sub-folder of ``folder`` is a submission (sorted by name)."""
+    """Every sub-folder, notebook and zip in ``folder`` is a submission."""
     subs = []
     for path in sorted(Path(folder).iterdir()):
-        if path.is_dir() and not path.name.startswith("."):
-            subs.append(Submission(path.name, path))
+        if path.name.startswith("."):
+            continue
+        if path.is_dir() or path.suffix.lower() in (".ipynb", ".zip"):
+            name = path.name if path.is_dir() else path.stem
+            subs.append(Submission(name, path))
     return subs
 
 
 def _latest_mtime(path: Path) -> float:
+    if path.is_file():
+        return path.stat().st_mtime
     times = [p.stat().st_mtime for p in path.rglob("*") if p.is_file()]
     return max(times + [path.stat().st_mtime])
 

@@ -17,6 +17,7 @@ import click
 from grader import report as fmt
 from grader.core import GraderConfigError, Options, grade
 from grader.exercises import EXERCISES, REPO_DIR, available
+from grader.submission import SubmissionError, materialize
 
 
 def _exercise_names(names: tuple[str, ...], param_hint: str) -> list[str] | None:
@@ -35,19 +36,15 @@ def _exercise_names(names: tuple[str, ...], param_hint: str) -> list[str] | None
     return out
 
 
-def _submission_modules(path: Path) -> list[str]:
-    return sorted(p.stem for p in path.glob("ex*.py") if p.stem in EXERCISES)
-
-
 def _run(path: Path, options: Options):
-    if not path.is_dir():
-        raise click.BadParameter(f"{path} is not a folder of exercise modules.",
-                                 param_hint="PATH")
-    if not _submission_modules(path):
-        raise click.UsageError(f"no exercise modules (ex01_by_hand.py ... "
-                               f"ex07_flash_attention.py) were found in {path}.")
+    """Grade a folder, notebook or zip; bad input is a one-sentence error."""
     try:
-        return grade(path, options)
+        with materialize(path) as folder:
+            report = grade(folder, options)
+            report.submission = str(path)
+            return report
+    except SubmissionError as exc:
+        raise click.UsageError(str(exc)) from None
     except GraderConfigError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -70,7 +67,7 @@ def write_private(path: Path, text: str) -> None:
 
 def _emit(report, out_format: str, out: Path | None, public_only: bool) -> None:
     render = {"text": lambda r: fmt.to_text(r, public_only=public_only),
-              "json": fmt.to_json}[out_format]
+              "json": fmt.to_json, "junit": fmt.to_junit}[out_format]
     text = render(report)
     if out is None:
         click.echo(text, nl=False)
@@ -112,11 +109,12 @@ def check(exercise, path, timeout):
 
 
 @main.command(name="grade")
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=click.Path(path_type=Path), metavar="SUBMISSION")
 @click.option("--suite", type=click.Choice(["public", "hidden"]), default="hidden",
               show_default=True, help="public: the students' tests; hidden: the full grade.")
-@click.option("--format", "out_format", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="json is Gradescope's results.json format.")
+@click.option("--format", "out_format", type=click.Choice(["text", "json", "junit"]),
+              default="text", show_default=True,
+              help="json: Gradescope's results.json; junit: JUnit XML for CI systems.")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write the result to this file instead of the terminal.")
 @click.option("-e", "--exercise", "exercises", multiple=True,
@@ -126,9 +124,9 @@ def check(exercise, path, timeout):
 @click.option("--require-gpu", is_flag=True,
               help="Fail GPU tests that cannot run, instead of skipping them.")
 def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu):
-    """Grade a folder of exercise modules."""
+    """Grade a submission: a folder of exercise modules, a notebook, or a zip."""
     if not path.exists():
-        raise click.BadParameter(f"{path} does not exist.", param_hint="PATH")
+        raise click.BadParameter(f"{path} does not exist.", param_hint="SUBMISSION")
     options = Options(suite=suite, exercises=_exercise_names(exercises, "--exercise"),
                       call_timeout=timeout, require_gpu=require_gpu)
     report = _run(path, options)
@@ -154,7 +152,7 @@ def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu):
               help="Grade only this exercise (repeatable).")
 @click.option("--force", is_flag=True, help="Grade again what an earlier run graded.")
 def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, exercises, force):
-    """Grade every submission (one sub-folder each) in FOLDER."""
+    """Grade every submission in FOLDER: each sub-folder, notebook and zip."""
     from grader.batch import columns, discover, run_batch, to_csv
 
     if not folder.exists():
@@ -165,7 +163,8 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
     only = _exercise_names(exercises, "--exercise")
     subs = discover(folder)
     if not subs:
-        raise click.UsageError(f"{folder} holds no submissions (one sub-folder each).")
+        raise click.UsageError(f"{folder} holds no submissions (sub-folders, notebooks or "
+                               "zip files).")
     results_dir = results_dir or out.parent / "results"
     with click.progressbar(length=len(subs), label="grading", file=sys.stderr,
                            show_pos=True, item_show_func=lambda o: o.submission.name
@@ -182,6 +181,32 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
                f"wrote {out} and {results_dir}/")
     for o in broken:
         click.echo(f"  {o.submission.name}: {o.error}")
+
+
+@main.command()
+@click.argument("out", type=click.Path(path_type=Path, dir_okay=True, file_okay=False))
+@click.option("--install", default=None,
+              help="What the notebooks' install cell pip-installs (for Colab) "
+                   "[default: the student edition's package name].")
+def notebooks(out, install):
+    """Write one notebook per exercise into OUT."""
+    from grader.notebooks import DEFAULT_INSTALL, write_notebooks
+
+    stubs = _stub_sources()
+    for path in write_notebooks(out, stubs, install or DEFAULT_INSTALL):
+        click.echo(f"wrote {path}")
+
+
+def _stub_sources() -> dict[str, str]:
+    """The student stubs: derived from solutions/ where present, else exercises/."""
+    from grader.stubs import derive_all
+
+    solutions, exercises = REPO_DIR / "solutions", REPO_DIR / "exercises"
+    if solutions.is_dir():
+        return derive_all(solutions)
+    if exercises.is_dir():
+        return {p.stem: p.read_text() for p in sorted(exercises.glob("ex*.py"))}
+    raise click.UsageError("neither solutions/ nor exercises/ is here to make notebooks from.")
 
 
 @main.command()

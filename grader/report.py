@@ -118,3 +118,33 @@ def to_gradescope(report: Report) -> dict:
 
 def to_json(report: Report) -> str:
     return json.dumps(to_gradescope(report), indent=2)
+
+
+def to_junit(report: Report) -> str:
+    """JUnit XML: one testsuite per exercise, points as properties."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.Element("testsuites", name="attn-grade", tests=str(len(report.tests)),
+                      failures=str(sum(t.status == FAILED for t in report.tests)),
+                      time=f"{report.seconds:.3f}")
+    for exercise, tests in report.by_exercise().items():
+        got, total = report.exercise_scores()[exercise]
+        suite = ET.SubElement(root, "testsuite", name=exercise, tests=str(len(tests)),
+                              failures=str(sum(t.status == FAILED for t in tests)),
+                              skipped=str(sum(t.status == NOT_RUN for t in tests)))
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="score", value=_num(got))
+        ET.SubElement(props, "property", name="max_score", value=_num(total))
+        for t in tests:
+            case = ET.SubElement(suite, "testcase", classname=exercise, name=t.title)
+            cprops = ET.SubElement(case, "properties")
+            ET.SubElement(cprops, "property", name="points",
+                          value=f"{_num(t.score)}/{_num(t.max_score)}")
+            if t.status == FAILED:
+                ET.SubElement(case, "failure", message=t.output.splitlines()[0]
+                              if t.output else "failed").text = t.output
+            elif t.status == NOT_RUN:
+                ET.SubElement(case, "skipped", message=t.output)
+            elif t.output:
+                ET.SubElement(case, "system-out").text = t.output
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
