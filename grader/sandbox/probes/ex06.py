@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
-MAX_OPS = 400
+MAX_OPS = 20000    # a loop over heads or positions stays well under this
 
 
 class _Trace(TorchDispatchMode):

@@ -20,6 +20,12 @@ ATOL, RTOL = TOLERANCES["float32"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def machine_peaks(machine):
+    """The grading machine's peaks, measured once per run, top of the report."""
+    return measure.grading_peaks(machine, measure.default_device())
+
+
 def _qkv(seed, shape):
     g = torch.Generator().manual_seed(seed)
     return tuple(torch.randn(*shape, generator=g) for _ in range(3))

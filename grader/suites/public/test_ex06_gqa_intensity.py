@@ -3,6 +3,7 @@ intensity next to the ideal one."""
 import pytest
 import torch
 
+from grader import measure
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference import attention as ref
 from grader.reference import roofline as rl
@@ -13,6 +14,12 @@ ATOL, RTOL = TOLERANCES["float32"]
 # A student's byte count may differ from each of the grader's readings of
 # "a view reads nothing" by rounding-level details (a scalar tensor, say).
 BYTES_SLACK = 0.03
+
+
+@pytest.fixture(autouse=True, scope="module")
+def machine_peaks(machine):
+    """The grading machine's peaks, measured once per run, top of the report."""
+    return measure.grading_peaks(machine, measure.default_device())
 
 
 def decode_inputs(seed, b, h, h_kv, s, d, dtype=torch.float32):
