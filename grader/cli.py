@@ -210,6 +210,20 @@ def _stub_sources() -> dict[str, str]:
 
 
 @main.command()
+@click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
+def gradescope(out):
+    """Build a Gradescope autograder bundle (a zip) at OUT."""
+    from grader.gradescope import build_bundle
+
+    if out.suffix.lower() != ".zip":
+        raise click.BadParameter(f"{out} must end in .zip (Gradescope uploads a zip).",
+                                 param_hint="OUT")
+    build_bundle(out)
+    click.echo(f"wrote {out}: upload it as the autograder of a Gradescope programming "
+               "assignment")
+
+
+@main.command()
 @click.option("--check", "check_only", is_flag=True,
               help="Only report stubs that differ; exit 1 if any do.")
 def stubs(check_only):

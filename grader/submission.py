@@ -71,6 +71,11 @@ def _flatten(found: Path, dest: Path) -> None:
     """Exercise modules and notebooks anywhere in ``found`` -> ``dest``."""
     from grader.notebooks import extract_modules
 
+    for i, archive in enumerate(sorted(found.rglob("*.zip"))):  # a zip uploaded beside
+        inner = dest.parent / f"zip{i}"
+        inner.mkdir(exist_ok=True)
+        _unzip(archive, inner)
+        _flatten(inner, dest)
     for path in sorted(found.rglob("*.ipynb")):
         for name, source in extract_modules(path).items():
             (dest / f"{name}.py").write_text(source)
@@ -91,10 +96,11 @@ def materialize(path: Path | str):
         raise SubmissionError(f"{path} does not exist.")
     kind = kind_of(path)
     if kind == "folder":
-        if not modules_in(path) and not list(path.glob("*.ipynb")):
+        packed = list(path.glob("*.ipynb")) + list(path.glob("*.zip"))
+        if not modules_in(path) and not packed:
             raise SubmissionError(f"no exercise modules (ex01_by_hand.py ... "
                                   f"ex07_flash_attention.py) were found in {path}.")
-        if not list(path.glob("*.ipynb")):
+        if not packed:
             yield path
             return
     tmp = Path(tempfile.mkdtemp(prefix="attn-submission-"))
@@ -110,7 +116,7 @@ def materialize(path: Path | str):
             from grader.notebooks import extract_modules
             for name, source in extract_modules(path).items():
                 (folder / f"{name}.py").write_text(source)
-        else:  # a folder with notebooks in it
+        else:  # a folder with notebooks or zips in it
             _flatten(path, folder)
         if not modules_in(folder):
             raise SubmissionError(f"no exercise modules or tagged notebook cells were found "
