@@ -165,9 +165,8 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
     for name in names:
         if name in ("top_left_mask", "diagonal_masked", "no_mask") and not causal:
             continue
-        if name == "kv_tile" and q.shape[1] in (k.shape[1], k.shape[1] * 1):
-            if q.shape[1] == k.shape[1] or k.shape[1] == 1:
-                continue                       # tile == repeat_interleave here
+        if name == "kv_tile" and (q.shape[1] == k.shape[1] or k.shape[1] == 1):
+            continue                           # tile == repeat_interleave here
         if name == "sm_scale_ignored" and sm_scale is None:
             continue
         if name == "no_rescale":
