@@ -19,7 +19,8 @@ from grader.exercises import EXERCISES, SUITES_DIR, suite_files
 from grader.feedback import Feedback
 from grader.report import FAILED, NOT_RUN, PASSED, Report, TestResult
 from grader.sandbox import confine
-from grader.sandbox.client import Limits, StudentError, StudentModule, Worker
+from grader.sandbox.client import (Limits, StudentError, StudentLoadError, StudentModule,
+                                   Worker)
 
 PLUGIN_KEY = pytest.StashKey["GradingPlugin"]()
 
@@ -101,6 +102,20 @@ class GradingPlugin:
                      "timeout_s(seconds): time limit for each call into the submission",
                      "gpu: needs CUDA; not run (and not counted) without it"):
             config.addinivalue_line("markers", line)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        """A module that is missing, or that failed to import, fails each of its
+        tests at once, before any fixture (a reference measurement, say) runs."""
+        mark = item.get_closest_marker("exercise")
+        if mark is None:
+            return
+        exercise = mark.args[0]
+        if not (self.submission / f"{exercise}.py").is_file():
+            raise StudentLoadError(f"{exercise}.py was not found in the submission")
+        worker = self.workers.get(exercise)
+        if worker is not None and worker.load_error is not None:
+            raise worker.load_error
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
