@@ -199,10 +199,9 @@ def notebooks(out, install):
 
 def _stub_sources() -> dict[str, str]:
     """The student stubs: derived from solutions/ where present, else exercises/."""
-    from grader.stubs import derive_all
-
     solutions, exercises = REPO_DIR / "solutions", REPO_DIR / "exercises"
     if solutions.is_dir():
+        from grader.stubs import derive_all
         return derive_all(solutions)
     if exercises.is_dir():
         return {p.stem: p.read_text() for p in sorted(exercises.glob("ex*.py"))}
@@ -213,7 +212,11 @@ def _stub_sources() -> dict[str, str]:
 @click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
 def gradescope(out):
     """Build a Gradescope autograder bundle (a zip) at OUT."""
-    from grader.gradescope import build_bundle
+    try:
+        from grader.gradescope import build_bundle
+    except ImportError:
+        raise click.UsageError("this is an instructors' command, not part of the student "
+                               "edition.") from None
 
     if out.suffix.lower() != ".zip":
         raise click.BadParameter(f"{out} must end in .zip (Gradescope uploads a zip).",
@@ -221,6 +224,29 @@ def gradescope(out):
     build_bundle(out)
     click.echo(f"wrote {out}: upload it as the autograder of a Gradescope programming "
                "assignment")
+
+
+@main.command()
+@click.argument("out", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--install", default=None,
+              help="What the notebooks' install cell pip-installs (a git URL of the "
+                   "student repository, say) [default: the student package's name].")
+def release(out, install):
+    """Build the student edition in OUT (an empty or new folder)."""
+    try:
+        from grader.release import build
+    except ImportError:
+        raise click.UsageError("this is an instructors' command, not part of the student "
+                               "edition.") from None
+    if not (REPO_DIR / "solutions").is_dir():
+        raise click.UsageError("solutions/ is not here: the student edition is built from "
+                               "the instructors' edition.")
+    if out.exists() and any(out.iterdir()):
+        raise click.BadParameter(f"{out} is not empty; give a new or empty folder.",
+                                 param_hint="OUT")
+    click.echo("recording the public tests' answers from the solutions ...", err=True)
+    build(out, install)
+    click.echo(f"wrote the student edition to {out}")
 
 
 @main.command()
@@ -245,8 +271,13 @@ def stubs(check_only):
         click.echo(f"wrote {path.relative_to(REPO_DIR)}")
 
 
+try:  # an instructors' command: the student edition has no calibrate module
+    from grader.calibrate import calibrate as _calibrate  # noqa: E402
+except ImportError:  # pragma: no cover - student edition
+    pass
+else:
+    main.add_command(_calibrate)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
-
-from grader.calibrate import calibrate as _calibrate  # noqa: E402
-main.add_command(_calibrate)
