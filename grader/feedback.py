@@ -96,12 +96,7 @@ def check_close(got, expected, *, what: str, atol: float, rtol: float,
         raise Feedback(f"{what}: expected numbers, got an array of {got.dtype}") from None
     if got.shape != exp.shape:
         lines.append(f"{what}: expected shape {tuple(exp.shape)}, got shape {tuple(got.shape)}")
-        mistake = matching_mistake(got, mistakes, atol, rtol)
-        if mistake:
-            lines.append(f"This looks like: {mistake}.")
-        elif hint:
-            lines.append(hint)
-        raise Feedback("\n".join(lines))
+        raise _explained(lines, got, mistakes, atol, rtol, hint)
     finite_exp = np.isfinite(exp)
     bad_nan = ~np.isfinite(got) & finite_exp
     close = np.isclose(got, exp, atol=atol, rtol=rtol, equal_nan=True)

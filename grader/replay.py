@@ -158,19 +158,7 @@ def codec_literal(constants: dict) -> str:
 
 
 def replay_constants(short: str, packed_hex: str) -> dict:
-    return _unpack(bytes.fromhex(packed_hex))
-
-
-def _unpack(data: bytes):
-    pos = 0
-
-    def read_exact(n):
-        nonlocal pos
-        chunk = data[pos:pos + n]
-        pos += n
-        return chunk
-
-    return codec.read_message(read_exact, len(data) + 1)
+    return codec.unpack(bytes.fromhex(packed_hex))
 
 
 @functools.lru_cache(maxsize=1)
@@ -178,7 +166,7 @@ def _recorded() -> dict:
     path = Path(__file__).resolve().parent / "reference" / RECORD_FILE
     if not path.is_file():
         return {}
-    return _unpack(path.read_bytes())
+    return codec.unpack(path.read_bytes())
 
 
 def replay_function(short: str, name: str):

@@ -235,3 +235,16 @@ def read_message(read_exact, max_bytes: int):
         buffers.append(body[pos:pos + int(n)])
         pos += int(n)
     return decode(tree, buffers)
+
+
+def unpack(data: bytes, max_bytes: int | None = None):
+    """Decode one message held in memory (the inverse of ``pack``)."""
+    pos = 0
+
+    def read_exact(n: int) -> bytes:
+        nonlocal pos
+        chunk = data[pos:pos + n]
+        pos += n
+        return chunk
+
+    return read_message(read_exact, len(data) if max_bytes is None else max_bytes)
