@@ -70,8 +70,8 @@ def test_mistakes_differ_from_the_truth():
     """Every mistake the hidden suite names changes its answer on such a case."""
     q, k, v = _qkv(1, 4, 2, 20, 45, 16)
     truth = flash.reference(q, k, v, True, 0.3)
-    names = ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked", "no_mask",
-             "kv_tile", "no_rescale", "sm_scale_ignored"]
+    names = ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked",
+             "mask_wrong_triangle", "no_mask", "kv_tile", "no_rescale", "sm_scale_ignored"]
     mistakes = flash.flash_mistakes(q, k, v, True, 0.3, names=names)
     assert len(mistakes) >= len(names)
     for description, wrong in mistakes.items():

@@ -82,6 +82,8 @@ def allowed(s_q: int, s_k: int, causal: bool, mistake=None, device="cpu") -> tor
     offset = 0 if mistake == "top_left_mask" else s_k - s_q
     if mistake == "diagonal_masked":
         return j < i + offset
+    if mistake == "mask_wrong_triangle":
+        return j >= i + offset
     return j <= i + offset
 
 
@@ -160,10 +162,12 @@ def _no_rescale(q, k, v, causal, sm_scale, block_n: int) -> torch.Tensor:
 def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
     """``{description: wrong answer}`` for ``check_close(mistakes=...)``."""
     names = names or ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked",
-                      "no_mask", "kv_tile", "nan_masked_tile", "no_rescale"]
+                      "mask_wrong_triangle", "no_mask", "kv_tile", "nan_masked_tile",
+                      "no_rescale"]
     out = {}
     for name in names:
-        if name in ("top_left_mask", "diagonal_masked", "no_mask") and not causal:
+        if name in ("top_left_mask", "diagonal_masked", "mask_wrong_triangle",
+                    "no_mask") and not causal:
             continue
         if name == "kv_tile" and (q.shape[1] == k.shape[1] or k.shape[1] == 1):
             continue                           # tile == repeat_interleave here

@@ -48,6 +48,8 @@ MUTANTS = [
            "    scale = 1.0\n", "not scaled by 1/sqrt(d_head)"),
     Mutant("blockwise_top_left", "rows = (s_k - s_q + np.arange(s_q))[:, None]",
            "rows = np.arange(s_q)[:, None]", "top-left"),
+    Mutant("blockwise_wrong_triangle", "np.where(cols <= rows, scores, -np.inf)",
+           "np.where(cols >= rows, scores, -np.inf)", "wrong triangle"),
     # -- the Triton kernel
     Mutant("kernel_no_rescale", "acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)",
            "acc = acc + tl.dot(p.to(v.dtype), v)", "does not rescale the accumulator"),

@@ -122,7 +122,7 @@ def test_blockwise_any_block_size(student):
         want = flash.reference(q[None], k[None], v[None], causal)[0]
         mistakes = flash.flash_mistakes(q[None], k[None], v[None], causal,
                                         names=["no_scale", "top_left_mask", "diagonal_masked",
-                                               "no_mask"])
+                                               "mask_wrong_triangle", "no_mask"])
         mistakes = {d: w[0] for d, w in mistakes.items()}
         if s_k > block:
             mistakes[flash.describe("no_rescale")] = flash.reference(
@@ -195,8 +195,8 @@ def _flash_check(student, key, shape, *, sm_scale=None, pass_sm_scale=True, pass
     args = "q, k, v" + (f", causal={causal}" if pass_causal else "") + \
         (f", sm_scale={sm_scale}" if pass_sm_scale and sm_scale is not None else "")
     what = f"flash_attention({args})"
-    names = ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked", "no_mask",
-             "kv_tile", "nan_masked_tile", "no_rescale"]
+    names = ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked",
+             "mask_wrong_triangle", "no_mask", "kv_tile", "nan_masked_tile", "no_rescale"]
     if sm_scale is not None:
         names.append("sm_scale_ignored")
     text = f"B={b}, h={h}, h_kv={h_kv}, S_q={s_q}, S_k={s_k}, d_head={d}, causal={causal}"
