@@ -161,7 +161,7 @@ def calibrate(out, repeats, dry_run):
     click.echo(f"wrote {out}")
 
 
-DEFAULT_TIERS = [0.25, 0.45, 0.7]    # for a GPU nobody calibrated, and a missing file
+DEFAULT_TIERS = [0.15, 0.3, 0.45]    # for a GPU nobody calibrated, and a missing file
 
 
 def tiers_for(gpu_name: str, path: Path = DATA_PATH) -> list:

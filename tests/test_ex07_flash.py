@@ -359,3 +359,60 @@ def test_only_ex07_imports_triton():
             if _imports_triton(path):
                 offenders.append(rel)
     assert not offenders, offenders
+
+
+# -- on a GPU (skipped here without CUDA) -----------------------------------------------------
+needs_gpu = pytest.mark.skipif(not (torch.cuda.is_available() and flash.HAS_TRITON),
+                               reason="needs a GPU and Triton")
+
+# The kernel launched on a side stream, the call returning before it is done.
+SIDE_STREAM = """
+_solution_attention = flash_attention
+_SIDE = torch.cuda.Stream()
+
+
+def flash_attention(q, k, v, *, causal=True, sm_scale=None):
+    _SIDE.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(_SIDE):
+        return _solution_attention(q, k, v, causal=causal, sm_scale=sm_scale)
+"""
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_reference_kernel(dtype):
+    q, k, v = (x.to("cuda", dtype) for x in _qkv(2, 8, 2, 1000, 3000, 128))
+    got = flash.flash_attention(q, k, v, causal=True)
+    atol, rtol = flash.tolerance(str(dtype).replace("torch.", ""), "cuda")
+    want = flash.reference(q, k, v, True)
+    assert torch.allclose(got.double().cpu(), want, atol=atol, rtol=rtol)
+    if torch.cuda.get_device_capability()[0] >= 9:
+        assert not flash.DESCRIPTOR_FAILURE, flash.DESCRIPTOR_FAILURE
+
+
+@needs_gpu
+def test_gpu_solution_earns_every_point(tmp_path):
+    report = grade_dir(copy_solutions(tmp_path / "sub", [EX]), [EX], require_gpu=True)
+    assert not report.errors, report.errors
+    got, total = report.exercise_scores()[EX]
+    assert got == total, [t.output for t in report.tests if t.status != "passed"]
+
+
+@needs_gpu
+def test_gpu_side_stream_work_is_timed(tmp_path):
+    """Work left running on another stream is inside the timed region."""
+    fair = copy_solutions(tmp_path / "fair", [EX])
+    side = copy_solutions(tmp_path / "side", [EX])
+    path = side / f"{EX}.py"
+    path.write_text(path.read_text() + SIDE_STREAM)
+    case = [dict(batch=2, heads=16, kv_heads=16, s_q=4096, s_k=4096, d_head=128,
+                 causal=False, dtype="bfloat16")]
+    ratios = {}
+    for name, folder in (("fair", fair), ("side", side)):
+        student = StudentModule(Worker(folder, EX, Limits(call_timeout=600)))
+        try:
+            result = student.probe("ex07.benchmark", SOURCE, case, repeats=9)
+        finally:
+            student._worker.close()
+        ratios[name] = flash.judge_speed(result)["ratio"]
+    assert ratios["side"] < 1.5 * ratios["fair"], ratios
