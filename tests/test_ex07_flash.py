@@ -123,7 +123,7 @@ def test_reference_kernel_fixed_config(solution):
 @needs_triton
 def test_trace_of_the_solution_is_clean(solution):
     q, k, v = _qkv(1, 4, 1, 16, 96, 32)
-    res = solution.probe("ex07.run_checked", q, k, v, causal=True)
+    res = solution.probe("ex07.run_checked", q, k, v, causal=True, on="cpu")
     assert res["launches"] and all(x["in_submission"] for x in res["launches"])
     assert res["forbidden"] == {} and sum(res["compute_ops"].values()) <= 2
     assert [b[1] for b in res["buffers"]] == [q.numel()]          # the output only
@@ -192,7 +192,7 @@ def test_cheats_are_named(tmp_path, cheat):
     student = _student(tmp_path)
     try:
         q, k, v = _qkv(1, 1, 1, 8, 8, 16)
-        res = student.probe("ex07.run_checked", q, k, v, causal=False)
+        res = student.probe("ex07.run_checked", q, k, v, causal=False, on="cpu")
     finally:
         student._worker.close()
     with pytest.raises(Feedback, match=expect):
