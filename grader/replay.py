@@ -135,16 +135,44 @@ class Recorder:
             live = LIVE_CONSTANTS.get(short, {})
             names = sorted(name for name, _ in _public_functions(mod))
             constants = _constants(mod, live)
-            (folder / f"{short}.py").write_text(_replay_module(short, names, constants, live))
+            imports = _shipped_imports(mod)
+            for name in imports:
+                constants.pop(name, None)
+            (folder / f"{short}.py").write_text(
+                _replay_module(short, names, constants, live, imports))
 
 
-def _replay_module(short: str, names: list[str], constants: dict, live: dict) -> str:
+def _shipped_imports(mod) -> dict:
+    """{name: module} of what a secret module takes from a module that ships
+    (judging code it re-exports): the replay module imports those for real."""
+    out = {}
+    secret = {f"grader.reference.{m}" for m in SECRET_MODULES}
+    for name, value in vars(mod).items():
+        origin = getattr(value, "__module__", None)
+        if name.startswith("_") or not origin or origin == mod.__name__:
+            continue
+        if origin.startswith("grader.") and origin not in secret and \
+                (inspect.isfunction(value) or inspect.isclass(value)):
+            out[name] = origin
+    # constants defined in a shipped module and re-exported
+    for name, value in vars(mod).items():
+        if name.isupper() and name not in out:
+            for origin in {m for m in out.values()}:
+                if getattr(importlib.import_module(origin), name, None) is value:
+                    out[name] = origin
+    return out
+
+
+def _replay_module(short: str, names: list[str], constants: dict, live: dict,
+                   imports: dict) -> str:
     lines = [f'"""Replayed answers of the reference module {short!r} (student edition).',
              "",
              "The real module stays with the instructors; its answers for the public",
              'tests were recorded from the reference solutions."""',
              "from grader.replay import replay_constants, replay_function", "",
              f"globals().update(replay_constants({short!r}, {codec_literal(constants)!r}))"]
+    for name, origin in sorted(imports.items()):
+        lines.append(f"from {origin} import {name}  # noqa: E402")
     for name, expr in live.items():
         lines.append(f"{name} = {expr}")
     for name in names:
