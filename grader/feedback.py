@@ -115,12 +115,17 @@ def check_close(got, expected, *, what: str, atol: float, rtol: float,
         err = np.where(both, np.abs(got - exp), 0.0)
         lines.append(f"  max abs error {float(err.max()):.3g} "
                      f"(allowed: atol={atol:g}, rtol={rtol:g})")
+    raise _explained(lines, got, mistakes, atol, rtol, hint)
+
+
+def _explained(lines, got, mistakes, atol, rtol, hint) -> Feedback:
+    """The feedback, ending with the known mistake it looks like (or the hint)."""
     mistake = matching_mistake(got, mistakes, atol, rtol)
     if mistake:
         lines.append(f"This looks like: {mistake}.")
     elif hint:
         lines.append(hint)
-    raise Feedback("\n".join(lines))
+    return Feedback("\n".join(lines))
 
 
 def check_equal(got, expected, *, what: str, mistakes: Mapping[str, object] | None = None,
