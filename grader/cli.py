@@ -123,12 +123,14 @@ def check(exercise, path, timeout):
               help="Seconds allowed for each call into the submission.")
 @click.option("--require-gpu", is_flag=True,
               help="Fail GPU tests that cannot run, instead of skipping them.")
-def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu):
+@click.option("-k", "--keyword", default=None,
+              help="Only the tests matching this pytest -k expression (e.g. 'softmax').")
+def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, keyword):
     """Grade a submission: a folder of exercise modules, a notebook, or a zip."""
     if not path.exists():
         raise click.BadParameter(f"{path} does not exist.", param_hint="SUBMISSION")
     options = Options(suite=suite, exercises=_exercise_names(exercises, "--exercise"),
-                      call_timeout=timeout, require_gpu=require_gpu)
+                      call_timeout=timeout, require_gpu=require_gpu, keyword=keyword)
     report = _run(path, options)
     _emit(report, out_format, out, public_only=suite == "public")
 

@@ -19,7 +19,7 @@ def test_mutant_loses_points_and_is_named(mutant, tmp_path):
     for path in SOLUTIONS.glob("ex*.py"):
         (sub / path.name).write_text(path.read_text())
     (sub / f"{mutant.file}.py").write_text(mutant.apply(source))
-    report = grade_dir(sub, [mutant.file])
+    report = grade_dir(sub, [mutant.file], keyword=mutant.only or None)
     got, total = report.exercise_scores()[mutant.file]
     assert not report.errors, report.errors
     assert got < total, f"{mutant.name} kept full marks ({got}/{total})"

@@ -4,6 +4,11 @@ Each ``tests/mutants/<exercise>.py`` defines ``MUTANTS``, a list of
 ``Mutant``.  ``tests/test_mutants.py`` grades each with the hidden suite and
 checks that it loses points and that some failing test's feedback contains
 ``expect`` (case-insensitive): the grader must name the mistake.
+
+A module may also define ``ONLY``, mapping a mutant's name to a pytest
+``-k`` expression that selects the tests which must catch it (by default
+the exercise's whole hidden suite).  It keeps the package's own tests fast:
+a mistake in a formula need not wait for a timing run.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ class Mutant:
     replace: str     # what the mistaken code has instead
     expect: str      # a phrase the feedback must contain
     file: str = ""   # the exercise module; filled in by all_mutants()
+    only: str = ""   # a pytest -k expression; filled in from the module's ONLY
 
     def apply(self, source: str) -> str:
         count = source.count(self.find)
@@ -32,6 +38,11 @@ def all_mutants() -> list[Mutant]:
     out = []
     for info in pkgutil.iter_modules(__path__):
         mod = importlib.import_module(f"{__name__}.{info.name}")
+        only = getattr(mod, "ONLY", {})
+        unknown = set(only) - {m.name for m in getattr(mod, "MUTANTS", [])}
+        if unknown:
+            raise AssertionError(f"{info.name}.ONLY names no mutant: {sorted(unknown)}")
         for m in getattr(mod, "MUTANTS", []):
-            out.append(Mutant(m.name, m.find, m.replace, m.expect, file=info.name))
+            out.append(Mutant(m.name, m.find, m.replace, m.expect, file=info.name,
+                              only=only.get(m.name, "")))
     return out

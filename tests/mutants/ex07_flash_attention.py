@@ -72,3 +72,8 @@ MUTANTS = [
     Mutant("input_mutation", ALLOC, MUTATE, "changed its input q"),
     Mutant("gqa_copies_kv", ALLOC, KV_COPY, "copied for every query head"),
 ]
+
+# The NumPy mistakes need not wait for the Triton interpreter.
+ONLY = {name: "step or blockwise" for name in (
+    "numpy_no_rescale", "numpy_nan_masked_tile", "blockwise_no_scale", "blockwise_top_left",
+    "blockwise_wrong_triangle")}
