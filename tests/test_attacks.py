@@ -3,7 +3,8 @@
 For every attack, grading completes with a valid result, the attack gains
 no credit (the twisted function's tests fail), and the untouched exercises
 (ex01, ex02) keep full marks.  The kernel exercise's attacks (PyTorch's
-attention inside the kernel, cached outputs) are in tests/test_ex07*.py.
+attention inside the kernel, cached outputs) twist ex07 instead; its other
+cheats are among its mutants (tests/mutants/ex07_flash_attention.py).
 """
 from __future__ import annotations
 
@@ -341,3 +342,30 @@ def test_fifty_megabytes_of_output(sub):
     assert report.exercise_scores()["ex03_gqa"][0] == report.exercise_scores()["ex03_gqa"][1]
     assert len(to_text(report)) < 200_000
     assert elapsed < 120
+
+
+@pytest.mark.parametrize("cheat,phrase", [("SDPA_FALLBACK", "scaled_dot_product_attention"),
+                                          ("CACHE", "cache nothing between calls")])
+def test_kernel_exercise_cheats(tmp_path, cheat, phrase):
+    """PyTorch's attention inside flash_attention, or outputs cached between
+    calls: no credit for flash_attention, and the rest keeps its marks."""
+    from tests.mutants import ex07_flash_attention as cheats
+    sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand", "ex07_flash_attention"])
+    path = sub / "ex07_flash_attention.py"
+    text = path.read_text()
+    assert text.count(cheats.ALLOC) == 1
+    path.write_text(text.replace(cheats.ALLOC, getattr(cheats, cheat)))
+    report = grade_dir(sub, ["ex01_by_hand", "ex07_flash_attention"], keyword=None)
+    json.dumps(to_gradescope(report))
+    assert not report.errors, report.errors
+    scores = report.exercise_scores()
+    assert scores["ex01_by_hand"][0] == scores["ex01_by_hand"][1]
+    kernel = [t for t in report.tests if t.exercise == "ex07_flash_attention"
+              and t.name.startswith("test_flash")]
+    if not kernel:
+        pytest.fail("no flash_attention tests ran")
+    cheated = [t for t in kernel if t.status == "failed"]
+    assert cheated and any(phrase in t.output for t in cheated)
+    numpy_parts = [t for t in report.tests if t.exercise == "ex07_flash_attention"
+                   and t not in kernel and t.status != "not_run"]
+    assert numpy_parts and all(t.status == "passed" for t in numpy_parts)
