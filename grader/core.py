@@ -171,8 +171,20 @@ def _sandbox_text(options: Options) -> str:
             "of memory (not root: see the README's threat model)")
 
 
+def _one_thread() -> None:
+    """The references' arithmetic is small: one PyTorch thread in the grading
+    process, so that parallel gradings do not spin against each other."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return
+    torch.set_num_threads(1)
+
+
 def grade(submission: Path | str, options: Options | None = None) -> Report:
-    """Grade a folder of exercise modules; always returns a ``Report``."""
+    """Grade a folder of exercise modules; always returns a ``Report``.
+
+    Sets PyTorch to one thread in this process (see ``_one_thread``)."""
     options = options or Options()
     submission = Path(submission).resolve()
     if options.suite not in ("public", "hidden"):
@@ -187,6 +199,7 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
     report = Report(submission=str(submission), suite=options.suite, exercises=list(names))
     report.machine["sandbox"] = _sandbox_text(options)
     plugin = GradingPlugin(submission, options, report)
+    _one_thread()
     start = time.perf_counter()
     args = ["-c", str(SUITES_DIR / "pytest.ini"), "--rootdir", str(SUITES_DIR),
             "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:randomly",
