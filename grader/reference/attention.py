@@ -41,6 +41,14 @@ MISTAKES = {
     "kv_tile": "the K/V heads were repeated with tile (0,1,0,1) where repeat_interleave "
                "(0,0,1,1) is meant: query head i must use KV head i // (h / h_kv)",
     "no_kv_repeat": "the K/V heads were not repeated for their query groups",
+    "scale_multiplied": "the scores were multiplied by sqrt(d_head) instead of divided by it",
+    "mask_after_softmax": "the mask was applied after the softmax (masked weights zeroed "
+                          "without renormalizing): add -inf to the scores before the softmax",
+    "rope_wrong_direction": "RoPE turned the pairs the wrong way (the sin terms have the "
+                            "wrong sign: out[j] = x[j]*cos - x[j+d/2]*sin)",
+    "merge_without_transpose": "the heads were merged by a reshape without the transpose "
+                               "((B, h, S, d_head) -> (B, S, h, d_head) needs a transpose "
+                               "first)",
 }
 
 
@@ -101,6 +109,8 @@ def rope(x, positions, base=10000.0, mistake=None) -> torch.Tensor:
     theta = torch.outer(pos, torch.pow(torch.tensor(float(base), dtype=torch.float64),
                                        exponent))                        # (S, half)
     cos, sin = torch.cos(theta), torch.sin(theta)
+    if mistake == "rope_wrong_direction":
+        sin = -sin
     if mistake == "rope_interleaved":
         pairs = x.reshape(*x.shape[:-1], half, 2)
         a, b = pairs[..., 0], pairs[..., 1]
@@ -118,10 +128,16 @@ def attention(q, k, v, *, causal=False, mask=None, scale=None, mistake=None) -> 
         scale = 1.0
     elif mistake == "scale_by_d":
         scale = 1.0 / d
+    elif mistake == "scale_multiplied":
+        scale = math.sqrt(d)
     scores = torch.einsum("...qd,...kd->...qk", q, k) * scale
     if mask is not None:
         scores = scores + t64(mask)
     if causal:
+        if mistake == "mask_after_softmax":
+            allowed = causal_allowed(q.shape[-2], k.shape[-2])
+            weights = softmax(scores, -1) * allowed
+            return torch.einsum("...qk,...kd->...qd", weights, v)
         scores = scores + causal_mask(q.shape[-2], k.shape[-2], mistake)
     weights = softmax(scores, -1, mistake)
     return torch.einsum("...qk,...kd->...qd", weights, v)
@@ -144,9 +160,11 @@ def split_heads(x, n_heads: int, mistake=None) -> torch.Tensor:
     return x.reshape(b, s, n_heads, width // n_heads).permute(0, 2, 1, 3)
 
 
-def merge_heads(x) -> torch.Tensor:
+def merge_heads(x, mistake=None) -> torch.Tensor:
     x = t64(x)
     b, h, s, d = x.shape
+    if mistake == "merge_without_transpose":
+        return x.reshape(b, s, h * d)
     return x.permute(0, 2, 1, 3).reshape(b, s, h * d)
 
 
@@ -167,7 +185,7 @@ def gqa(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads=None, *, causal=True, positio
     if n_kv_heads != n_heads:
         rep = n_heads // n_kv_heads
         k, v = repeat_kv(k, rep, mistake), repeat_kv(v, rep, mistake)
-    out = merge_heads(attention(q, k, v, causal=causal, mistake=mistake))
+    out = merge_heads(attention(q, k, v, causal=causal, mistake=mistake), mistake)
     if mistake == "no_output_projection":
         return out
     return out @ t64(w_o).T

@@ -39,6 +39,20 @@ MUTANTS = [
     Mutant("split_without_transpose",
            "return x.reshape(b, s, n_heads, width // n_heads).transpose(0, 2, 1, 3)",
            "return x.reshape(b, n_heads, s, width // n_heads)", "without the transpose"),
+    Mutant("scale_multiplied", SCORES, "scores = q @ np.swapaxes(k, -1, -2) * np.sqrt(d_head)",
+           "multiplied by sqrt(d_head)"),
+    Mutant("mask_after_softmax",
+           "    if mask is not None:\n        scores = scores + mask\n"
+           "    return softmax(scores, axis=-1) @ v",
+           "    weights = softmax(scores, axis=-1)\n    if mask is not None:\n"
+           "        weights = weights * (mask == 0)\n    return weights @ v",
+           "after the softmax"),
+    Mutant("rope_wrong_direction",
+           "np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)",
+           "np.concatenate([x1 * cos + x2 * sin, x2 * cos - x1 * sin], axis=-1)",
+           "wrong way"),
+    Mutant("merge_without_transpose", "return x.transpose(0, 2, 1, 3).reshape(b, s, h * d_head)",
+           "return x.reshape(b, s, h * d_head)", "merged by a reshape without the transpose"),
     Mutant("no_output_projection", "return out @ w_o.T                             # (B, S, d)",
            "return out", "output projection"),
 ]

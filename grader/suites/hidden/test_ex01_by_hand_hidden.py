@@ -46,7 +46,9 @@ def _explain(step, answers, exact, raw) -> str:
         return f"{step} is still None: fill it in"
     if got is None:
         if step == "ROWS_UNCHANGED_BY_MASK":
-            return f"{step} must be a tuple of row indices (ints), got {raw!r}"
+            comma = (" (a tuple of one needs a comma: (2,) not (2))"
+                     if isinstance(raw, int) else "")
+            return f"{step} must be a tuple of row indices (ints), got {raw!r}{comma}"
         return (f"{step} must be a nested list of numbers of shape {by_hand.SHAPES[step]}; "
                 f"got {np.asarray(raw, dtype=object).shape}")
     lines = [f"{step} is wrong."]

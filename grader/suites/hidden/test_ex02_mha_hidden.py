@@ -8,11 +8,13 @@ from grader.reference.cases import heads, mha_case, rng_for
 
 pytestmark = [pytest.mark.exercise("ex02_mha"), pytest.mark.hidden]
 N_CASES = 8
-ATTN_MISTAKES = ["no_scale", "scale_by_d", "softmax_over_queries", "no_mask",
-                 "diagonal_masked", "top_left_mask", "mask_wrong_triangle"]
+ATTN_MISTAKES = ["no_scale", "scale_by_d", "scale_multiplied", "softmax_over_queries",
+                 "no_mask", "diagonal_masked", "top_left_mask", "mask_wrong_triangle",
+                 "mask_after_softmax"]
 MHA_MISTAKES = ATTN_MISTAKES + ["rope_on_values", "no_rope", "rope_interleaved",
                                 "rope_positions_ignored", "rope_wrong_frequency",
-                                "split_without_transpose", "no_output_projection"]
+                                "rope_wrong_direction", "split_without_transpose",
+                                "merge_without_transpose", "no_output_projection"]
 
 
 def tol(dtype):
@@ -94,7 +96,8 @@ def test_rope_random(student, dtype):
         s = q.shape[-2]
         pos = np.sort(rng.choice(np.arange(3 * s + 20), size=s, replace=False))
         base = [10000.0, 500000.0, 100.0][i % 3]
-        names = ["rope_interleaved", "rope_positions_ignored", "rope_wrong_frequency"]
+        names = ["rope_interleaved", "rope_positions_ignored", "rope_wrong_frequency",
+                 "rope_wrong_direction"]
         for_cases(f"x of shape {q.shape}, base={base}, {dtype}", lambda: check_close(
             student.rope(q, pos, base), ref.rope(q, pos, base), what="rope(x, positions, base)",
             atol=atol * 10, rtol=rtol * 10,
@@ -137,7 +140,9 @@ def test_split_and_merge_random(student):
                         mistakes=ref.mistakes_of(ref.split_heads, ["split_without_transpose"],
                                                  x, h)),
             check_close(student.merge_heads(ref.split_heads(x, h).numpy()), x,
-                        what="merge_heads", atol=0, rtol=0)))
+                        what="merge_heads", atol=0, rtol=0,
+                        mistakes={ref.MISTAKES["merge_without_transpose"]: ref.merge_heads(
+                            ref.split_heads(x, h), "merge_without_transpose")})))
 
 
 # -- attention ------------------------------------------------------------------
@@ -153,11 +158,12 @@ def test_attention_random(student, dtype):
         q, k, v = heads(rng, dtype, s_q=s_q, s_k=s_k)
         causal = i % 4 != 3
         mask = ref.causal_mask(s_q, s_k).numpy().astype(dtype) if causal else None
-        mistakes = ref.mistakes_of(ref.attention, ["no_scale", "scale_by_d",
+        mistakes = ref.mistakes_of(ref.attention, ["no_scale", "scale_by_d", "scale_multiplied",
                                                    "softmax_over_queries"], q, k, v,
                                    causal=causal)
         if causal:
-            mistakes.update(ref.mistakes_of(ref.attention, ["no_mask"], q, k, v, causal=True))
+            mistakes.update(ref.mistakes_of(ref.attention, ["no_mask", "mask_after_softmax"],
+                                            q, k, v, causal=True))
         for_cases(f"q {q.shape}, k {k.shape}, {'causal mask' if causal else 'no mask'}, "
                   f"{dtype}", lambda: check_close(
                       student.attention(q, k, v, mask), ref.attention(q, k, v, causal=causal),
