@@ -9,6 +9,7 @@ benchmark, not a test: the target is under 10 s on a 2-core machine.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
@@ -23,8 +24,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     cmd = [sys.executable, "-m", "grader.cli", "grade", str(REPO / "solutions"),
-           "-e", "ex01", "-e", "ex02", "-e", "ex03", "--format", "json",
-           "--out", "/dev/null"]
+           "-e", "ex01", "-e", "ex02", "-e", "ex03", "--format", "json"]
     times = []
     for i in range(args.runs):
         start = time.perf_counter()
@@ -32,7 +32,8 @@ def main() -> None:
         times.append(time.perf_counter() - start)
         if proc.returncode:
             sys.exit(f"grading failed:\n{proc.stderr}")
-        print(f"run {i + 1}: {times[-1]:.2f} s  ({proc.stdout.strip()})")
+        score = json.loads(proc.stdout)["score"]
+        print(f"run {i + 1}: {times[-1]:.2f} s  ({score:g} points)")
     print(f"median: {statistics.median(times):.2f} s over {args.runs} runs "
           f"(target: under 10 s)")
 

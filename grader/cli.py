@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -51,7 +52,17 @@ def _run(path: Path, options: Options):
 
 def write_private(path: Path, text: str) -> None:
     """Write a result atomically, readable by its owner only: whatever a
-    submission left at that path (a file, a link) is replaced, not followed."""
+    submission left at that path (a file, a link) is replaced, not followed.
+    A device or a pipe (``/dev/stdout``, ``/dev/null``) is written to, never
+    replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode) and not os.path.islink(path):
+        with open(path, "w") as f:
+            f.write(text)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

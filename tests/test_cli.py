@@ -84,3 +84,24 @@ def test_installed_command_runs(tmp_path):
                           capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "ex01_by_hand" in proc.stdout
+
+
+def test_results_to_a_pipe_or_device_are_written_not_replaced(tmp_path):
+    import os
+    import stat
+    import threading
+
+    from grader.cli import write_private
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
+    reader.start()
+    write_private(fifo, "result")
+    reader.join(5)
+    assert got == ["result"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    planted = tmp_path / "link.json"
+    planted.symlink_to(tmp_path / "elsewhere.json")
+    write_private(planted, "x")        # a planted link is replaced, not followed
+    assert not planted.is_symlink() and not (tmp_path / "elsewhere.json").exists()
