@@ -138,7 +138,8 @@ class GradingPlugin:
             reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
             reason = reason.removeprefix("Skipped: ")
             result.status, result.max_score = NOT_RUN, 0.0
-            result.output = f"not run: {reason} (worth {points:g} points where it runs)"
+            plural = "" if points == 1 else "s"
+            result.output = f"not run: {reason} (worth {points:g} point{plural} where it runs)"
             if item.get_closest_marker("gpu") and self.options.require_gpu:
                 result.status, result.max_score = FAILED, points
                 result.output = f"not run, but --require-gpu was given: {reason}"
