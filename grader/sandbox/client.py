@@ -128,7 +128,6 @@ class Worker:
         self.output: _OutputTail | None = None
         self._dir: Path | None = None
         self.load_error: StudentLoadError | None = None
-        self.restarts = 0
         self.timeouts = 0
         self.uid: int | None = None
 
@@ -245,7 +244,6 @@ class Worker:
                                  "exercise is not tried")
         if self.proc is None or self.proc.poll() is not None:
             if self.proc is not None:
-                self.restarts += 1
                 self.kill()
             self.start()
         if self.load_error is not None:
@@ -318,9 +316,6 @@ class Worker:
     def request(self, req: dict, what: str, timeout: float | None = None):
         self._ensure()
         return self._request(req, timeout or self.limits.call_timeout, what)
-
-    def printed(self) -> str:
-        return self.output.text() if self.output else ""
 
 
 def _call_text(name: str, args, kwargs) -> str:

@@ -3,8 +3,8 @@
 The grader never unpickles anything that comes from student code.  A message
 is a JSON header plus raw byte buffers; the only values that cross the pipe
 are None, bools, ints, floats, strings, lists, tuples, str-keyed dicts, NumPy
-arrays and PyTorch tensors (sent as dtype + shape + bytes), and three marker
-types defined here (``Func``, ``Remote``, ``Raised``).  Decoding builds fresh
+arrays and PyTorch tensors (sent as dtype + shape + bytes), and two marker
+types defined here (``Func``, ``Raised``).  Decoding builds fresh
 base-class arrays from bytes, so an ndarray subclass or an object with a
 custom ``__eq__`` can never reach a comparison on the grader side.
 
@@ -55,16 +55,6 @@ class Func:
         return f"Func({self.ref!r})"
 
 
-class Remote:
-    """A value that lives only in the worker (an opaque handle)."""
-
-    def __init__(self, type_name: str, text: str):
-        self.type_name, self.text = type_name, text
-
-    def __repr__(self):
-        return f"<{self.type_name} from the submission: {self.text}>"
-
-
 class Raised:
     """An exception raised by student code, carried as text.
 
@@ -112,8 +102,6 @@ def encode(value, buffers: list, depth: int = 0):
     if t is Func:
         return {"$func": value.ref, "args": encode(list(value.args), buffers, depth + 1),
                 "kwargs": encode(dict(value.kwargs), buffers, depth + 1)}
-    if t is Remote:
-        return {"$remote": value.type_name, "text": value.text}
     if t is Raised:
         return {"$raised": value.type_name, "message": value.message,
                 "where": value.where, "traceback": value.traceback,
@@ -172,8 +160,6 @@ def decode(tree, buffers: list, depth: int = 0):
     if "$func" in tree:
         return Func(str(tree["$func"]), *decode(tree["args"], buffers, depth + 1),
                     **decode(tree["kwargs"], buffers, depth + 1))
-    if "$remote" in tree:
-        return Remote(str(tree["$remote"]), str(tree["text"]))
     if "$raised" in tree:
         return Raised(str(tree["$raised"]), str(tree["message"]), str(tree["where"]),
                       str(tree["traceback"]), [str(b) for b in tree.get("bases", [])])

@@ -8,7 +8,3 @@ def sleep(seconds: float, *args, **kwargs):
     """A function that takes a known time (for testing timers)."""
     time.sleep(seconds)
     return None
-
-
-def identity(value):
-    return value
