@@ -112,7 +112,10 @@ class GradingPlugin:
         if mark is None:
             return
         exercise = mark.args[0]
-        if not (self.submission / f"{exercise}.py").is_file():
+        module = self.submission / f"{exercise}.py"
+        if module.is_symlink():
+            raise StudentLoadError(f"{exercise}.py is a link; submit the file itself")
+        if not module.is_file():
             raise StudentLoadError(f"{exercise}.py was not found in the submission")
         worker = self.workers.get(exercise)
         if worker is not None and worker.load_error is not None:

@@ -26,7 +26,8 @@ class SubmissionError(ValueError):
 
 
 def modules_in(folder: Path) -> list[str]:
-    return sorted(p.stem for p in Path(folder).glob("ex*.py") if p.stem in EXERCISES)
+    return sorted(p.stem for p in Path(folder).glob("ex*.py")
+                  if p.stem in EXERCISES and not p.is_symlink())
 
 
 def kind_of(path: Path) -> str:
@@ -67,25 +68,34 @@ def _unzip(path: Path, dest: Path) -> None:
                 shutil.copyfileobj(src, out)
 
 
+def _files(found: Path, pattern: str) -> list[Path]:
+    """Regular files matching ``pattern`` below ``found``; links are never
+    followed (a submission's link could point at the hidden suites)."""
+    return sorted(p for p in found.rglob(pattern)
+                  if p.is_file() and not p.is_symlink()
+                  and not any(q.is_symlink() for q in p.relative_to(found).parents
+                              if str(q) != "." and (found / q).is_symlink()))
+
+
 def _flatten(found: Path, dest: Path) -> None:
     """Exercise modules and notebooks anywhere in ``found`` -> ``dest``."""
     from grader.notebooks import extract_modules
 
-    for i, archive in enumerate(sorted(found.rglob("*.zip"))):  # a zip uploaded beside
+    for i, archive in enumerate(_files(found, "*.zip")):  # a zip uploaded beside
         inner = dest.parent / f"zip{i}"
         inner.mkdir(exist_ok=True)
         _unzip(archive, inner)
         _flatten(inner, dest)
-    for path in sorted(found.rglob("*.ipynb")):
+    for path in _files(found, "*.ipynb"):
         for name, source in extract_modules(path).items():
             (dest / f"{name}.py").write_text(source)
-    for path in sorted(found.rglob("*.py")):
+    for path in _files(found, "*.py"):
         if path.stem in EXERCISES and not (dest / path.name).exists():
-            shutil.copy(path, dest / path.name)
+            shutil.copyfile(path, dest / path.name)
     # helpers beside the modules (a student's utils.py) come along
-    for path in sorted(found.rglob("*.py")):
+    for path in _files(found, "*.py"):
         if not (dest / path.name).exists():
-            shutil.copy(path, dest / path.name)
+            shutil.copyfile(path, dest / path.name)
 
 
 @contextmanager

@@ -369,3 +369,23 @@ def test_kernel_exercise_cheats(tmp_path, cheat, phrase):
     numpy_parts = [t for t in report.tests if t.exercise == "ex07_flash_attention"
                    and t not in kernel and t.status != "not_run"]
     assert numpy_parts and all(t.status == "passed" for t in numpy_parts)
+
+
+def test_links_to_hidden_files_are_not_followed(sub):
+    """A module that is a link to a hidden suite (git keeps links) is not
+    copied for the worker: its content never reaches student code."""
+    from grader.exercises import PACKAGE_DIR
+    hidden = PACKAGE_DIR / "suites" / "hidden" / "test_ex03_gqa_hidden.py"
+    (sub / "ex03_gqa.py").unlink()
+    (sub / "ex03_gqa.py").symlink_to(hidden)
+    (sub / "notes.py").symlink_to(hidden)
+    from grader.sandbox.client import Worker
+    worker = Worker(sub, "ex01_by_hand")
+    private = worker._prepare_dir() / "submission"
+    assert sorted(p.name for p in private.iterdir()) == ["ex01_by_hand.py", "ex02_mha.py"]
+    report = grade_dir(sub, ["ex01_by_hand", "ex03_gqa"], call_timeout=3)
+    assert not report.errors
+    ex03 = [t for t in report.tests if t.exercise == "ex03_gqa"]
+    assert ex03 and all(t.score == 0 and "is a link" in t.output for t in ex03)
+    assert report.exercise_scores()["ex01_by_hand"][0] == 7
+    assert "Hidden tests for ex03_gqa" not in "\n".join(t.output for t in report.tests)

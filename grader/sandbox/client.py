@@ -137,8 +137,10 @@ class Worker:
         sub = root / "submission"
         sub.mkdir()
         for path in sorted(self.submission.glob("*.py")):
-            if path.is_file():
-                shutil.copy2(path, sub / path.name)
+            # Never a link: copied as root it would bring whatever it points
+            # at (a hidden suite, say) into the worker's reach.
+            if path.is_file() and not path.is_symlink():
+                shutil.copyfile(path, sub / path.name, follow_symlinks=False)
         rt = root / "runtime"
         rt.mkdir()
         for name in RUNTIME_FILES:
