@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import textwrap
 import time
 import uuid
@@ -382,7 +383,10 @@ def test_links_to_hidden_files_are_not_followed(sub):
     from grader.sandbox.client import Worker
     worker = Worker(sub, "ex01_by_hand")
     private = worker._prepare_dir() / "submission"
-    assert sorted(p.name for p in private.iterdir()) == ["ex01_by_hand.py", "ex02_mha.py"]
+    try:
+        assert sorted(p.name for p in private.iterdir()) == ["ex01_by_hand.py", "ex02_mha.py"]
+    finally:
+        shutil.rmtree(private.parent)
     report = grade_dir(sub, ["ex01_by_hand", "ex03_gqa"], call_timeout=3)
     assert not report.errors
     ex03 = [t for t in report.tests if t.exercise == "ex03_gqa"]
