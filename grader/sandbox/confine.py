@@ -96,7 +96,8 @@ def release_uid(uid: int) -> None:
 
 
 def _proc_table():
-    """(pid, real uid, threads) of every process, from /proc (Linux)."""
+    """(pid, real uid, threads) of every living process, from /proc (Linux);
+    zombies (dead, waiting to be reaped) are left out."""
     proc = Path("/proc")
     if not proc.is_dir():
         return
@@ -106,6 +107,8 @@ def _proc_table():
         try:
             fields = dict(line.split(":", 1) for line in
                           (entry / "status").read_text().splitlines() if ":" in line)
+            if fields.get("State", "").strip().startswith("Z"):
+                continue
             yield int(entry.name), int(fields["Uid"].split()[0]), int(fields["Threads"])
         except (OSError, ValueError, KeyError, IndexError):
             continue
@@ -126,17 +129,29 @@ def threads_of(uid: int) -> int:
 
 def kill_uid(uid: int) -> None:
     """Kill every process running as ``uid``: also those that left the worker's
-    process group (setsid, double fork).  Only meaningful for a worker uid."""
+    process group (setsid, double fork).  Only meaningful for a worker uid.
+
+    A fork bomb outruns killing its processes one by one, so a helper running
+    as ``uid`` sends SIGKILL to -1: the kernel signals every process of that
+    user in one pass, during which none can fork."""
+    if not processes_of(uid):
+        return
+    import subprocess
     for _ in range(5):
-        pids = processes_of(uid)
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        try:
+            subprocess.run([sys.executable, "-I", "-c",
+                            "import os, signal; os.kill(-1, signal.SIGKILL)"],
+                           user=uid, group=uid, extra_groups=[], timeout=30,
+                           capture_output=True, env={}, cwd="/")
+        except (OSError, subprocess.SubprocessError):
+            for pid in processes_of(uid):  # the helper could not start: one by one
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         time.sleep(0.05)
+        if not processes_of(uid):
+            return
 
 
 def give_to(path: Path, uid: int) -> None:
