@@ -100,6 +100,8 @@ class GradingPlugin:
         for line in ("points(n): points a test is worth",
                      "exercise(name): the exercise module a suite grades",
                      "hidden: a test whose details stay hidden until grades are published",
+                     "visibility(name): Gradescope visibility overriding the default "
+                     "(visible, or after_published for hidden tests)",
                      "timeout_s(seconds): time limit for each call into the submission",
                      "gpu: needs CUDA; not run (and not counted) without it"):
             config.addinivalue_line("markers", line)
@@ -134,9 +136,12 @@ class GradingPlugin:
         exercise = ex_mark.args[0] if ex_mark else "unknown"
         points = float(pts_mark.args[0]) if pts_mark else 0.0
         hidden = item.get_closest_marker("hidden") is not None
+        vis_mark = item.get_closest_marker("visibility")
+        visibility = vis_mark.args[0] if vis_mark else \
+            ("after_published" if hidden else "visible")
         result = TestResult(exercise=exercise, name=item.name, title=_title(item),
                             max_score=points, score=0.0, status=FAILED, hidden=hidden,
-                            visibility="after_published" if hidden else "visible")
+                            visibility=visibility)
         if rep.skipped:
             reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
             reason = reason.removeprefix("Skipped: ")

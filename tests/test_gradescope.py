@@ -58,7 +58,8 @@ def test_run_autograder_grades_the_submission(bundle, tmp_path):
     assert ex01 and all(t["status"] == "passed" for t in ex01)
     missing = [t for t in data["tests"] if t["name"].startswith("ex03_gqa: ")]
     assert missing and all(t["score"] == 0 for t in missing)
-    assert {t["visibility"] for t in data["tests"]} == {"visible", "after_published"}
+    seen = {t["visibility"] for t in data["tests"]}
+    assert {"visible", "after_published"} <= seen <= {"visible", "after_published", "hidden"}
 
 
 def test_run_autograder_always_writes_a_result(bundle, tmp_path):

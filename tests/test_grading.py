@@ -141,3 +141,13 @@ def test_carry_forward_costs_only_the_first_wrong_step(tmp_path):
     assert [t.status for t in steps].count("failed") == 1
     assert steps[0].status == "failed" and "[SCORES]" in steps[0].title
     assert "follows correctly from your own earlier answer" in steps[1].output
+
+
+def test_gpu_speed_feedback_is_never_published(tmp_path):
+    """The speed run holds the reference kernel: its feedback stays hidden."""
+    sub = copy_solutions(tmp_path / "sub", ["ex07_flash_attention"])
+    report = grade_dir(sub, ["ex07_flash_attention"], keyword="gpu_speed")
+    speed = [t for t in report.tests if t.name.startswith("test_gpu_speed")]
+    assert speed and all(t.visibility == "hidden" for t in speed)
+    assert all(t.status == "not_run" for t in speed) or all(t.status != "not_run"
+                                                           for t in speed)
