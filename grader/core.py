@@ -19,8 +19,7 @@ from grader.exercises import EXERCISES, SUITES_DIR, suite_files
 from grader.feedback import Feedback
 from grader.report import FAILED, NOT_RUN, PASSED, Report, TestResult
 from grader.sandbox import confine
-from grader.sandbox.client import (Limits, StudentError, StudentLoadError, StudentModule,
-                                   Worker)
+from grader.sandbox.client import Limits, StudentError, StudentModule, Worker
 
 PLUGIN_KEY = pytest.StashKey["GradingPlugin"]()
 
@@ -113,15 +112,10 @@ class GradingPlugin:
         mark = item.get_closest_marker("exercise")
         if mark is None:
             return
-        exercise = mark.args[0]
-        module = self.submission / f"{exercise}.py"
-        if module.is_symlink():
-            raise StudentLoadError(f"{exercise}.py is a link; submit the file itself")
-        if not module.is_file():
-            raise StudentLoadError(f"{exercise}.py was not found in the submission")
-        worker = self.workers.get(exercise)
-        if worker is not None and worker.load_error is not None:
-            raise worker.load_error
+        worker = self.worker(mark.args[0])
+        problem = worker.load_error or worker.module_problem()
+        if problem is not None:
+            raise problem
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):

@@ -172,7 +172,19 @@ class Worker:
         env.update({k: str(v) for k, v in self.limits.env.items()})
         return env
 
+    def module_problem(self) -> StudentLoadError | None:
+        """Why the module cannot be loaded at all (missing, or a link), if so."""
+        path = self.submission / f"{self.module}.py"
+        if path.is_symlink():
+            return StudentLoadError(f"{self.module}.py is a link; submit the file itself")
+        if not path.is_file():
+            return StudentLoadError(f"{self.module}.py was not found in the submission")
+        return None
+
     def start(self) -> None:
+        self.load_error = self.module_problem()
+        if self.load_error is not None:
+            return  # no process for a module that is not there
         if self._dir is None:
             self._dir = self._prepare_dir()
             (self._dir / "tmp").mkdir()
@@ -192,11 +204,6 @@ class Worker:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
             **as_user)
         self.output = _OutputTail(self.proc.stderr, self.limits.max_output_bytes)
-        self.load_error = None
-        if not (self.submission / f"{self.module}.py").is_file():
-            self.load_error = StudentLoadError(
-                f"{self.module}.py was not found in the submission")
-            return
         try:
             self._request({"op": "load", "module": self.module},
                           self.limits.import_timeout, f"importing {self.module}.py")
