@@ -78,7 +78,7 @@ def _failed_result(message: str) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    from grader.cli import write_private
+    from grader.report import write_private
     write_private(path, json.dumps(data, indent=2))
 
 

@@ -6,11 +6,7 @@ code 2; a student's wrong answer is a score, never an exception.
 """
 from __future__ import annotations
 
-import contextlib
-import os
-import stat
 import sys
-import tempfile
 from pathlib import Path
 
 import click
@@ -18,6 +14,7 @@ import click
 from grader import report as fmt
 from grader.core import GraderConfigError, Options, grade
 from grader.exercises import EXERCISES, REPO_DIR, available
+from grader.report import write_private
 from grader.submission import SubmissionError, materialize
 
 
@@ -48,32 +45,6 @@ def _run(path: Path, options: Options):
         raise click.UsageError(str(exc)) from None
     except GraderConfigError as exc:
         raise click.UsageError(str(exc)) from None
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a result atomically, readable by its owner only: whatever a
-    submission left at that path (a file, a link) is replaced, not followed.
-    A device or a pipe (``/dev/stdout``, ``/dev/null``) is written to, never
-    replaced."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        mode = None
-    if mode is not None and not stat.S_ISREG(mode) and not os.path.islink(path):
-        with open(path, "w") as f:
-            f.write(text)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _emit(report, out_format: str, out: Path | None, public_only: bool) -> None:

@@ -69,7 +69,7 @@ def _failure(message: str, seconds: float) -> dict:
 def run(root: Path) -> dict:
     """Grade ``root/submission`` into ``root/results/results.json``; never raises
     for a bad submission."""
-    from grader.cli import write_private
+    from grader.report import write_private
     from grader.core import Options, grade
     from grader.report import to_gradescope
     from grader.submission import SubmissionError, materialize
