@@ -8,6 +8,8 @@ are ``SubmissionError`` with one sentence for the person at the keyboard.
 """
 from __future__ import annotations
 
+import fnmatch
+import os
 import shutil
 import stat
 import tempfile
@@ -71,10 +73,13 @@ def _unzip(path: Path, dest: Path) -> None:
 def _files(found: Path, pattern: str) -> list[Path]:
     """Regular files matching ``pattern`` below ``found``; links are never
     followed (a submission's link could point at the hidden suites)."""
-    return sorted(p for p in found.rglob(pattern)
-                  if p.is_file() and not p.is_symlink()
-                  and not any(q.is_symlink() for q in p.relative_to(found).parents
-                              if str(q) != "." and (found / q).is_symlink()))
+    out = []
+    for root, _dirs, names in os.walk(found, followlinks=False):
+        for name in names:
+            path = Path(root) / name
+            if fnmatch.fnmatch(name, pattern) and path.is_file() and not path.is_symlink():
+                out.append(path)
+    return sorted(out)
 
 
 def _flatten(found: Path, dest: Path) -> None:

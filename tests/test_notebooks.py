@@ -122,3 +122,19 @@ def test_not_a_zip_and_wrong_kind(tmp_path):
     other.write_text("x")
     result = run("grade", other)
     assert result.exit_code == 2 and "not a folder, a notebook" in result.output
+
+
+def test_links_in_a_folder_submission_are_not_followed(tmp_path):
+    """A folder read file by file (it holds a notebook or a zip) never follows a
+    link, to a file or to a folder: copied as root it could bring in hidden files."""
+    from grader.exercises import PACKAGE_DIR
+    from grader.submission import _flatten
+
+    hidden = PACKAGE_DIR / "suites" / "hidden"
+    sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand"])
+    (sub / "more").symlink_to(hidden, target_is_directory=True)
+    (sub / "ex03_gqa.py").symlink_to(hidden / "test_ex03_gqa_hidden.py")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    _flatten(sub, dest)
+    assert sorted(p.name for p in dest.iterdir()) == ["ex01_by_hand.py"]
