@@ -1,4 +1,4 @@
-"""The seven exercises: names, titles, and what their workers need.
+"""The eight exercises: names, titles, and what their workers need.
 
 Names are the public contract (``grader/contract.json``, a copy of the
 curriculum's).  ``worker_env`` is set in the worker before the student's
@@ -57,6 +57,7 @@ EXERCISES = {e.name: e for e in [
              call_timeout=60.0),
     Exercise("ex07_flash_attention", "G: a fused attention kernel in Triton",
              worker_env=_InterpretWithoutCuda(), call_timeout=120.0),
+    Exercise("ex08_mla", "H: multi-head latent attention (MLA)", call_timeout=60.0),
 ]}
 
 
