@@ -1,0 +1,265 @@
+"""Hidden tests for ex08_mla: random shapes in float32 and float64, decode equal
+to the explicit form at every length and token by token with a growing cache,
+causality, relative positions, the formulas, and traced decodes."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from grader.feedback import TOLERANCES, Feedback, check_close, check_equal, expect_raises
+from grader.reference import mla as ref
+from grader.reference import mla_trace
+from grader.reference.cases import rng_for
+
+pytestmark = [pytest.mark.exercise("ex08_mla"), pytest.mark.hidden]
+N_CASES = 6
+
+
+def _public():
+    name = "_ex08_public_suite"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "public" / "test_ex08_mla.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+def random_case(rng, dtype, *, max_s=64, positions=False):
+    """Shapes in the contract's ranges: batch 1-3, S 1-64, heads 1-8, d_c 4-64,
+    d_rope 2-16 even, d_nope and d_v 2-32."""
+    b, s, h = int(rng.integers(1, 4)), int(rng.integers(1, max_s + 1)), int(rng.integers(1, 9))
+    d_c, d_rope = int(rng.integers(4, 65)), int(2 * rng.integers(1, 9))
+    d_nope, d_v = int(rng.integers(2, 33)), int(rng.integers(2, 33))
+    d = int(rng.choice([8, 16, 24, 32, 48]))
+    seed = int(rng.integers(2 ** 31))
+    torch_dtype = getattr(torch, dtype)
+    args = _public().mla_inputs(seed, b, s, d, h, d_c, d_rope, d_nope, d_v, torch_dtype)
+    pos = None
+    if positions:   # absolute positions with gaps and an offset, as in a packed batch
+        pos = torch.as_tensor(np.sort(rng.choice(np.arange(4 * s + 10), size=s, replace=False)))
+    text = (f"B={b}, S={s}, d={d}, h={h}, d_c={d_c}, d_rope={d_rope}, d_nope={d_nope}, "
+            f"d_v={d_v}, {dtype}")
+    return args, h, pos, text
+
+
+def _tol(dtype):
+    atol, rtol = TOLERANCES[dtype]
+    return atol * 10, rtol * 10
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_mla_cache_random(student, dtype):
+    """mla_cache on random shapes and positions"""
+    rng = rng_for("mla-cache", dtype)
+    atol, rtol = _tol(dtype)
+    for i in range(N_CASES):
+        (x, _, w_dkv, _, _, w_kr, _), _, pos, text = random_case(rng, dtype, positions=i % 2)
+        kwargs = {} if pos is None else {"positions": pos}
+        got = student.mla_cache(x, w_dkv, w_kr, **kwargs)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise Feedback(f"mla_cache must return (c_kv, k_rope); got {type(got).__name__}")
+        want = ref.cache(x, w_dkv, w_kr, **kwargs)
+        wrong = ref.mistakes_of(ref.cache, ["rope_on_latent", "rope_positions_unused"], x,
+                                w_dkv, w_kr, **kwargs)
+        for j, part in enumerate(("c_kv", "k_rope")):
+            _public().check_dtype(got[j], x.dtype, f"mla_cache ({part})")
+            check_close(got[j], want[j], what=f"mla_cache(...)[{j}], {part}, on a case with "
+                        f"{text}", atol=atol, rtol=rtol,
+                        mistakes={k: v[j] for k, v in wrong.items()})
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_mla_attention_random(student, dtype):
+    """mla_attention on random shapes, with and without positions and the mask"""
+    rng = rng_for("mla-attention", dtype)
+    atol, rtol = _tol(dtype)
+    for i in range(N_CASES):
+        args, h, pos, text = random_case(rng, dtype, positions=i % 2)
+        kwargs = {"causal": i % 3 != 2}
+        if pos is not None:
+            kwargs["positions"] = pos
+        _public().check_attention(student, args, h, what=f"mla_attention on a case with "
+                                  f"{text}, causal={kwargs['causal']}", atol=atol, rtol=rtol,
+                                  **kwargs)
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_mla_decode_every_length(student, dtype):
+    """mla_decode equals the last row of the explicit form for every cache length S"""
+    rng = rng_for("mla-decode", dtype)
+    atol, rtol = _tol(dtype)
+    for _ in range(2):
+        (x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o), h, _, text = random_case(rng, dtype, max_s=24)
+        full = ref.attention(x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o, h)       # (B, S, d)
+        c_kv, k_rope = ref.cache(x, w_dkv, w_kr)
+        c_kv, k_rope = c_kv.to(x.dtype), k_rope.to(x.dtype)
+        for s in range(1, x.shape[1] + 1):
+            args = (x[:, s - 1:s], c_kv[:, :s].contiguous(), k_rope[:, :s].contiguous(), w_q,
+                    w_uk, w_uv, w_o, h)
+            got = student.mla_decode(*args)
+            _public().check_dtype(got, x.dtype, "mla_decode")
+            check_close(got, full[:, s - 1:s], what=f"mla_decode with a cache of S={s} "
+                        f"({text}) against row {s - 1} of the explicit form", atol=atol,
+                        rtol=rtol, mistakes=ref.mistakes_of(ref.decode, _public().DECODE_MISTAKES,
+                                                            *args))
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_token_by_token_reproduces_attention(student, dtype):
+    """decoding token by token with a growing cache (your mla_cache, your mla_decode) reproduces mla_attention"""
+    rng = rng_for("mla-loop", dtype)
+    atol, rtol = _tol(dtype)
+    for i in range(2):
+        args, h, pos, text = random_case(rng, dtype, max_s=20, positions=i == 1)
+        x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = args
+        got = student.probe("ex08.decode_loop", x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o, h, pos)
+        if isinstance(got, dict):
+            raise Feedback(f"decoding token by token ({text}): {got.get('bad_result')}")
+        kwargs = {} if pos is None else {"positions": pos}
+        wrong = ref.mistakes_of(ref.attention, _public().ATTENTION_MISTAKES, *args, h, **kwargs)
+        check_close(got, ref.attention(*args, h, **kwargs),
+                    what=f"token-by-token decode (mla_cache of each new token appended to the "
+                         f"cache, then mla_decode at its position) on a case with {text}"
+                         + (", positions with gaps" if pos is not None else ""),
+                    atol=atol, rtol=rtol, mistakes=wrong)
+
+
+@pytest.mark.points(1)
+def test_mla_decode_explicit_position(student):
+    """mla_decode at a given position rotates the query there (the cache is as given)"""
+    x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = _public().mla_inputs(7, 2, 9, 16, 4, 12, 6, 8, 10)
+    pos = torch.tensor([3, 5, 6, 10, 11, 15, 20, 21, 30])
+    c_kv, k_rope = ref.cache(x, w_dkv, w_kr, positions=pos)
+    args = (x[:, -1:], c_kv, k_rope, w_q, w_uk, w_uv, w_o, 4)
+    _public().check_decode(student, *args, position=30,
+                           what="mla_decode(x_t, c_kv, k_rope, ..., position=30)",
+                           atol=1e-9, rtol=1e-7)
+    check_close(student.mla_decode(*args, position=30),
+                ref.attention(x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o, 4, positions=pos)[:, -1:],
+                what="mla_decode at position 30 against the explicit form's last row",
+                atol=1e-9, rtol=1e-7)
+
+
+@pytest.mark.points(1)
+def test_causality(student):
+    """changing later tokens never changes earlier outputs"""
+    x, *w = _public().mla_inputs(8, 1, 12, 16, 2, 10, 4, 6, 6)
+    y = x.clone()
+    y[:, 7:] = torch.randn(1, 5, 16, dtype=torch.float64, generator=torch.Generator()
+                           .manual_seed(9))
+    a = student.mla_attention(x, *w, 2)
+    b = student.mla_attention(y, *w, 2)
+    check_close(b[:, :7], a[:, :7], what="mla_attention's first 7 outputs after changing "
+                "tokens 7..11", atol=1e-10, rtol=1e-8,
+                hint="a query must not see later keys: apply the causal mask")
+
+
+@pytest.mark.points(2)
+def test_relative_positions(student):
+    """scores depend on positions only through relative position (shifting all positions changes nothing)"""
+    args = _public().mla_inputs(10, 2, 10, 16, 3, 8, 6, 6, 4)
+    pos = torch.tensor([0, 1, 2, 4, 7, 8, 9, 13, 14, 20])
+    base = student.mla_attention(*args, 3, positions=pos)
+    for shift in (5, 1000):
+        shifted = student.mla_attention(*args, 3, positions=pos + shift)
+        wrong = ref.attention(*args, 3, positions=pos + shift, mistake="rope_on_latent")
+        try:
+            check_close(shifted, base, what=f"mla_attention with every position shifted by "
+                        f"{shift}, against itself unshifted", atol=1e-8, rtol=1e-6)
+        except Feedback as exc:
+            named = ""
+            if np.allclose(np.asarray(shifted), wrong.numpy(), atol=1e-6, rtol=1e-4):
+                named = f"\nThis looks like: {ref.MISTAKES['rope_on_latent']}."
+            raise Feedback(f"{exc}\nRoPE makes q . k depend on positions only through "
+                           f"their difference, and the latent carries no position.{named}") \
+                from None
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("problem", ["w_q_rows", "w_o_cols", "odd_d_rope", "w_uk_cols"])
+def test_value_errors(student, problem):
+    """mla_attention rejects weights whose shapes do not fit"""
+    x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = _public().mla_inputs(11, 1, 4, 12, 2, 8, 4, 6, 6)
+    g = torch.Generator().manual_seed(12)
+    if problem == "w_q_rows":
+        w_q, what = torch.randn(2 * 6, 12, generator=g, dtype=torch.float64), \
+            "w_q with h*d_nope rows (no RoPE part)"
+    elif problem == "w_o_cols":
+        w_o, what = torch.randn(12, 2 * 5, generator=g, dtype=torch.float64), \
+            "w_o with 10 columns where h*d_v = 12"
+    elif problem == "odd_d_rope":
+        w_kr, what = torch.randn(3, 12, generator=g, dtype=torch.float64), "d_rope = 3"
+        w_q = torch.randn(2 * 9, 12, generator=g, dtype=torch.float64)
+    else:
+        w_uk, what = torch.randn(12, 7, generator=g, dtype=torch.float64), \
+            "w_uk with 7 columns where d_c = 8"
+    expect_raises(lambda: student.mla_attention(x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o, 2),
+                  "ValueError", what=f"mla_attention with {what}")
+
+
+@pytest.mark.points(1)
+def test_mla_cache_bytes_hidden(student):
+    """mla_cache_bytes on other models, batches and precisions"""
+    for args in [(61, 512, 64, 4096, 1, 2), (27, 512, 64, 32768, 4, 2), (2, 8, 2, 7, 3, 4),
+                 (60, 512, 64, 1, 1, 1)]:
+        check_equal(student.mla_cache_bytes(*args), ref.cache_bytes(*args),
+                    what=f"mla_cache_bytes{args}",
+                    mistakes=ref.mistakes_of(ref.cache_bytes, ["no_rope_key", "latent_as_k_and_v",
+                                                               "bytes_per_elem_ignored"], *args))
+    check_equal(student.mla_cache_bytes(61, 512, 64, 4096), ref.cache_bytes(61, 512, 64, 4096),
+                what="mla_cache_bytes(61, 512, 64, 4096) with default batch and bytes")
+
+
+@pytest.mark.points(1)
+def test_mla_cache_saving_hidden(student):
+    """mla_cache_saving for MHA, GQA and MQA caches of the same model"""
+    for args in [(128, 128, 64, 128, 512), (8, 128, 64, 128, 512), (1, 128, 64, 128, 512),
+                 (16, 64, 32, 64, 256)]:
+        check_close(float(student.mla_cache_saving(*args)), ref.cache_saving(*args),
+                    what=f"mla_cache_saving{args}", atol=0, rtol=1e-9,
+                    mistakes=ref.mistakes_of(ref.cache_saving, ["no_rope_key", "saving_inverted",
+                                                                "rope_key_per_head"], *args))
+
+
+@pytest.mark.points(2)
+def test_mla_decode_intensity_hidden(student):
+    """mla_decode_intensity on hidden heads, lengths, batches and widths"""
+    for args in [(128, 4096, 512, 64, 1, 2), (16, 100, 512, 64, 4, 2), (8, 1, 64, 16, 1, 4),
+                 (128, 131072, 512, 64, 2, 1), (32, 2048, 256, 32, 1, 2)]:
+        check_close(student.mla_decode_intensity(*args), ref.decode_intensity(*args),
+                    what=f"mla_decode_intensity{args}", atol=0, rtol=1e-9,
+                    mistakes=ref.mistakes_of(ref.decode_intensity,
+                                             ["rope_key_per_head", "latent_per_head",
+                                              "flops_scores_only", "flops_double",
+                                              "intensity_no_q_o", "no_rope_key",
+                                              "bytes_per_elem_ignored"], *args))
+
+
+TRACED = [dict(batch=1, n_heads=16, d=32, d_c=48, d_rope=4, d_nope=20, d_v=12),
+          dict(batch=3, n_heads=4, d=40, d_c=32, d_rope=16, d_nope=28, d_v=36)]
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("shape", TRACED, ids=["h16", "h4-b3"])
+@pytest.mark.timeout_s(120)
+def test_mla_decode_traced_hidden(student, shape):
+    """mla_decode on hidden shapes: no per-head K/V of the cached tokens, counted work per token"""
+    traces = student.probe("ex08.trace_decode", shape["batch"], shape["n_heads"], [200, 456],
+                           shape["d"], shape["d_c"], shape["d_rope"], shape["d_nope"],
+                           shape["d_v"], "float32", 3)
+    ideal = ref.decode_core_per_token(shape["n_heads"], shape["d_c"], shape["d_rope"],
+                                      shape["batch"], 4)
+    rebuilt = ref.rebuilt_kv_per_token(shape["n_heads"], shape["d_c"], shape["d_nope"],
+                                       shape["d_v"], shape["batch"], 4)
+    mla_trace.judge_decode(traces, ideal=ideal, rebuilt=rebuilt,
+                           names={k: ref.MISTAKES[k] for k in ("cache_rebuilt_kv",
+                                                                "latent_per_head")}, **shape)

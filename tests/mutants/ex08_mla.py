@@ -1,0 +1,63 @@
+"""Known mistakes in ex08_mla (see tests/mutants/__init__.py): one per MLA
+mistake of the curriculum's list."""
+from tests.mutants import Mutant
+
+_ABSORBED = """    w_uk_heads = w_uk.view(n_heads, d_nope, d_c)                         # W_uk_i: (dn, d_c)
+    q_lat = torch.einsum("bhn,hnc->bhc", q_nope, w_uk_heads)              # (B, h, d_c)
+    scores = (q_lat @ c_kv.transpose(1, 2) + q_rope @ k_rope.transpose(1, 2)) \\
+        / math.sqrt(d_nope + d_rope)                                      # (B, h, S)
+    o_lat = torch.softmax(scores, dim=-1) @ c_kv                         # (B, h, d_c)
+    w_uv_heads = w_uv.view(n_heads, d_v, d_c)                            # W_uv_i: (dv, d_c)
+    out = torch.einsum("bhc,hvc->bhv", o_lat, w_uv_heads)                # (B, h, dv)
+"""
+
+# Decode as the explicit form: every head's K and V rebuilt from the cached
+# latent at each step, as if K/V were what is cached.
+_REBUILT = """    k_nope = (c_kv @ w_uk.T).view(b, s, n_heads, d_nope).transpose(1, 2)   # (B, h, S, dn)
+    v = (c_kv @ w_uv.T).view(b, s, n_heads, d_v).transpose(1, 2)           # (B, h, S, dv)
+    k = torch.cat([k_nope, k_rope[:, None].expand(b, n_heads, s, d_rope)], dim=-1)
+    q = torch.cat([q_nope, q_rope], dim=-1)[:, :, None]                    # (B, h, 1, dn+dr)
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_nope + d_rope), dim=-1)
+    out = (w @ v)[:, :, 0]                                                 # (B, h, dv)
+"""
+
+MUTANTS = [
+    Mutant("rope_on_latent",
+           "    c_kv = x @ w_dkv.T                                            # (B, S, d_c)",
+           "    c_kv = _rope(x @ w_dkv.T, pos, rope_base)                     # (B, S, d_c)",
+           "RoPE was applied to the latent"),
+    Mutant("rope_key_per_head",
+           "    elems = batch * (seq_len * (d_c + d_rope) + n_heads",
+           "    elems = batch * (seq_len * (d_c + n_heads * d_rope) + n_heads",
+           "one RoPE key per head"),
+    Mutant("scale_d_c",
+           "    scores = (q_lat @ c_kv.transpose(1, 2) + q_rope @ k_rope.transpose(1, 2)) \\\n"
+           "        / math.sqrt(d_nope + d_rope)",
+           "    scores = (q_lat @ c_kv.transpose(1, 2) + q_rope @ k_rope.transpose(1, 2)) \\\n"
+           "        / math.sqrt(d_c)",
+           "1/sqrt(d_c)"),
+    Mutant("scale_d_nope",
+           "scores = q @ k.transpose(-2, -1) / math.sqrt(d_nope + d_rope)          # (B, h, S, S)",
+           "scores = q @ k.transpose(-2, -1) / math.sqrt(d_nope)          # (B, h, S, S)",
+           "1/sqrt(d_nope)"),
+    Mutant("absorb_transposed",
+           """    w_uk_heads = w_uk.view(n_heads, d_nope, d_c)                         # W_uk_i: (dn, d_c)
+    q_lat = torch.einsum("bhn,hnc->bhc", q_nope, w_uk_heads)              # (B, h, d_c)""",
+           """    w_uk_heads = w_uk.view(n_heads, d_c, d_nope)
+    q_lat = torch.einsum("bhn,hcn->bhc", q_nope, w_uk_heads)""",
+           "absorbed transposed"),
+    Mutant("cache_rebuilt_kv",
+           _ABSORBED, _REBUILT,
+           "instead of attending to the latent"),
+    Mutant("top_left_mask_in_decode",
+           "        / math.sqrt(d_nope + d_rope)                                      # (B, h, S)\n",
+           "        / math.sqrt(d_nope + d_rope)                                      # (B, h, S)\n"
+           "    seen = torch.ones(1, s, dtype=torch.bool).tril()                     # top-left\n"
+           "    scores = scores.masked_fill(~seen, float('-inf'))\n",
+           "top-left"),
+]
+
+# Formula and scale mistakes need not wait for the traced decodes.
+ONLY = {name: "not traced" for name in ("rope_on_latent", "rope_key_per_head", "scale_d_c",
+                                        "scale_d_nope", "absorb_transposed",
+                                        "top_left_mask_in_decode")}
