@@ -1,0 +1,285 @@
+"""Exercise H (ex08_mla): the reference gets full marks within the time budget,
+the stub gets zero, an independent solution gets full marks, and the judge of
+the traced decode tells an absorbed decode from ones that rebuild or copy."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+import types
+
+import pytest
+import torch
+
+from grader.feedback import Feedback
+from grader.reference import mla as ref
+from grader.reference import mla_trace
+from grader.sandbox.probes import ex08 as probe
+from tests.conftest import EXERCISES_DIR, SOLUTIONS, copy_solutions, failures, grade_dir
+
+EX = "ex08_mla"
+# Grading the reference's ex08 hidden suite on the 2-core CI machine took
+# 11.6 s under a load average of 13 (issue 14 asks for at most 15 s).  The
+# bound here leaves room for a busier machine; the figure is printed.
+HIDDEN_SUITE_BUDGET_S = 30.0
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def solution():
+    return _load("_sol_ex08_mla", SOLUTIONS / f"{EX}.py")
+
+
+# -- the reference agrees with the solution, and its mistakes differ -------------
+
+def _inputs(seed=0, b=2, s=9, d=16, h=3, d_c=10, d_rope=6, d_nope=5, d_v=7):
+    g = torch.Generator().manual_seed(seed)
+    w = lambda r, c: torch.randn(r, c, generator=g, dtype=torch.float64) / c ** 0.5  # noqa
+    return (torch.randn(b, s, d, generator=g, dtype=torch.float64), w(h * (d_nope + d_rope), d),
+            w(d_c, d), w(h * d_nope, d_c), w(h * d_v, d_c), w(d_rope, d), w(d, h * d_v)), h
+
+
+def test_reference_matches_the_solution_and_each_mistake_differs(solution):
+    args, h = _inputs()
+    want = solution.mla_attention(*args, h)
+    torch.testing.assert_close(ref.attention(*args, h), want, atol=1e-12, rtol=1e-10)
+    x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = args
+    c, kr = ref.cache(x, w_dkv, w_kr)
+    torch.testing.assert_close(ref.decode(x[:, -1:], c, kr, w_q, w_uk, w_uv, w_o, h),
+                               want[:, -1:], atol=1e-12, rtol=1e-10)
+    for name in ("rope_on_latent", "scale_d_c", "scale_d_nope", "no_scale", "absorb_transposed",
+                 "rope_positions_unused"):
+        wrong = ref.attention(*args, h, mistake=name)
+        assert not torch.allclose(wrong, want, atol=1e-6), name
+    for name in ("scale_d_c", "absorb_transposed", "top_left_mask"):
+        wrong = ref.decode(x[:, -1:], c, kr, w_q, w_uk, w_uv, w_o, h, mistake=name)
+        assert not torch.allclose(wrong, want[:, -1:], atol=1e-6), name
+
+
+def test_formulas_and_deepseek_numbers(solution):
+    assert solution.DEEPSEEK_V3_MLA_BYTES_PER_TOKEN == ref.cache_bytes(61, 512, 64, 1) == 70272
+    assert round(solution.DEEPSEEK_V3_MHA_OVER_MLA, 1) == 71.1
+    for args in [(128, 4096, 512, 64), (8, 1, 64, 16, 2, 4)]:
+        assert solution.mla_decode_intensity(*args) == pytest.approx(
+            ref.decode_intensity(*args), rel=1e-12)
+    # GQA decode stays near the group size; MLA's grows with the heads.
+    assert ref.kv_decode_intensity(128, 8, 32768, 192, 128) < 17
+    assert ref.decode_intensity(128, 32768, 512, 64) > 200
+
+
+# -- the judge of a traced decode -------------------------------------------------
+
+SHAPE = dict(batch=2, n_heads=8, d=48, d_c=64, d_rope=8, d_nope=24, d_v=40)
+NAMES = {k: ref.MISTAKES[k] for k in ("cache_rebuilt_kv", "latent_per_head")}
+
+
+def _judge(module):
+    traces = probe.trace_decode(module, SHAPE["batch"], SHAPE["n_heads"], [64, 128], SHAPE["d"],
+                                SHAPE["d_c"], SHAPE["d_rope"], SHAPE["d_nope"], SHAPE["d_v"])
+    return mla_trace.judge_decode(
+        traces, ideal=ref.decode_core_per_token(8, 64, 8, 2, 4),
+        rebuilt=ref.rebuilt_kv_per_token(8, 64, 24, 40, 2, 4), names=NAMES, **SHAPE)
+
+
+def _variant(solution, body):
+    """The solution with ``mla_decode`` replaced by ``body`` (same helpers)."""
+    mod = types.ModuleType("_variant")
+    mod.__dict__.update(vars(solution))
+    exec(textwrap.dedent(body), mod.__dict__)
+    return mod
+
+
+def test_judge_passes_the_absorbed_decode(solution):
+    result = _judge(solution)
+    assert result["flops"] == ref.decode_core_per_token(8, 64, 8, 2, 4)["flops"]
+    text = mla_trace.gap_text(result, ref.decode_core_per_token(8, 64, 8, 2, 4),
+                              bytes_per_elem=4)
+    assert "second time" in text and "fused" in text
+
+
+REBUILT_PER_HEAD_LOOP = '''
+def mla_decode(x_t, c_kv, k_rope, w_q, w_uk, w_uv, w_o, n_heads, *, position=None,
+               rope_base=10000.0):
+    # No (B, h, S, .) tensor: one head at a time, but K/V rebuilt for every head.
+    b, s, d_c = c_kv.shape
+    d_rope = k_rope.shape[-1]
+    d_nope, d_v = _widths(n_heads, w_q, w_uk, w_uv, w_o, d_c, d_rope)
+    pos = torch.tensor([s - 1])
+    q_nope, q_rope = _queries(x_t, w_q, n_heads, d_nope, d_rope, pos, rope_base)
+    outs = []
+    for i in range(n_heads):
+        k = torch.cat([c_kv @ w_uk[i * d_nope:(i + 1) * d_nope].T, k_rope], -1)  # (B, S, .)
+        v = c_kv @ w_uv[i * d_v:(i + 1) * d_v].T
+        q = torch.cat([q_nope[:, i], q_rope[:, i]], -1)                         # (B, 1, .)
+        w = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(d_nope + d_rope), -1)
+        outs.append(w @ v)
+    return torch.cat(outs, -1) @ w_o.T
+'''
+
+LATENT_COPIED_PER_HEAD = '''
+def mla_decode(x_t, c_kv, k_rope, w_q, w_uk, w_uv, w_o, n_heads, *, position=None,
+               rope_base=10000.0):
+    b, s, d_c = c_kv.shape
+    d_rope = k_rope.shape[-1]
+    d_nope, d_v = _widths(n_heads, w_q, w_uk, w_uv, w_o, d_c, d_rope)
+    pos = torch.tensor([s - 1])
+    q_nope, q_rope = _queries(x_t, w_q, n_heads, d_nope, d_rope, pos, rope_base)
+    q_lat = q_nope @ w_uk.view(n_heads, d_nope, d_c)                 # (B, h, 1, d_c)
+    c = c_kv[:, None].expand(b, n_heads, s, d_c).contiguous()       # a copy per head
+    kr = k_rope[:, None]
+    scores = (q_lat @ c.transpose(-1, -2) + q_rope @ kr.transpose(-1, -2)) \\
+        / math.sqrt(d_nope + d_rope)
+    o = torch.softmax(scores, -1) @ c                                # (B, h, 1, d_c)
+    out = o @ w_uv.view(n_heads, d_v, d_c).transpose(1, 2)          # (B, h, 1, d_v)
+    return out.transpose(1, 2).reshape(b, 1, n_heads * d_v) @ w_o.T
+'''
+
+
+def test_judge_names_k_and_v_rebuilt_one_head_at_a_time(solution):
+    mod = _variant(solution, REBUILT_PER_HEAD_LOOP)
+    args, h = _inputs()
+    x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = args
+    c, kr = solution.mla_cache(x, w_dkv, w_kr)
+    torch.testing.assert_close(mod.mla_decode(x[:, -1:], c, kr, w_q, w_uk, w_uv, w_o, h),
+                               solution.mla_attention(*args, h)[:, -1:])  # right answer...
+    with pytest.raises(Feedback, match="instead of attending to the latent"):
+        _judge(mod)                                                          # ...wrong work
+
+
+def test_judge_names_a_latent_copied_per_head(solution):
+    mod = _variant(solution, LATENT_COPIED_PER_HEAD)
+    with pytest.raises(Feedback, match="latent copied for every head"):
+        _judge(mod)
+
+
+# -- grading -------------------------------------------------------------------------
+
+def test_stub_grades_to_zero_without_grader_problems(tmp_path):
+    sub = tmp_path / "stub"
+    sub.mkdir()
+    (sub / f"{EX}.py").write_text((EXERCISES_DIR / f"{EX}.py").read_text())
+    report = grade_dir(sub, [EX])
+    assert not report.errors, report.errors
+    assert report.score == 0 and report.max_score > 0
+    assert all("NotImplementedError" in t.output or "not implemented" in t.output.lower()
+               for t in failures(report)), [t.output for t in failures(report)][:3]
+
+
+@pytest.mark.slow
+def test_reference_full_marks_within_the_time_budget(tmp_path):
+    sub = copy_solutions(tmp_path / "ref", [EX])
+    report = grade_dir(sub, [EX])
+    assert not report.errors, report.errors
+    bad = [(t.full_name, t.status, t.output) for t in report.tests if t.status != "passed"]
+    assert not bad, bad
+    assert report.score == report.max_score > 0
+    print(f"\nex08 hidden suite on the reference: {report.seconds:.1f} s")
+    assert report.seconds <= HIDDEN_SUITE_BUDGET_S
+
+
+# Written against the contract in another style (one matmul over [c_kv, k_rope],
+# einsum everywhere, positions as lists): full marks too.
+ALT = '''
+import math
+import torch
+
+
+def _rot(x, pos, base):
+    h = x.shape[-1] // 2
+    inv = base ** (-torch.arange(0, h, dtype=torch.float64) * 2 / x.shape[-1])
+    a = torch.as_tensor(pos, dtype=torch.float64)[:, None] * inv
+    c, s = torch.cos(a).to(x.dtype), torch.sin(a).to(x.dtype)
+    return torch.cat([x[..., :h] * c - x[..., h:] * s, x[..., h:] * c + x[..., :h] * s], -1)
+
+
+def _check(n_heads, w_q, w_uk, w_uv, w_o, d_c, d_r):
+    if d_r % 2 or w_uk.shape[0] % n_heads or w_uv.shape[0] % n_heads:
+        raise ValueError("bad shapes")
+    dn, dv = w_uk.shape[0] // n_heads, w_uv.shape[0] // n_heads
+    if w_uk.shape[1] != d_c or w_uv.shape[1] != d_c or w_q.shape[0] != n_heads * (dn + d_r) \\
+            or w_o.shape[1] != n_heads * dv:
+        raise ValueError("bad shapes")
+    return dn, dv
+
+
+def mla_cache(x, w_dkv, w_kr, *, positions=None, rope_base=10000.0):
+    if w_kr.shape[0] % 2:
+        raise ValueError("odd d_rope")
+    pos = list(range(x.shape[1])) if positions is None else positions
+    return torch.einsum("bsd,cd->bsc", x, w_dkv), _rot(torch.einsum("bsd,rd->bsr", x, w_kr),
+                                                       pos, rope_base)
+
+
+def mla_attention(x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o, n_heads, *, causal=True,
+                  positions=None, rope_base=10000.0):
+    B, S, _ = x.shape
+    d_c, d_r = w_dkv.shape[0], w_kr.shape[0]
+    dn, dv = _check(n_heads, w_q, w_uk, w_uv, w_o, d_c, d_r)
+    pos = list(range(S)) if positions is None else positions
+    c, kr = mla_cache(x, w_dkv, w_kr, positions=pos, rope_base=rope_base)
+    q = torch.einsum("bsd,qd->bsq", x, w_q).reshape(B, S, n_heads, dn + d_r)
+    qn, qr = q[..., :dn], _rot(q[..., dn:].transpose(1, 2), pos, rope_base)   # (B, h, S, dr)
+    kn = torch.einsum("bsc,hnc->bhsn", c, w_uk.reshape(n_heads, dn, d_c))
+    v = torch.einsum("bsc,hvc->bhsv", c, w_uv.reshape(n_heads, dv, d_c))
+    s = (torch.einsum("bqhn,bhkn->bhqk", qn, kn) + torch.einsum("bhqr,bkr->bhqk", qr, kr))
+    s = s / math.sqrt(dn + d_r)
+    if causal:
+        s = s.masked_fill(torch.triu(torch.ones(S, S, dtype=torch.bool), 1), float("-inf"))
+    o = torch.einsum("bhqk,bhkv->bqhv", s.softmax(-1), v).reshape(B, S, n_heads * dv)
+    return o @ w_o.T
+
+
+def mla_decode(x_t, c_kv, k_rope, w_q, w_uk, w_uv, w_o, n_heads, *, position=None,
+               rope_base=10000.0):
+    B, S, d_c = c_kv.shape
+    d_r = k_rope.shape[-1]
+    dn, dv = _check(n_heads, w_q, w_uk, w_uv, w_o, d_c, d_r)
+    p = [S - 1 if position is None else position]
+    q = (x_t[:, 0] @ w_q.T).reshape(B, n_heads, dn + d_r)
+    qr = _rot(q[..., dn:].unsqueeze(-2), p, rope_base).squeeze(-2)             # (B, h, dr)
+    ql = torch.einsum("bhn,hnc->bhc", q[..., :dn], w_uk.reshape(n_heads, dn, d_c))
+    cache = torch.cat([c_kv, k_rope], -1)                                      # (B, S, dc+dr)
+    s = torch.bmm(torch.cat([ql, qr], -1), cache.transpose(1, 2)) / math.sqrt(dn + d_r)
+    ol = torch.bmm(s.softmax(-1), c_kv)                                        # (B, h, dc)
+    o = torch.einsum("bhc,hvc->bhv", ol, w_uv.reshape(n_heads, dv, d_c))
+    return (o.reshape(B, n_heads * dv) @ w_o.T)[:, None]
+
+
+def mla_cache_bytes(n_layers, d_c, d_rope, seq_len, batch=1, bytes_per_elem=2):
+    return int(bytes_per_elem * batch * seq_len * n_layers * (d_c + d_rope))
+
+
+def mla_cache_saving(n_kv_heads, d_nope, d_rope, d_v, d_c):
+    return float(n_kv_heads * (d_nope + d_rope + d_v)) / (d_c + d_rope)
+
+
+DEEPSEEK_V3_MLA_BYTES_PER_TOKEN = mla_cache_bytes(61, 512, 64, 1)
+DEEPSEEK_V3_MHA_OVER_MLA = mla_cache_saving(128, 128, 64, 128, 512)
+
+
+def mla_decode_intensity(n_heads, seq_len, d_c, d_rope, batch=1, bytes_per_elem=2):
+    scores = 2 * (d_c + d_rope) * n_heads * seq_len
+    weighted = 2 * d_c * n_heads * seq_len
+    moved = seq_len * (d_c + d_rope) + n_heads * (d_c + d_rope) + n_heads * d_c
+    return (scores + weighted) / (moved * bytes_per_elem)
+'''
+
+
+@pytest.mark.slow
+def test_independent_solution_gets_full_marks(tmp_path):
+    sub = tmp_path / "alt"
+    sub.mkdir()
+    (sub / f"{EX}.py").write_text(ALT)
+    report = grade_dir(sub, [EX])
+    assert not report.errors, report.errors
+    bad = [(t.full_name, t.output) for t in report.tests if t.status == "failed"]
+    assert not bad, bad
+    assert report.score == report.max_score > 0
+
