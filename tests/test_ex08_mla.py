@@ -283,3 +283,31 @@ def test_independent_solution_gets_full_marks(tmp_path):
     assert not bad, bad
     assert report.score == report.max_score > 0
 
+
+
+@pytest.mark.slow
+def test_notebook_self_check_with_the_reference(tmp_path):
+    """The ex08 notebook, its tagged cell holding the solution, runs end to end."""
+    import json
+    import subprocess
+
+    import nbformat
+
+    from grader.notebooks import TAG_PREFIX, WRITEFILE, build_notebook
+    from tests.conftest import REPO
+
+    nb = build_notebook(EX, (EXERCISES_DIR / f"{EX}.py").read_text())
+    assert "Absorbing the up-projections" in nb.cells[0].source and "H: multi-head latent attention" in \
+        nb.cells[0].source
+    for cell in nb.cells:
+        if f"{TAG_PREFIX}{EX}" in cell.metadata.get("tags", []):
+            cell.source = f"{WRITEFILE} {EX}.py\n" + (SOLUTIONS / f"{EX}.py").read_text()
+    path = tmp_path / f"{EX}.ipynb"
+    nbformat.write(nb, str(path))
+    code = ("import json, sys; from pathlib import Path; from grader.notebooks import "
+            "run_notebook; print(json.dumps(run_notebook(Path(sys.argv[1]), Path(sys.argv[2]))))")
+    proc = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path)],
+                          capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    table = json.loads(proc.stdout.strip().splitlines()[-1])[-1]
+    assert f"{EX}  10/10" in table and "ridge point" in table
