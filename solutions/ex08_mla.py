@@ -43,13 +43,16 @@ heads.  That is why MLA decode reaches a GPU's ridge point, where GQA decode
 Why RoPE cannot go on the latent
 --------------------------------
 RoPE rotates by a matrix ``R(p)`` that depends on the token's position.  If
-the latent were rotated, the key would be ``W_uk_i R(p_j) c_j``, and
-``q_nope_i . W_uk_i R(p_j) c_j`` no longer factors into one query-side
-matrix for all cached tokens: the absorption breaks (and the rotation of the
-rebuilt key would not even be a rotation in the head's space).  So the
-position goes into a separate, small key ``k_rope`` (``d_rope`` features,
-rotated before caching) and a matching part of each query, and the latent
-stays position-free.
+the latent were rotated, the key would be ``W_uk_i R(p_j) c_j``, and::
+
+    q_nope_i . (W_uk_i R(p_j) c_j) = (R(p_j)^T W_uk_i^T q_nope_i) . c_j
+
+needs a different absorbed query for every cached token ``j``: as much work
+as rebuilding the keys, so nothing is saved.  (The rotation would also turn
+latent features, not pairs of the head's features, so q . k would no longer
+depend on relative positions only.)  So the position goes into a separate,
+small key ``k_rope`` (``d_rope`` features, rotated before caching) and a
+matching part of each query, and the latent stays position-free.
 
 DeepSeek-V3's numbers
 ---------------------
@@ -75,6 +78,12 @@ Decisions where the course's contract is silent (the grader follows them):
   positions the cached tokens had.
 * ``mla_cache_saving`` and the byte formulas count K and V (or the latent and
   the RoPE key) at the same ``bytes_per_elem``; the saving is a plain float.
+
+The grader runs your ``mla_decode`` under an operation trace (as in
+exercise F): no tensor may hold a vector per head and cached token (a
+rebuilt K or V, or the latent copied per head), and what one more cached
+token costs is counted (FLOPs of its matrix multiplies, bytes its operations
+read) and set beside ``mla_decode_intensity``, with the gap explained.
 
 Run the public tests with ``attn-grade check ex08``.
 """

@@ -135,6 +135,6 @@ def test_the_edition_checks_stubs_and_solutions(edition, tmp_path):
     assert "FAIL" not in out, out
     total = re.search(r"Total: (\S+)/(\S+)", out)
     assert total and total.group(1) == total.group(2) and float(total.group(2)) > 0
-    for exercise in ("ex01_by_hand", "ex02_mha", "ex03_gqa"):   # fully replayed
+    for exercise in ("ex01_by_hand", "ex02_mha", "ex03_gqa", "ex08_mla"):   # fully replayed
         block = out.split(exercise, 1)[1].split("\nex0", 1)[0]
         assert "--  " not in block, block

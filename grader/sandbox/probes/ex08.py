@@ -66,8 +66,8 @@ def decode_loop(module, x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o, n_heads, positions
                               w_uk, w_uv, w_o, n_heads, position=int(p[0]),
                               rope_base=rope_base)
         if not isinstance(o, torch.Tensor) or o.dim() != 3 or o.shape[1] != 1:
-            return {"bad_result": f"mla_decode returned "
-                                  f"{list(o.shape) if isinstance(o, torch.Tensor) else type(o).__name__}"
-                                  f" at step {t} (expected (B, 1, d))"}
+            got = list(o.shape) if isinstance(o, torch.Tensor) else type(o).__name__
+            return {"bad_result": f"mla_decode returned {got} at step {t} "
+                                  f"(expected a tensor (B, 1, d))"}
         outs.append(o)
     return torch.cat(outs, 1)
