@@ -104,7 +104,8 @@ def judge_decode(traces, *, batch, n_heads, d, d_c, d_rope, d_nope, d_v, ideal, 
                        f"unfused decode may read the latent again for the weighted sum and "
                        f"move the B*h scores ({ideal['score_bytes']:,} bytes) a few times, up "
                        f"to {allowed:,.0f} bytes in all. Every head must read the same cached "
-                       f"latent, not a copy of it.{hint}")
+                       f"latent, not a copy of it (a copy for a dtype conversion or a "
+                       f"torch.cat of the caches is read too).{hint}")
     return {"flops": flops, "bytes_lo": lo, "bytes_hi": hi, "intensity_lo": flops / hi,
             "intensity_hi": flops / lo, "readings": per_token, "lens": (s1, s2)}
 
