@@ -18,9 +18,11 @@ from grader.sandbox.probes import ex08 as probe
 from tests.conftest import EXERCISES_DIR, SOLUTIONS, copy_solutions, failures, grade_dir
 
 EX = "ex08_mla"
-# Grading the reference's ex08 hidden suite on the 2-core CI machine took
-# 11.6 s under a load average of 13 (issue 14 asks for at most 15 s).  The
-# bound here leaves room for a busier machine; the figure is printed.
+# Grading the reference's ex08 hidden suite (public + hidden tests, worker
+# start and the machine's peaks included) on the 2-core machine took 4.2 s
+# quiet, 11.6 s at a load average of 13 and 14.1 s at 41 (issue 14 asks for
+# at most 15 s).  The bound leaves room for a busier machine; the figure is
+# printed with -s.
 HIDDEN_SUITE_BUDGET_S = 30.0
 
 
