@@ -313,3 +313,4 @@ def test_notebook_self_check_with_the_reference(tmp_path):
     assert proc.returncode == 0, proc.stderr
     table = json.loads(proc.stdout.strip().splitlines()[-1])[-1]
     assert f"{EX}  10/10" in table and "ridge point" in table
+    assert all(row in table for row in ("MHA", "GQA-8", "MQA", "MLA", "S=32768"))
