@@ -82,9 +82,49 @@ def _write_json(path: Path, data: dict) -> None:
     write_private(path, json.dumps(data, indent=2))
 
 
+class RosterError(ValueError):
+    """A roster that cannot be used; the text is one sentence."""
+
+
+ROSTER_COLUMNS = ("submission", "student_id")
+
+
+def read_roster(path: Path) -> dict[str, str]:
+    """{submission name: student identifier} from a CSV with a header row
+    naming the columns ``submission`` and ``student_id`` (others are kept
+    for people and ignored here)."""
+    from grader.variants import BadStudentId, normalize
+
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = list(csv.DictReader(f))
+            header = [h.strip().lower() for h in (rows and rows[0].keys() or [])]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise RosterError(f"{path} is not a readable CSV file ({exc})") from None
+    if not rows:
+        raise RosterError(f"{path} holds no rows under a header of "
+                          f"{', '.join(ROSTER_COLUMNS)}")
+    if not set(ROSTER_COLUMNS) <= set(header):
+        raise RosterError(f"{path} needs a header row with the columns "
+                          f"{' and '.join(ROSTER_COLUMNS)}; it has {', '.join(header)}")
+    roster: dict[str, str] = {}
+    for line, row in enumerate(rows, start=2):
+        row = {(k or "").strip().lower(): (v or "").strip() for k, v in row.items()}
+        name, sid = row["submission"], row["student_id"]
+        if name in roster:
+            raise RosterError(f"{path} line {line}: submission {name!r} is listed twice")
+        try:
+            normalize(sid)
+        except BadStudentId as exc:
+            raise RosterError(f"{path} line {line}: {exc}") from None
+        roster[name] = sid
+    return roster
+
+
 def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float | None,
               submission_timeout: float, force: bool,
-              exercises: list[str] | None = None) -> Outcome:
+              exercises: list[str] | None = None, seed: int | None = None,
+              student_id: str | None = None) -> Outcome:
     result_path = results_dir / f"{_safe(sub.name)}.json"
     outcome = Outcome(sub, result_path)
     if not force and result_path.is_file() and \
@@ -103,6 +143,10 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
         cmd += ["--timeout", str(timeout)]
     for ex in exercises or []:
         cmd += ["--exercise", ex]
+    if seed is not None:
+        cmd += ["--seed", str(seed)]
+    if student_id is not None:
+        cmd += ["--student-id", student_id]
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=submission_timeout,
@@ -144,13 +188,15 @@ def to_csv(outcomes: list[Outcome], exercises: list[str]) -> str:
 def run_batch(subs: list[Submission], results_dir: Path, *, jobs: int = 1, suite: str = "hidden",
               timeout: float | None = None, submission_timeout: float = 1800.0,
               force: bool = False, exercises: list[str] | None = None,
+              seed: int | None = None, roster: dict[str, str] | None = None,
               on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     results_dir.mkdir(parents=True, exist_ok=True)
     outcomes = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = [pool.submit(grade_one, s, results_dir, suite=suite, timeout=timeout,
                                submission_timeout=submission_timeout, force=force,
-                               exercises=exercises)
+                               exercises=exercises, seed=seed,
+                               student_id=(roster or {}).get(s.name))
                    for s in subs]
         for future in as_completed(futures):
             outcome = future.result()

@@ -34,6 +34,21 @@ def _exercise_names(names: tuple[str, ...], param_hint: str) -> list[str] | None
     return out
 
 
+SEED = click.IntRange(0, 2**32 - 1)
+
+
+def _student_id(value: str | None, param_hint: str) -> str | None:
+    from grader.variants import BadStudentId, normalize
+
+    if value is None:
+        return None
+    try:
+        normalize(value)
+    except BadStudentId as exc:
+        raise click.BadParameter(f"{exc}.", param_hint=param_hint) from None
+    return value
+
+
 def _run(path: Path, options: Options):
     """Grade a folder, notebook or zip; bad input is a one-sentence error."""
     try:
@@ -107,12 +122,20 @@ def check(exercise, path, timeout):
               help="Fail GPU tests that cannot run, instead of skipping them.")
 @click.option("-k", "--keyword", default=None,
               help="Only the tests matching this pytest -k expression (e.g. 'softmax').")
-def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, keyword):
+@click.option("--seed", type=SEED, default=None,
+              help="Seed of the hidden suites' random cases, to reproduce a grade (its "
+                   "result records the seed) [default: a fresh secret one].")
+@click.option("--student-id", default=None,
+              help="The roster's identifier for this submission: exercise A is graded for "
+                   "it, and a different STUDENT_ID in the module earns nothing.")
+def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, keyword, seed,
+              student_id):
     """Grade a submission: a folder of exercise modules, a notebook, or a zip."""
     if not path.exists():
         raise click.BadParameter(f"{path} does not exist.", param_hint="SUBMISSION")
     options = Options(suite=suite, exercises=_exercise_names(exercises, "--exercise"),
-                      call_timeout=timeout, require_gpu=require_gpu, keyword=keyword)
+                      call_timeout=timeout, require_gpu=require_gpu, keyword=keyword,
+                      seed=seed, student_id=_student_id(student_id, "--student-id"))
     report = _run(path, options)
     _emit(report, out_format, out, public_only=suite == "public")
 
@@ -135,9 +158,16 @@ def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, key
 @click.option("-e", "--exercise", "exercises", multiple=True,
               help="Grade only this exercise (repeatable).")
 @click.option("--force", is_flag=True, help="Grade again what an earlier run graded.")
-def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, exercises, force):
+@click.option("--roster", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              default=None, help="CSV with columns submission,student_id: exercise A of "
+              "each submission is graded for its student's identifier.")
+@click.option("--seed", type=SEED, default=None,
+              help="One seed for every submission's random hidden cases [default: a fresh "
+                   "secret one per submission, recorded in its result].")
+def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, exercises, force,
+          roster, seed):
     """Grade every submission in FOLDER: each sub-folder, notebook and zip."""
-    from grader.batch import columns, discover, run_batch, to_csv
+    from grader.batch import RosterError, columns, discover, read_roster, run_batch, to_csv
 
     if not folder.exists():
         raise click.BadParameter(f"{folder} does not exist.", param_hint="FOLDER")
@@ -149,13 +179,23 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
     if not subs:
         raise click.UsageError(f"{folder} holds no submissions (sub-folders, notebooks or "
                                "zip files).")
+    ids = None
+    if roster is not None:
+        try:
+            ids = read_roster(roster)
+        except RosterError as exc:
+            raise click.BadParameter(str(exc), param_hint="--roster") from None
+        for sub in subs:
+            if sub.name not in ids:
+                click.echo(f"  {sub.name} is not on the roster: exercise A is graded for the "
+                           "STUDENT_ID in its module, if any", err=True)
     results_dir = results_dir or out.parent / "results"
     with click.progressbar(length=len(subs), label="grading", file=sys.stderr,
                            show_pos=True, item_show_func=lambda o: o.submission.name
                            if o else "") as bar:
         outcomes = run_batch(subs, results_dir, jobs=jobs, suite=suite, timeout=timeout,
                              submission_timeout=submission_timeout, force=force,
-                             exercises=only,
+                             exercises=only, seed=seed, roster=ids,
                              on_done=lambda o: bar.update(1, o))
     write_private(out, to_csv(outcomes, columns(outcomes)))
     skipped = sum(o.skipped for o in outcomes)
@@ -165,6 +205,18 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
                f"wrote {out} and {results_dir}/")
     for o in broken:
         click.echo(f"  {o.submission.name}: {o.error}")
+
+
+@main.command()
+@click.argument("student_id", metavar="ID")
+def variant(student_id):
+    """Print exercise A's Q, K and V for a student identifier."""
+    from grader.variants import inputs_for
+
+    inputs = inputs_for(_student_id(student_id, "ID"))
+    click.echo(f"Exercise A for {student_id!r} (d_head = 2; set STUDENT_ID = "
+               f"{student_id!r} in ex01_by_hand.py):\n")
+    click.echo(inputs.text())
 
 
 @main.command()

@@ -8,6 +8,7 @@ report: a problem in the grader itself is recorded in ``report.errors``.
 """
 from __future__ import annotations
 
+import secrets
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from grader.sandbox import confine
 from grader.sandbox.client import Limits, StudentError, StudentModule, Worker
 
 PLUGIN_KEY = pytest.StashKey["GradingPlugin"]()
+SEED_LIMIT = 2**32
 
 
 class GraderConfigError(ValueError):
@@ -37,6 +39,8 @@ class Options:
     memory_mb: int = 8192                 # per worker (RLIMIT_DATA)
     require_gpu: bool = False
     keyword: str | None = None            # a pytest -k expression: only these tests
+    seed: int | None = None               # hidden suites' random cases; None: a fresh secret
+    student_id: str | None = None         # exercise A's identifier from a roster (batch)
     extra: dict = field(default_factory=dict)
 
 
@@ -184,6 +188,17 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
+def run_seed(seed: int | None) -> int:
+    """The seed of this run's random hidden cases: the one given (to reproduce
+    a grade), else a fresh secret one, so that hidden cases learned from an
+    earlier run are worth nothing.  Recorded in the report."""
+    if seed is None:
+        return secrets.randbelow(SEED_LIMIT)
+    if not 0 <= seed < SEED_LIMIT:
+        raise GraderConfigError(f"a seed is a whole number from 0 to {SEED_LIMIT - 1}")
+    return seed
+
+
 def grade(submission: Path | str, options: Options | None = None) -> Report:
     """Grade a folder of exercise modules; always returns a ``Report``.
 
@@ -199,7 +214,8 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
                                 f"{', '.join(EXERCISES)}")
     names = [e for e in EXERCISES if e in requested]  # course order, no repeats
     files = [str(p) for e in names for p in suite_files(e, options.suite)]
-    report = Report(submission=str(submission), suite=options.suite, exercises=list(names))
+    report = Report(submission=str(submission), suite=options.suite, exercises=list(names),
+                    seed=run_seed(options.seed))
     report.machine["sandbox"] = _sandbox_text(options)
     plugin = GradingPlugin(submission, options, report)
     _one_thread()

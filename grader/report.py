@@ -46,6 +46,7 @@ class Report:
     machine: dict = field(default_factory=dict)        # measured once per run
     errors: list[str] = field(default_factory=list)    # grader-side problems
     seconds: float = 0.0
+    seed: int | None = None   # the hidden suites' random cases (``--seed`` reproduces them)
 
     @property
     def score(self) -> float:
@@ -82,6 +83,9 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
              f"in {report.seconds:.1f} s."]
     for key, value in report.machine.items():
         lines.append(f"  {key}: {value}")
+    if report.seed is not None and report.suite == "hidden":
+        lines.append(f"  random cases: seed {report.seed} (--seed {report.seed} reproduces "
+                     "this grade)")
     lines.extend(report.notes)
     for exercise, tests in report.by_exercise().items():
         width = max([len(t.title) for t in tests] + [20])
@@ -118,6 +122,8 @@ def to_gradescope(report: Report) -> dict:
     header = [f"{k}: {v}" for k, v in report.machine.items()] + report.notes + report.errors
     if header:
         out["output"] = "\n".join(header)
+    if report.seed is not None:
+        out["seed"] = report.seed   # for staff: `attn-grade grade --seed` reproduces the grade
     return out
 
 

@@ -5,11 +5,26 @@ paper (or a calculator), then fill in each constant below as a nested list
 of floats, carried to three decimals.  No NumPy needed: the point is to feel
 every step once.
 
-The inputs (``d_head = 2``; queries and keys are the same three vectors)::
+Your own numbers.  Each student works on their own Q, K and V, derived from
+their student identifier: set ``STUDENT_ID`` below to yours (as text, the
+way your course writes it) and print your matrices with::
+
+    attn-grade variant YOUR_ID
+
+(in a notebook: ``from grader.variants import inputs_for;
+print(inputs_for("YOUR_ID").text())``).  The grader recomputes every step
+for that identifier; where your course grades from a roster, it must be the
+identifier the roster gives you, or this exercise earns no points.  Without
+a ``STUDENT_ID`` (``None``), the common exercise below is graded: the
+chapter's Q and K with its own V::
 
     Q = [[1, 0],        K = [[1, 0],        V = [[1, 2],
          [0, 1],             [0, 1],             [3, 4],
          [1, 1]]             [1, 1]]             [5, 6]]
+
+The chapter works the same Q and K through, step by step, with
+``V = [[10, 0], [0, 10], [5, 5]]``: use it as the worked example, then do
+the same steps on your own numbers.  ``d_head = 2`` in every variant.
 
 Steps, each a constant (rows are queries, columns are keys):
 
@@ -27,8 +42,13 @@ Steps, each a constant (rows are queries, columns are keys):
 Keep three decimals: two are not enough (rounding row 2's weights to 0.25,
 0.25, 0.50 moves its output by about 0.01).  Each step is graded on its
 own, to 0.01: a step computed correctly from your own earlier (wrong)
-answer still earns its point, so an early slip costs only that step.
+answer still earns its point, so an early slip costs only that step (not
+from an answer that carries no work, like all zeros).
 """
+
+# Your student identifier as text, e.g. STUDENT_ID = "s1234567"; None: the common exercise.
+# (An extension of the contract, which is silent about it.)
+STUDENT_ID = None
 
 # BEGIN SOLUTION
 SCORES = [[1.0, 0.0, 1.0],

@@ -1,9 +1,12 @@
 """Exercise A's numbers, and the slips a student makes working them by hand.
 
 Everything is computed here, in float64, from the inputs of the exercise;
-nothing is copied from the solution.  ``carry(step, answers)`` recomputes a
-step from the student's own previous answers, so a step done right on a
-wrong input still earns its point.
+nothing is copied from the solution.  The inputs are one student's variant
+(``grader.variants``; default: the common exercise of the contract), passed
+as ``inputs=`` to each function.  ``carry(step, answers)`` recomputes a step
+from the student's own previous answers, so a step done right on a wrong
+input still earns its point, unless that input is degenerate (all zeros, or
+every row constant: ``degenerate``), which earns later steps nothing.
 """
 from __future__ import annotations
 
@@ -11,9 +14,9 @@ import math
 
 import numpy as np
 
-Q = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-K = Q.copy()
-V = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+from grader.variants import COMMON, Inputs
+
+Q, K, V = COMMON.arrays()   # the common exercise (the contract's)
 V_SEED = np.array([[10.0, 0.0], [0.0, 10.0], [5.0, 5.0]])   # the chapter's worked example
 D_HEAD = 2
 CAUSAL = np.tril(np.ones((3, 3), dtype=bool))
@@ -41,12 +44,13 @@ def unchanged_rows(full_out: np.ndarray, causal_out: np.ndarray) -> tuple:
     return tuple(int(i) for i in np.flatnonzero(same))
 
 
-def exact() -> dict:
-    scores = Q @ K.T
+def exact(inputs: Inputs = COMMON) -> dict:
+    q, k, v = inputs.arrays()
+    scores = q @ k.T
     scaled = scores / math.sqrt(D_HEAD)
     w_full = softmax_rows(scaled)
     w_causal = softmax_rows(scaled, CAUSAL)
-    out_full, out_causal = w_full @ V, w_causal @ V
+    out_full, out_causal = w_full @ v, w_causal @ v
     return {"SCORES": scores, "SCALED": scaled, "WEIGHTS_FULL": w_full, "OUT_FULL": out_full,
             "WEIGHTS_CAUSAL": w_causal, "OUT_CAUSAL": out_causal,
             "ROWS_UNCHANGED_BY_MASK": unchanged_rows(out_full, out_causal)}
@@ -68,14 +72,33 @@ def within(got, want) -> bool:
     return got.shape == want.shape and bool(np.all(np.abs(got - want) <= TOLERANCE))
 
 
-def carry(step: str, answers: dict):
+def degenerate(answer) -> bool:
+    """An answer that carries no work: all zeros, or every row one number
+    repeated (a constant row of scores is a uniform softmax, whatever the
+    inputs).  Later steps get no carry-forward from it: filling zeros in, then
+    "correctly" working on from them, must not earn points."""
+    if answer is None or isinstance(answer, tuple):
+        return False
+    answer = np.asarray(answer, dtype=np.float64)
+    if answer.ndim != 2 or not np.all(np.isfinite(answer)):
+        return True
+    return bool(np.all(answer == 0) or np.all(np.ptp(answer, axis=1) <= TOLERANCE))
+
+
+def carry(step: str, answers: dict, inputs: Inputs = COMMON):
     """``step`` computed correctly from the student's own previous answers,
     when one of those was wrong; ``None`` when they were all right (then the
     step must match the exact value: an accepted input that was rounded too
-    far does not excuse a wrong result) or are unusable."""
-    exact_values = exact()
-    if all(within(answers.get(s), exact_values[s]) for s in INPUTS.get(step, [])):
+    far does not excuse a wrong result), are unusable, or one of the wrong
+    ones is ``degenerate``."""
+    exact_values = exact(inputs)
+    needed = INPUTS.get(step, [])
+    if all(within(answers.get(s), exact_values[s]) for s in needed):
         return None
+    if any(degenerate(answers.get(s)) for s in needed
+           if not within(answers.get(s), exact_values[s])):
+        return None
+    V = inputs.arrays()[2]  # noqa: N806 - the exercise's name for it
     try:
         if step == "SCALED":
             return answers["SCORES"] / math.sqrt(D_HEAD)
@@ -94,9 +117,20 @@ def carry(step: str, answers: dict):
     return None
 
 
-def slips(step: str) -> dict:
+def slips(step: str, inputs: Inputs = COMMON) -> dict:
     """{description: the wrong answer it gives} for a step's common slips."""
-    e = exact()
+    out = _own_slips(step, inputs)
+    if inputs != COMMON and step != "ROWS_UNCHANGED_BY_MASK":
+        # Named first: the answer of the published exercise, handed in for a variant.
+        out = {"these are the answers of the common exercise (the Q, K, V printed in the "
+               "docstring), not of your own variant: print yours with `attn-grade variant "
+               "YOUR_ID`": exact(COMMON)[step], **out}
+    return out
+
+
+def _own_slips(step: str, inputs: Inputs) -> dict:
+    e = exact(inputs)
+    V = inputs.arrays()[2]  # noqa: N806 - the exercise's name for it
     scores, scaled = e["SCORES"], e["SCALED"]
     tril_only = e["WEIGHTS_FULL"] * CAUSAL
     if step == "SCORES":

@@ -1,11 +1,23 @@
 """Seeded random inputs for the hidden suites (reproducible grades).
 
+Every random case of the hidden suites comes from ``rng_for(*key)`` (NumPy)
+or ``case_seed(*key)`` (an int for ``torch.Generator().manual_seed``): a
+test's own key mixed with the run's seed.  ``attn-grade`` draws a fresh
+secret run seed for every grading and records it in the result
+(``Report.seed``; ``--seed`` reproduces a grade), so hidden cases learned from
+one run are worth nothing in the next.  The suites' conftest sets the run
+seed (``run_seed``) for the duration of a grading; outside one, the fixed
+``DEFAULT_SEED`` keeps the cases reproducible.
+
 Shapes cover the contract's ranges: batch 1-3, 1-64 positions, 1-8 heads,
 head widths 2-64 (even, for RoPE).
 """
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,10 +42,31 @@ class MhaCase:
                 f"d_head={d_head}, {self.x.dtype}")
 
 
+DEFAULT_SEED = 20261129
+# A context variable, not a module global: gradings in two threads keep their own.
+_RUN_SEED: ContextVar[int] = ContextVar("attn_run_seed", default=DEFAULT_SEED)
+
+
+@contextmanager
+def run_seed(seed: int) -> Iterator[int]:
+    """Within this block, every hidden case is drawn for ``seed``."""
+    token = _RUN_SEED.set(int(seed))
+    try:
+        yield int(seed)
+    finally:
+        _RUN_SEED.reset(token)
+
+
 def rng_for(*key) -> np.random.Generator:
-    """A generator seeded from a test's own key, e.g. ``rng_for("mha", 3)``."""
+    """A generator seeded from a test's own key and the run's seed, e.g.
+    ``rng_for("mha", 3)``."""
     seed = zlib.crc32("/".join(str(k) for k in key).encode())
-    return np.random.default_rng([seed, 20261129])
+    return np.random.default_rng([seed, _RUN_SEED.get()])
+
+
+def case_seed(*key) -> int:
+    """An int seed for a test's key in this run (for ``torch.Generator``)."""
+    return int(rng_for(*key).integers(2**62))
 
 
 def mha_case(rng: np.random.Generator, dtype=np.float64, *, gqa=False, positions=False,

@@ -3,13 +3,16 @@
 ``student``: the submission's module for the test's exercise (declared on
 the suite module with ``pytestmark = [pytest.mark.exercise("ex02_mha")]``),
 run in a sandboxed worker.  ``machine``: facts about the grading machine
-measured once per run and shown at the top of the report.
+measured once per run and shown at the top of the report.  ``run_seed``
+(automatic): the run's secret seed, from which every random hidden case is
+drawn (``grader.reference.cases``).
 """
 from __future__ import annotations
 
 import pytest
 
 from grader.core import PLUGIN_KEY
+from grader.reference import cases
 
 
 def _plugin(config):
@@ -38,3 +41,11 @@ def machine(request):
 @pytest.fixture
 def grading_options(request):
     return _plugin(request.config).options
+
+
+@pytest.fixture(scope="session", autouse=True)
+def run_seed(request):
+    """The seed of this grading's random cases (recorded in the report)."""
+    seed = _plugin(request.config).report.seed
+    with cases.run_seed(cases.DEFAULT_SEED if seed is None else seed) as value:
+        yield value

@@ -2,13 +2,20 @@
 
 A step earns its point when it matches the exact value, or when it is the
 right computation on the student's own previous (wrong) answer: an early
-slip costs only the step where it happened.
+slip costs only the step where it happened (never from a degenerate one).
+
+The exact values are those of the student's own variant (``STUDENT_ID`` in
+the module, or the roster's identifier given as ``--student-id``); without
+either, of the common exercise.  A STUDENT_ID that differs from the roster's
+earns nothing for the exercise.
 """
 import numpy as np
 import pytest
 
+from grader import variants
 from grader.feedback import Feedback, matching_mistake
 from grader.reference import by_hand
+from grader.sandbox.client import StudentError
 
 pytestmark = [pytest.mark.exercise("ex01_by_hand"), pytest.mark.hidden]
 TOL = by_hand.TOLERANCE
@@ -35,12 +42,59 @@ def _read(student) -> dict:
 _matches = by_hand.within
 
 
-def _step_ok(step, answers, exact) -> bool:
+class _Graded:
+    """Whose exercise A this is: ``inputs`` to grade against, or ``refused``
+    (a sentence) when the submission may not be graded for anyone."""
+
+    def __init__(self, inputs=None, refused="", how=""):
+        self.inputs, self.refused, self.how = inputs, refused, how
+
+
+def _declared(student):
+    try:
+        return student.STUDENT_ID
+    except StudentError as exc:
+        if "does not define STUDENT_ID" in str(exc):
+            return None   # a submission written against the contract alone
+        raise
+
+
+def _graded(student, options) -> _Graded:
+    declared, roster = _declared(student), options.student_id
+    try:
+        mine = None if declared is None else variants.normalize(declared)
+    except variants.BadStudentId as exc:
+        return _Graded(refused=f"STUDENT_ID = {declared!r} cannot be used: {exc}. Set it "
+                               "to your identifier as text, e.g. STUDENT_ID = \"s1234567\".")
+    if roster is not None:
+        theirs = variants.normalize(roster)
+        if mine is not None and mine != theirs:
+            return _Graded(refused=(
+                f"STUDENT_ID = {declared!r} in ex01_by_hand.py does not match the course "
+                f"roster, which lists this submission as {roster!r}. Exercise A is graded "
+                "only for the roster's identifier, so it earns no points; if the roster is "
+                "wrong, ask your instructor to regrade."))
+        return _Graded(variants.inputs_for(theirs),
+                       how=f"graded for {roster!r} (the course roster)")
+    if mine is not None:
+        return _Graded(variants.inputs_for(mine), how=f"graded for STUDENT_ID = {declared!r}")
+    return _Graded(variants.COMMON, how=(
+        "no STUDENT_ID in ex01_by_hand.py: graded on the common exercise (the Q, K, V of "
+        "its docstring). Your course may hand out a variant per student: set STUDENT_ID "
+        "and get your matrices with `attn-grade variant YOUR_ID`."))
+
+
+@pytest.fixture
+def graded(student, grading_options) -> _Graded:
+    return _graded(student, grading_options)
+
+
+def _step_ok(step, answers, exact, inputs) -> bool:
     return _matches(answers[step], exact[step]) or \
-        _matches(answers[step], by_hand.carry(step, answers))
+        _matches(answers[step], by_hand.carry(step, answers, inputs))
 
 
-def _explain(step, answers, exact, raw) -> str:
+def _explain(step, answers, exact, raw, inputs) -> str:
     got = answers[step]
     if raw is None:
         return f"{step} is still None: fill it in"
@@ -54,7 +108,7 @@ def _explain(step, answers, exact, raw) -> str:
     lines = [f"{step} is wrong."]
     if isinstance(got, tuple):
         lines.append(f"  got rows {got}")
-        for description, wrong in by_hand.slips(step).items():
+        for description, wrong in by_hand.slips(step, inputs).items():
             if tuple(got) == tuple(wrong):
                 lines.append(f"This looks like: {description}.")
         return "\n".join(lines)
@@ -63,26 +117,38 @@ def _explain(step, answers, exact, raw) -> str:
     idx = tuple(int(i) for i in np.argwhere(diff > TOL)[0])
     lines.append(f"  first wrong entry [{idx[0]}][{idx[1]}]: got {got[idx]:.4g}, "
                  f"expected about {want[idx]:.3f} (each entry is graded to +-{TOL})")
-    mistake = matching_mistake(got, by_hand.slips(step), atol=TOL, rtol=0)
+    mistake = matching_mistake(got, by_hand.slips(step, inputs), atol=TOL, rtol=0)
     if mistake:
         lines.append(f"This looks like: {mistake}.")
-    first = next((s for s in by_hand.STEPS if not _step_ok(s, answers, exact)), None)
+    first = next((s for s in by_hand.STEPS if not _step_ok(s, answers, exact, inputs)), None)
     if first and first != step:
         lines.append(f"(The first step that went wrong is {first}.)")
     return "\n".join(lines)
 
 
+@pytest.mark.points(0)
+def test_whose_exercise(graded, request):
+    """the exercise is graded for your identifier"""
+    if graded.refused:
+        raise Feedback(graded.refused)
+    request.node.feedback_on_pass = graded.how
+
+
 @pytest.mark.points(1)
 @pytest.mark.parametrize("step", by_hand.STEPS)
-def test_step(student, step, request):
+def test_step(student, step, request, graded):
     """step is right"""
+    if graded.refused:
+        raise Feedback("no points for exercise A: see \"the exercise is graded for your "
+                       "identifier\" above.")
+    inputs = graded.inputs
     answers = _read(student)
-    exact = by_hand.exact()
+    exact = by_hand.exact(inputs)
     if _matches(answers[step], exact[step]):
         return
-    if _matches(answers[step], by_hand.carry(step, answers)):
+    if _matches(answers[step], by_hand.carry(step, answers, inputs)):
         request.node.feedback_on_pass = (
             f"{step} follows correctly from your own earlier answer, so it earns its "
             "point, but that earlier answer was wrong.")
         return
-    raise Feedback(_explain(step, answers, exact, getattr(student, step)))
+    raise Feedback(_explain(step, answers, exact, getattr(student, step), inputs))
