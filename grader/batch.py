@@ -38,6 +38,7 @@ class Outcome:
     error: str = ""
     seconds: float = 0.0
     scores: dict = field(default_factory=dict)   # exercise -> (score, max)
+    manual: list = field(default_factory=list)   # free-text answers for staff (rubric sheet)
 
 
 def _safe(name: str) -> str:
@@ -133,6 +134,7 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
             data = json.loads(result_path.read_text())
             outcome.skipped = True
             outcome.scores = exercise_scores(data)
+            outcome.manual = data.get("manual_grading", [])
             outcome.error = data.get("batch_error", "")
             return outcome
         except (OSError, ValueError):
@@ -164,7 +166,9 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
         _write_json(result_path, data)
         return outcome
     try:
-        outcome.scores = exercise_scores(json.loads(result_path.read_text()))
+        data = json.loads(result_path.read_text())
+        outcome.scores = exercise_scores(data)
+        outcome.manual = data.get("manual_grading", [])
     except (OSError, ValueError) as exc:
         outcome.error = f"the result could not be read: {exc}"
     return outcome
@@ -182,6 +186,25 @@ def to_csv(outcomes: list[Outcome], exercises: list[str]) -> str:
             row.append(f"{got:g}")
             total, max_total = total + got, max_total + most
         writer.writerow(row + [f"{total:g}", f"{max_total:g}", o.error])
+    return buf.getvalue()
+
+
+RUBRIC_COLUMNS = ["question", "submission", "points_possible", "answer", "rubric", "points",
+                  "comment"]
+
+
+def to_rubric_csv(outcomes: list[Outcome]) -> str:
+    """The staff's sheet for free-text answers: one row per answer, grouped by
+    question (staff grade one question across the class), with the rubric and
+    empty ``points`` and ``comment`` columns to fill in."""
+    rows = [(str(e.get("question", "")), o.submission.name, e) for o in outcomes
+            for e in o.manual]
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(RUBRIC_COLUMNS)
+    for question, name, e in sorted(rows, key=lambda r: (r[0], r[1])):
+        writer.writerow([question, name, f"{float(e.get('points', 0)):g}",
+                         e.get("answer", ""), e.get("rubric", ""), "", ""])
     return buf.getvalue()
 
 

@@ -143,7 +143,8 @@ def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, key
 @main.command()
 @click.argument("folder", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default="grades.csv",
-              show_default=True, help="The class's CSV: points per exercise and total.")
+              show_default=True, help="The class's CSV: points per exercise and total "
+              "(free-text answers for staff go to NAME_rubric.csv beside it).")
 @click.option("--results", "results_dir", type=click.Path(path_type=Path, file_okay=False),
               default=None, help="Folder for each submission's results JSON "
               "[default: results/ beside --out].")
@@ -167,7 +168,8 @@ def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, key
 def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, exercises, force,
           roster, seed):
     """Grade every submission in FOLDER: each sub-folder, notebook and zip."""
-    from grader.batch import RosterError, columns, discover, read_roster, run_batch, to_csv
+    from grader.batch import (RosterError, columns, discover, read_roster, run_batch, to_csv,
+                              to_rubric_csv)
 
     if not folder.exists():
         raise click.BadParameter(f"{folder} does not exist.", param_hint="FOLDER")
@@ -198,6 +200,10 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
                              exercises=only, seed=seed, roster=ids,
                              on_done=lambda o: bar.update(1, o))
     write_private(out, to_csv(outcomes, columns(outcomes)))
+    rubric = out.with_name(f"{out.stem}_rubric.csv")   # beside grades.csv, for staff
+    if any(o.manual for o in outcomes):
+        write_private(rubric, to_rubric_csv(outcomes))
+        click.echo(f"free-text answers for staff: {rubric}")
     skipped = sum(o.skipped for o in outcomes)
     broken = [o for o in outcomes if o.error]
     click.echo(f"{len(outcomes)} submissions: {len(outcomes) - skipped} graded, {skipped} "
@@ -240,7 +246,8 @@ def _stub_sources() -> dict[str, str]:
         from grader.stubs import derive_all
         return derive_all(solutions)
     if exercises.is_dir():
-        return {p.stem: p.read_text() for p in sorted(exercises.glob("ex*.py"))}
+        return {p.stem: p.read_text() for p in sorted(exercises.glob("*.py"))
+                if p.stem in EXERCISES}
     raise click.UsageError("neither solutions/ nor exercises/ is here to make notebooks from.")
 
 

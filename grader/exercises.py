@@ -1,8 +1,14 @@
 """The eight exercises: names, titles, and what their workers need.
 
 Names are the public contract (``grader/contract.json``, a copy of the
-curriculum's).  ``worker_env`` is set in the worker before the student's
-module is imported (ex07's: ``TRITON_INTERPRET=1`` where the grading
+curriculum's).  One module more is graded like an exercise but is not in the
+contract (``in_contract=False``): ``questions``, the interview questions
+(numbers and letters graded here, free text collected for staff).  Being in
+this registry gives it everything an exercise has (stub derived from its
+solution, notebook, suites, batch column, release) without a second list;
+``tests/test_stubs.py`` holds the contract's modules to the ``in_contract``
+ones and requires every extra to say so.  ``worker_env`` is set in the
+worker before the student's module is imported (ex07's: ``TRITON_INTERPRET=1`` where the grading
 machine has no CUDA, so that Triton kernels run on the CPU).
 """
 from __future__ import annotations
@@ -25,6 +31,7 @@ class Exercise:
     title: str
     worker_env: dict = field(default_factory=dict)
     call_timeout: float = 10.0
+    in_contract: bool = True      # False: the project's own extension, not a contract module
 
 
 class _InterpretWithoutCuda(Mapping):
@@ -58,6 +65,7 @@ EXERCISES = {e.name: e for e in [
     Exercise("ex07_flash_attention", "G: a fused attention kernel in Triton",
              worker_env=_InterpretWithoutCuda(), call_timeout=120.0),
     Exercise("ex08_mla", "H: multi-head latent attention (MLA)", call_timeout=60.0),
+    Exercise("questions", "Q: interview questions", in_contract=False),
 ]}
 
 

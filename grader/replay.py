@@ -24,7 +24,7 @@ import numpy as np
 
 from grader.sandbox import codec
 
-SECRET_MODULES = ("attention", "by_hand", "roofline", "flash", "mla")
+SECRET_MODULES = ("attention", "by_hand", "roofline", "flash", "mla", "questions")
 # Module constants computed where the edition runs, never recorded.
 LIVE_CONSTANTS = {
     "flash": {"HAS_TRITON": "__import__('importlib').util.find_spec('triton') is not None"},

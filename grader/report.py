@@ -47,6 +47,7 @@ class Report:
     errors: list[str] = field(default_factory=list)    # grader-side problems
     seconds: float = 0.0
     seed: int | None = None   # the hidden suites' random cases (``--seed`` reproduces them)
+    manual: list[dict] = field(default_factory=list)   # free-text answers for staff
 
     @property
     def score(self) -> float:
@@ -101,6 +102,11 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
                 lines.append(textwrap.indent(t.output.rstrip(), "         "))
     lines.append("")
     lines.append(f"Total: {_num(report.score)}/{_num(report.max_score)}")
+    if report.manual and not public_only:
+        staff = sum(e["points"] for e in report.manual)
+        lines.append(f"Plus {len(report.manual)} free-text answers ({_num(staff)} points) "
+                     "for staff to grade: the batch's rubric sheet, or Gradescope's hidden "
+                     "entries, has them.")
     for err in report.errors:
         lines.append(f"Grader problem: {err}")
     if public_only:
@@ -124,6 +130,16 @@ def to_gradescope(report: Report) -> dict:
         out["output"] = "\n".join(header)
     if report.seed is not None:
         out["seed"] = report.seed   # for staff: `attn-grade grade --seed` reproduces the grade
+    if report.manual:
+        # For staff only: Gradescope shows "hidden" entries to instructors, never to
+        # students; the list itself feeds the batch's rubric sheet.
+        out["manual_grading"] = report.manual
+        for entry in report.manual:
+            tests.append({"name": f"{entry['exercise']}: {entry['question']} (staff grade, "
+                                  f"out of {entry['points']:g})",
+                          "score": 0.0, "max_score": 0.0, "visibility": "hidden",
+                          "output": f"Answer:\n{entry['answer'] or '(none)'}\n\n"
+                                    f"Rubric: {entry['rubric']}"})
     return out
 
 

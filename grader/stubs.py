@@ -85,8 +85,11 @@ def derive_stub(source: str, module: str) -> str:
 
 
 def derive_all(solutions: Path) -> dict[str, str]:
-    return {p.stem: derive_stub(p.read_text(), p.stem)
-            for p in sorted(Path(solutions).glob("ex*.py"))}
+    """Every registered exercise's stub (``questions`` included), course order."""
+    from grader.exercises import EXERCISES
+
+    return {name: derive_stub((Path(solutions) / f"{name}.py").read_text(), name)
+            for name in EXERCISES if (Path(solutions) / f"{name}.py").is_file()}
 
 
 def write_stubs(solutions: Path, exercises: Path) -> list[Path]:

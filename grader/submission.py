@@ -28,7 +28,7 @@ class SubmissionError(ValueError):
 
 
 def modules_in(folder: Path) -> list[str]:
-    return sorted(p.stem for p in Path(folder).glob("ex*.py")
+    return sorted(p.stem for p in Path(folder).glob("*.py")
                   if p.stem in EXERCISES and not p.is_symlink())
 
 

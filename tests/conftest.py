@@ -15,7 +15,7 @@ EXERCISES_DIR = REPO / "exercises"
 
 def copy_solutions(dest: Path, only: list[str] | None = None) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
-    for path in SOLUTIONS.glob("ex*.py"):
+    for path in SOLUTIONS.glob("*.py"):   # the exercises and the questions
         if only is None or path.stem in only:
             shutil.copy(path, dest / path.name)
     return dest

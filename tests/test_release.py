@@ -41,7 +41,7 @@ def significant(lines):
 
 
 def solution_lines():
-    for path in SOLUTIONS.glob("ex*.py"):
+    for path in SOLUTIONS.glob("*.py"):   # the exercises and the questions
         inside = False
         for line in path.read_text().splitlines():
             if line.strip() == BEGIN:
@@ -112,8 +112,8 @@ def test_no_hidden_test_names_in_the_edition(edition):
 def test_the_edition_has_what_students_need(edition):
     assert "attn-grade check" in (edition / "README.md").read_text()
     assert "attn-grade check" in (edition / ".github" / "workflows" / "check.yml").read_text()
-    stubs = sorted(p.name for p in (edition / "exercises").glob("ex*.py"))
-    assert stubs == sorted(p.name for p in SOLUTIONS.glob("ex*.py"))
+    stubs = sorted(p.name for p in (edition / "exercises").glob("*.py"))
+    assert stubs == sorted(p.name for p in SOLUTIONS.glob("*.py"))
     for nb in (edition / "notebooks").glob("*.ipynb"):
         nbformat.validate(nbformat.read(str(nb), as_version=4))
     assert (edition / "grader" / "suites" / "public").is_dir()

@@ -11,7 +11,8 @@ from grader.exercises import CONTRACT_PATH, EXERCISES, contract
 from grader.stubs import StubError, derive_stub
 from tests.conftest import EXERCISES_DIR, REPO, SOLUTIONS
 
-SOLVED = sorted(p.stem for p in SOLUTIONS.glob("ex*.py"))
+SOLVED = sorted(p.stem for p in SOLUTIONS.glob("*.py"))
+CONTRACT_SOLVED = [n for n in SOLVED if n in contract()["modules"]]
 
 
 def test_contract_copy_matches_the_curriculum():
@@ -22,7 +23,20 @@ def test_contract_copy_matches_the_curriculum():
 
 
 def test_every_contract_module_is_an_exercise():
-    assert sorted(contract()["modules"]) == sorted(EXERCISES)
+    in_contract = [name for name, ex in EXERCISES.items() if ex.in_contract]
+    assert sorted(contract()["modules"]) == sorted(in_contract)
+
+
+def test_extras_beyond_the_contract_are_declared_and_solved():
+    """A registered module outside the contract (the questions) says so, and
+    is a full exercise: a solution, a derived stub (checked below), suites."""
+    from grader.exercises import suite_files
+
+    extras = [name for name in EXERCISES if name not in contract()["modules"]]
+    assert extras == ["questions"]
+    for name in extras:
+        assert not EXERCISES[name].in_contract
+        assert name in SOLVED and suite_files(name, "hidden")
 
 
 @pytest.mark.parametrize("name", SOLVED)
@@ -60,7 +74,7 @@ def _default_text(node):
 
 
 @pytest.mark.parametrize("folder", ["solutions", "exercises"])
-@pytest.mark.parametrize("name", SOLVED)
+@pytest.mark.parametrize("name", CONTRACT_SOLVED)
 def test_module_follows_the_contract(folder, name):
     spec = contract()["modules"][name]
     tree = ast.parse((REPO / folder / f"{name}.py").read_text())

@@ -43,6 +43,14 @@ def grading_options(request):
     return _plugin(request.config).options
 
 
+@pytest.fixture
+def for_staff(request):
+    """``for_staff(entry)`` keeps a free-text answer for staff grading
+    (``Report.manual``): a dict with exercise, question, points (the staff's),
+    answer and rubric."""
+    return _plugin(request.config).report.manual.append
+
+
 @pytest.fixture(scope="session", autouse=True)
 def run_seed(request):
     """The seed of this grading's random cases (recorded in the report)."""

@@ -1,0 +1,267 @@
+"""The interview questions' answer key (``exercises/questions.py``).
+
+``FORMS`` is what a student may see: each question's kind, points and the
+form its answer takes (the public suite checks it; it ships, as a replayed
+constant, in the student edition).  ``_KEY`` is the answer key and stays with
+the instructors (this module is one of ``grader.replay.SECRET_MODULES``, and
+nothing below ``FORMS`` is an upper-case constant, which replay would ship).
+
+Kinds: ``number`` (graded to a relative tolerance; known wrong answers are
+named), ``choice`` (one letter; each wrong letter has its own explanation),
+``text`` (not graded here: collected with a rubric for staff, worth
+``staff_points`` of theirs and no autograder points).
+
+Every number is computed here from the question's own data, not typed in.
+Sizes are decimal (1 GB = 1e9 bytes), as in the course.
+"""
+from __future__ import annotations
+
+import math
+
+NUMBER, CHOICE, TEXT = "number", "choice", "text"
+LETTERS = ("A", "B", "C", "D")
+MIN_WORDS, MAX_WORDS = 5, 250      # a free-text answer: a few sentences
+
+FORMS = {
+    "Q01_ATTENTION_IN_WORDS": {"kind": TEXT, "points": 0, "staff_points": 3},
+    "Q02_FORMULA_AND_TERMS": {"kind": TEXT, "points": 0, "staff_points": 3},
+    "Q03_WHY_SCALE": {"kind": CHOICE, "points": 1},
+    "Q04_CAUSAL_MASK_AND_CACHE": {"kind": CHOICE, "points": 1},
+    "Q05_KV_CACHE_GB": {"kind": NUMBER, "points": 2},
+    "Q06_MHA_GQA_MQA": {"kind": TEXT, "points": 0, "staff_points": 3},
+    "Q07_WHY_GQA_RAISES_INTENSITY": {"kind": CHOICE, "points": 1},
+    "Q08_MQA_DECODE_INTENSITY": {"kind": NUMBER, "points": 2},
+    "Q09_SCORES_GB": {"kind": NUMBER, "points": 2},
+    "Q10_PREFILL_VS_DECODE": {"kind": CHOICE, "points": 1},
+    "Q11_KV_PASSES_INT8_WEIGHTS_AT": {"kind": NUMBER, "points": 2},
+    "Q12_MLA": {"kind": TEXT, "points": 0, "staff_points": 3},
+    "Q13_ATTENTION_PASSES_WEIGHTS_AT": {"kind": NUMBER, "points": 2},
+    "Q14_ATTENTION_SHARE_AT_8K": {"kind": NUMBER, "points": 2},
+}
+
+# -- the models the questions use (also written out in the questions) -----
+_LLAMA3_8B = dict(layers=32, heads=32, kv_heads=8, d_head=128)
+_FP16 = 2
+
+
+def _kv_bytes(tokens, *, layers, kv_heads, d_head, bytes_per_elem=_FP16, **_):
+    return 2 * layers * kv_heads * d_head * tokens * bytes_per_elem     # K and V
+
+
+def _decode_intensity(*, heads, kv_heads, d_head, cache, bytes_per_elem=_FP16,
+                      flops_per_pair=4):
+    flops = flops_per_pair * d_head * cache * heads
+    nbytes = bytes_per_elem * (2 * heads * d_head + 2 * kv_heads * cache * d_head)  # q, o; K, V
+    return flops / nbytes
+
+
+def _kv_passes(weight_bytes, *, kv_factor=2, **model):
+    per_token = kv_factor * model["layers"] * model["kv_heads"] * model["d_head"] * _FP16
+    return math.floor(weight_bytes / per_token) + 1       # smallest n with n*per_token > weights
+
+
+# Question 13's model: 32 layers of 32 heads of 128, 7.0e9 weights every token multiplies.
+_PREFILL = dict(layers=32, heads=32, d_head=128, weights=7.0e9)
+
+
+def _attention_flops(n, *, causal=True, flops_per_pair=4, **_):
+    m = _PREFILL
+    pairs = n * (n + 1) / 2 if causal else n * n
+    return m["layers"] * m["heads"] * flops_per_pair * m["d_head"] * pairs
+
+
+def _weight_flops(n, flops_per_weight=2):
+    return flops_per_weight * _PREFILL["weights"] * n
+
+
+def _crossing(**kw) -> int:
+    """Smallest n with attention FLOPs > weight FLOPs (both increase; bisect)."""
+    per_weight = kw.pop("flops_per_weight", 2)
+    lo, hi = 1, 10**8
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _attention_flops(mid, **kw) > _weight_flops(mid, per_weight):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _share(n, **kw):
+    a = _attention_flops(n, **kw)
+    return a / (a + _weight_flops(n))
+
+
+_GB = 1e9
+_GIB = 2**30
+
+_KEY = {
+    "Q01_ATTENTION_IN_WORDS": {
+        "rubric": ["each token builds a question (query) and compares it with a label (key) "
+                   "of every token it may see", "the match scores become weights that sum to "
+                   "one (softmax)", "its output is the weighted blend of those tokens' "
+                   "contents (values); several heads do this in parallel"],
+    },
+    "Q02_FORMULA_AND_TERMS": {
+        "rubric": ["softmax(Q K^T / sqrt(d_head) + M) V, with shapes", "Q K^T: every query "
+                   "against every key", "1/sqrt(d_head): keeps scores at unit scale so the "
+                   "softmax does not saturate", "M: 0 where allowed, -inf above the diagonal "
+                   "(causal)", "softmax per row (over keys), then weights times V"],
+    },
+    "Q03_WHY_SCALE": {
+        "answer": "B",
+        "why": "the dot product of two d_head-dimensional vectors with unit-variance "
+               "entries has variance d_head; dividing by sqrt(d_head) brings the scores "
+               "back to unit scale, so the softmax stays soft (not one-hot) and its "
+               "gradients do not vanish",
+        "wrong": {"A": "the softmax makes the weights sum to one whatever the scale: the "
+                       "scale changes how peaked they are, not their sum",
+                  "C": "V is never scaled: the factor divides the scores Q K^T",
+                  "D": "-inf stays -inf under any positive scale: the mask does not need it"},
+    },
+    "Q04_CAUSAL_MASK_AND_CACHE": {
+        "answer": "C",
+        "why": "with the causal mask no position reads a later one, so appending a token "
+               "leaves the hidden states of every earlier position unchanged, and with "
+               "them the keys and values computed from them in every layer: they can be "
+               "computed once, cached and reused",
+        "wrong": {"A": "the mask does skip half the pairs, but a cheaper prefill is not "
+                       "what lets decode reuse old keys and values",
+                  "B": "the mask holds no keys or values: it only says which pairs count",
+                  "D": "RoPE rotates q and k at every position, masked or not; it is not "
+                       "what makes reuse possible"},
+    },
+    "Q05_KV_CACHE_GB": {
+        "answer": _kv_bytes(8192, **_LLAMA3_8B) / _GB,
+        "rtol": 0.02,
+        "how": "bytes = 2 (K and V) x 32 layers x 8 KV heads x 128 (d_head) x 8192 tokens "
+               "x 2 bytes = 1,073,741,824 bytes, about 1.07 GB (128 KiB per token)",
+        "mistakes": {
+            "only K or only V was counted (the cache holds both)":
+                _kv_bytes(8192, **_LLAMA3_8B) / 2 / _GB,
+            "all 32 query heads were cached (that is MHA; Llama-3-8B has 8 KV heads)":
+                _kv_bytes(8192, **{**_LLAMA3_8B, "kv_heads": 32}) / _GB,
+            "4 bytes per element were used (the cache is fp16: 2 bytes)":
+                _kv_bytes(8192, **_LLAMA3_8B, bytes_per_elem=4) / _GB,
+            "the answer is in GiB (2^30 bytes); the question asks for GB (1e9 bytes)":
+                _kv_bytes(8192, **_LLAMA3_8B) / _GIB,
+            "one layer was counted (every one of the 32 layers has its own cache)":
+                _kv_bytes(8192, **{**_LLAMA3_8B, "layers": 1}) / _GB,
+        },
+    },
+    "Q06_MHA_GQA_MQA": {
+        "rubric": ["MHA caches K and V for every head; GQA one K/V head per group of "
+                   "query heads; MQA a single K/V head", "cache relative to MHA: h_kv/h "
+                   "(e.g. 8/32 for Llama-3-8B, 1/32 for MQA)", "smaller cache: more "
+                   "concurrent sequences / longer context, fewer bytes per decode step",
+                   "quality: GQA close to MHA, MQA loses some"],
+    },
+    "Q07_WHY_GQA_RAISES_INTENSITY": {
+        "answer": "D",
+        "why": "decode attention reads the whole K/V cache for very few FLOPs; with GQA "
+               "each key and value read serves h/h_kv query heads, so the FLOPs per byte "
+               "read grow by about h/h_kv",
+        "wrong": {"A": "each query head does exactly the same FLOPs as in MHA: it is the "
+                       "bytes that shrink",
+                  "B": "the softmax is the same size per query head",
+                  "C": "a larger batch does not help decode attention (each sequence reads "
+                       "its own cache); GQA raises the intensity of one sequence"},
+    },
+    "Q08_MQA_DECODE_INTENSITY": {
+        "answer": _decode_intensity(heads=32, kv_heads=1, d_head=128, cache=8192),
+        "rtol": 0.03,
+        "how": "FLOPs = 4 x 128 x 8192 x 32 = 134,217,728; bytes = 2 x (q and o: 2 x 32 x "
+               "128, plus K and V: 2 x 1 x 8192 x 128) = 4,210,688; about 31.9 FLOPs per "
+               "byte, close to h/h_kv = 32",
+        "mistakes": {
+            "this is MHA's intensity (32 KV heads); MQA has one":
+                _decode_intensity(heads=32, kv_heads=32, d_head=128, cache=8192),
+            "this is GQA with 8 KV heads; MQA has one":
+                _decode_intensity(heads=32, kv_heads=8, d_head=128, cache=8192),
+            "half the answer: 4 bytes per element, or 2 FLOPs per pair instead of 4 "
+            "(2 for q.k and 2 for the weighted sum of v)":
+                _decode_intensity(heads=32, kv_heads=1, d_head=128, cache=8192,
+                                  bytes_per_elem=4),
+        },
+    },
+    "Q09_SCORES_GB": {
+        "answer": 32 * 32768**2 * _FP16 / _GB,
+        "rtol": 0.02,
+        "how": "32 heads x 32,768^2 scores x 2 bytes = 68,719,476,736 bytes, about 68.7 GB "
+               "for one layer, more than most GPUs hold, before the softmax's copy",
+        "mistakes": {
+            "4 bytes per score were used (the scores are fp16)": 32 * 32768**2 * 4 / _GB,
+            "one head was counted (all 32 heads' scores exist at once)": 32768**2 * 2 / _GB,
+            "the answer is in GiB; the question asks for GB (1e9 bytes)":
+                32 * 32768**2 * _FP16 / _GIB,
+            "only the causal half was counted (a naive implementation stores the full "
+            "S x S tensor)": 32 * 32768**2 * _FP16 / 2 / _GB,
+        },
+    },
+    "Q10_PREFILL_VS_DECODE": {
+        "answer": "A",
+        "why": "prefill multiplies (n x d) by (d x n) matrices: O(n^2) FLOPs on O(n) data, "
+               "compute-bound; one decode step reads the whole O(n) cache to do O(n) "
+               "FLOPs, about one FLOP per byte: memory-bound",
+        "wrong": {"B": "decode does far fewer FLOPs per byte it reads: it waits on memory",
+                  "C": "it is the other way round: prefill reuses each loaded key for many "
+                       "queries, decode uses each once",
+                  "D": "prefill attention is compute-bound for long prompts: O(n^2) FLOPs "
+                       "on O(n) bytes"},
+    },
+    "Q11_KV_PASSES_INT8_WEIGHTS_AT": {
+        "answer": _kv_passes(8.0e9, **_LLAMA3_8B),
+        "rtol": 0.01,
+        "how": "131,072 bytes of cache per token (2 x 32 x 8 x 128 x 2); 8e9 / 131,072 = "
+               "61,035.2, so the cache passes the weights at 61,036 tokens",
+        "mistakes": {
+            "twice the answer: the fp16 weights (16 GB, the chapter's case), or a cache "
+            "without one of K and V": _kv_passes(16.0e9, **_LLAMA3_8B),
+            "all 32 heads were cached (MHA); Llama-3-8B has 8 KV heads":
+                _kv_passes(8.0e9, **{**_LLAMA3_8B, "kv_heads": 32}),
+            "the weights were counted in GiB (8 x 2^30 bytes); they are 8.0e9 bytes":
+                _kv_passes(8 * _GIB, **_LLAMA3_8B),
+        },
+    },
+    "Q12_MLA": {
+        "rubric": ["caches one low-rank latent vector per token per layer (DeepSeek-V3: 512 "
+                   "numbers plus a small decoupled RoPE key) instead of per-head K and V",
+                   "per-head keys and values are reconstructed by up-projections, which can "
+                   "be folded into the query and output projections at inference",
+                   "cache several times smaller than GQA's at similar quality",
+                   "cost: extra projections / compute, RoPE handled separately"],
+    },
+    "Q13_ATTENTION_PASSES_WEIGHTS_AT": {
+        "answer": _crossing(),
+        "rtol": 0.02,
+        "how": "attention: 32 layers x 32 heads x 4 x 128 x n(n+1)/2 = 262,144 n(n+1) "
+               "FLOPs; weights: 2 x 7.0e9 x n = 1.4e10 n; equal at n + 1 = 53,405.8, so "
+               "attention passes the weights from n = 53,405 on",
+        "mistakes": {
+            "half the answer: all n^2 pairs were counted (the causal mask keeps about "
+            "half), or 1 FLOP per weight instead of 2 (a multiply and an add)":
+                _crossing(causal=False),
+            "twice the answer: 2 FLOPs per (query, key) pair were counted; there are 4 "
+            "(q.k, and the weighted sum of v)": _crossing(flops_per_pair=2),
+        },
+    },
+    "Q14_ATTENTION_SHARE_AT_8K": {
+        "answer": _share(8192),
+        "rtol": 0.03,
+        "how": "attention 262,144 x 8192 x 8193 = 1.76e13 FLOPs, weights 1.4e10 x 8192 = "
+               "1.15e14: attention is 1.76e13 / 1.32e14, about 0.133 of the total",
+        "mistakes": {
+            "this is a percentage; the question asks for a fraction between 0 and 1":
+                100 * _share(8192),
+            "this is attention / weights; the question asks attention / (attention + "
+            "weights)": _attention_flops(8192) / _weight_flops(8192),
+            "all n^2 pairs were counted; the causal mask keeps n(n+1)/2":
+                _share(8192, causal=False),
+        },
+    },
+}
+
+
+def key(name: str) -> dict:
+    """A question's entry of the answer key (hidden suite only)."""
+    return {**FORMS[name], **_KEY[name]}
