@@ -138,3 +138,28 @@ def test_the_edition_checks_stubs_and_solutions(edition, tmp_path):
     for exercise in ("ex01_by_hand", "ex02_mha", "ex03_gqa", "ex08_mla"):   # fully replayed
         block = out.split(exercise, 1)[1].split("\nex0", 1)[0]
         assert "--  " not in block, block
+
+
+def test_the_edition_prints_variants_but_holds_no_answer_of_them_or_the_questions(edition):
+    """Students get their exercise-A inputs; the answers, for any identifier, and
+    the questions' key stay with the instructors."""
+    from grader import replay
+    from grader.reference import questions as qref
+    from grader.sandbox import codec
+    from grader.variants import inputs_for
+
+    env = dict(os.environ, PYTHONPATH=str(edition))
+    proc = subprocess.run([sys.executable, "-m", "grader.cli", "variant", "alice"], cwd=edition,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert inputs_for("alice").text() in proc.stdout
+    assert (edition / "grader" / "variants.py").is_file()
+    replayed = (edition / "grader" / "reference" / "questions.py").read_text()
+    packed = re.search(r"replay_constants\('questions', '([0-9a-f]+)'\)", replayed).group(1)
+    shipped = codec.unpack(bytes.fromhex(packed))
+    assert shipped["FORMS"] == qref.FORMS and "_KEY" not in shipped
+    assert set(shipped) == set(replay._constants(qref, {}))   # the forms only, no key
+    # The public suite calls nothing of the key, so nothing of it was recorded.
+    assert re.findall(r"^(\w+) = replay_function", replayed, re.M) == ["key"]
+    public_suite = PACKAGE_DIR / "suites" / "public" / "test_questions.py"
+    assert ".key(" not in public_suite.read_text()
