@@ -24,6 +24,14 @@ from grader.submission import SubmissionError
 TAG_PREFIX = "attn:"
 WRITEFILE = "%%writefile"
 DEFAULT_INSTALL = "attn-course-student"   # what the install cell pip-installs
+# Code cells an exercise's notebook gets before its stub.
+BEFORE_STUB = {
+    "ex01_by_hand": (
+        "# Your own Q, K and V: put your student identifier here, run this cell, and\n"
+        "# set the same STUDENT_ID in the cell below.\n"
+        "from grader.variants import inputs_for\n"
+        "print(inputs_for(\"YOUR_ID\").text())"),
+}
 
 
 class NotebookError(SubmissionError):
@@ -60,6 +68,8 @@ def build_notebook(exercise: str, stub_source: str, install: str = DEFAULT_INSTA
             "if importlib.util.find_spec('grader') is None:\n"
             f"    subprocess.check_call([sys.executable, '-m', 'pip', 'install', '-q', "
             f"{install!r}])"),
+        *([nbformat.v4.new_code_cell(BEFORE_STUB[exercise])] if exercise in BEFORE_STUB
+          else []),
         nbformat.v4.new_code_cell(f"{WRITEFILE} {exercise}.py\n{stub_source}",
                                   metadata={"tags": [f"{TAG_PREFIX}{exercise}"]}),
         nbformat.v4.new_code_cell(

@@ -138,3 +138,26 @@ def test_links_in_a_folder_submission_are_not_followed(tmp_path):
     dest.mkdir()
     _flatten(sub, dest)
     assert sorted(p.name for p in dest.iterdir()) == ["ex01_by_hand.py"]
+
+
+def test_exercise_a_notebook_prints_the_student_s_variant_and_questions_run(notebooks,
+                                                                           tmp_path):
+    from grader.variants import inputs_for
+
+    work = tmp_path / "work"
+    work.mkdir()
+    nb = nbformat.read(str(notebooks / "ex01_by_hand.ipynb"), as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "inputs_for" in c.source)
+    cell.source = cell.source.replace("YOUR_ID", "alice")
+    nbformat.write(nb, str(work / "ex01_by_hand.ipynb"))
+    _with_solution(notebooks, "questions", work / "questions.ipynb")
+    code = ("import json, sys; from pathlib import Path; from grader.notebooks import run_notebook; "
+            "print(json.dumps([run_notebook(Path(p), Path(sys.argv[3])) for p in sys.argv[1:3]]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(work / "ex01_by_hand.ipynb"),
+                           str(work / "questions.ipynb"), str(work)], capture_output=True,
+                          text=True, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    ex01, questions = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert any(inputs_for("alice").text() in out for out in ex01)
+    assert "STUDENT_ID" in (work / "ex01_by_hand.py").read_text()
+    assert "Total: 0/0" in questions[-1] and "FAIL" not in questions[-1]
