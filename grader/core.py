@@ -215,7 +215,7 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
     names = [e for e in EXERCISES if e in requested]  # course order, no repeats
     files = [str(p) for e in names for p in suite_files(e, options.suite)]
     report = Report(submission=str(submission), suite=options.suite, exercises=list(names),
-                    seed=run_seed(options.seed))
+                    seed=run_seed(options.seed), student_id=options.student_id)
     report.machine["sandbox"] = _sandbox_text(options)
     plugin = GradingPlugin(submission, options, report)
     _one_thread()

@@ -48,6 +48,7 @@ class Report:
     seconds: float = 0.0
     seed: int | None = None   # the hidden suites' random cases (``--seed`` reproduces them)
     manual: list[dict] = field(default_factory=list)   # free-text answers for staff
+    student_id: str | None = None   # the roster's identifier exercise A was graded for
 
     @property
     def score(self) -> float:
@@ -130,6 +131,8 @@ def to_gradescope(report: Report) -> dict:
         out["output"] = "\n".join(header)
     if report.seed is not None:
         out["seed"] = report.seed   # for staff: `attn-grade grade --seed` reproduces the grade
+    if report.student_id is not None:
+        out["student_id"] = report.student_id
     if report.manual:
         # For staff only: Gradescope shows "hidden" entries to instructors, never to
         # students; the list itself feeds the batch's rubric sheet.

@@ -105,7 +105,7 @@ def test_a_variant_solved_earns_full_marks_and_the_common_answers_earn_nothing(t
 
     copied = grade_dir(submit(tmp_path, answers_module(COMMON, "alice"), "copied"),
                        ["ex01_by_hand"])
-    assert ex01(copied)[0] == 0
+    assert ex01(copied)[0] == 1      # step 7 only: row (2,) is unchanged in every variant
     text = failures(copied)[0].output
     assert "answers of the common exercise" in text and "attn-grade variant" in text
 
@@ -274,3 +274,37 @@ def test_the_run_seed_reaches_the_hidden_cases(tmp_path):
         report = grade_dir(sub, ["ex02_mha"], keyword="softmax_random", seed=seed)
         outputs.append(failures(report)[0].output)
     assert outputs[0] == outputs[2] and outputs[0] != outputs[1]
+
+
+def test_the_self_check_says_whose_variant_it_is(tmp_path):
+    sub = submit(tmp_path, answers_module(inputs_for("alice"), "alice"))
+    public = grade_dir(sub, ["ex01_by_hand"], suite="public")
+    assert public.score == public.max_score == 0 and not failures(public)
+    assert "`attn-grade variant alice`" in "\n".join(t.output for t in public.tests)
+    bad = submit(tmp_path, answers_module(COMMON, ""), "bad")
+    flagged = failures(grade_dir(bad, ["ex01_by_hand"], suite="public"))
+    assert len(flagged) == 1 and "identifier is empty" in flagged[0].output
+
+
+def test_grade_refuses_an_empty_student_id(tmp_path):
+    result = CliRunner().invoke(main, ["grade", str(tmp_path), "--student-id", " "])
+    assert result.exit_code == 2 and "identifier is empty" in result.output
+
+
+def test_a_batch_rerun_with_a_roster_regrades(tmp_path):
+    """A result graded without the roster is not the roster's grade."""
+    klass = tmp_path / "class"
+    submit(klass, answers_module(COMMON), "ann")
+    out = tmp_path / "grades.csv"
+    args = ["batch", str(klass), "--out", str(out), "-e", "ex01"]
+    assert "1 graded" in CliRunner().invoke(main, args).output
+    assert float(next(csv.DictReader(out.open()))["ex01_by_hand"]) == 7
+    roster = write_roster(tmp_path / "roster.csv", [("ann", "u9")])
+    again = CliRunner().invoke(main, args + ["--roster", str(roster)])
+    assert "1 graded, 0 already graded" in again.output
+    # Not u9's answers: only step 7, the same row (2,) in every variant, still counts.
+    assert float(next(csv.DictReader(out.open()))["ex01_by_hand"]) == 1
+    third = CliRunner().invoke(main, args + ["--roster", str(roster)])
+    assert "0 graded, 1 already graded" in third.output
+    data = json.loads((tmp_path / "results" / "ann.json").read_text())
+    assert data["student_id"] == "u9"

@@ -85,18 +85,33 @@ def degenerate(answer) -> bool:
     return bool(np.all(answer == 0) or np.all(np.ptp(answer, axis=1) <= TOLERANCE))
 
 
+def _rooted_in_degenerate(step: str, answers: dict, exact_values: dict) -> bool:
+    """Is this wrong answer degenerate, or wrong on top of one?  Zeros for
+    SCORES, then each later step worked on from them, earns nothing."""
+    answer = answers.get(step)
+    if within(answer, exact_values[step]):
+        return False
+    return degenerate(answer) or any(_rooted_in_degenerate(s, answers, exact_values)
+                                     for s in INPUTS.get(step, []))
+
+
 def carry(step: str, answers: dict, inputs: Inputs = COMMON):
     """``step`` computed correctly from the student's own previous answers,
     when one of those was wrong; ``None`` when they were all right (then the
     step must match the exact value: an accepted input that was rounded too
     far does not excuse a wrong result), are unusable, or one of the wrong
-    ones is ``degenerate``."""
+    ones is ``degenerate`` (or wrong on top of a degenerate one) or the common
+    exercise's answer (for a variant)."""
     exact_values = exact(inputs)
     needed = INPUTS.get(step, [])
     if all(within(answers.get(s), exact_values[s]) for s in needed):
         return None
-    if any(degenerate(answers.get(s)) for s in needed
-           if not within(answers.get(s), exact_values[s])):
+    if any(_rooted_in_degenerate(s, answers, exact_values) for s in needed):
+        return None
+    # The common exercise's own answers are not work on this variant: worked on
+    # consistently they would otherwise carry most steps of a copied solution.
+    common = exact(COMMON)
+    if inputs != COMMON and any(within(answers.get(s), common[s]) for s in needed):
         return None
     V = inputs.arrays()[2]  # noqa: N806 - the exercise's name for it
     try:

@@ -6,8 +6,10 @@ they tell a student early that an answer has the wrong form.
 import numpy as np
 import pytest
 
+from grader import variants
 from grader.feedback import Feedback
 from grader.reference import by_hand
+from grader.sandbox.client import StudentError
 
 pytestmark = [pytest.mark.exercise("ex01_by_hand")]
 
@@ -51,3 +53,26 @@ def test_causal_weights_hide_the_future(student):
     if np.any(np.abs(w[future]) > 1e-9):
         raise Feedback("WEIGHTS_CAUSAL gives weight to later keys: query i may only see "
                        "keys 0..i, so everything above the diagonal must be 0")
+
+
+@pytest.mark.points(0)
+def test_student_id_is_usable(student, request):
+    """STUDENT_ID names your variant (or is None: the common exercise)"""
+    try:
+        declared = student.STUDENT_ID
+    except StudentError as exc:
+        if "does not define STUDENT_ID" not in str(exc):
+            raise
+        declared = None
+    if declared is None:
+        request.node.feedback_on_pass = (
+            "STUDENT_ID is not set: the common exercise (the Q, K, V of the docstring) is "
+            "graded, unless your course grades from a roster. Set it and get your own "
+            "matrices with `attn-grade variant YOUR_ID`.")
+        return
+    try:
+        variants.normalize(declared)
+    except variants.BadStudentId as exc:
+        raise Feedback(f"STUDENT_ID = {declared!r} cannot be used: {exc}") from None
+    request.node.feedback_on_pass = (f"your variant is the one of {declared!r}: check its Q, K, "
+                                     f"V with `attn-grade variant {declared}`")
