@@ -8,8 +8,8 @@ this registry gives it everything an exercise has (stub derived from its
 solution, notebook, suites, batch column, release) without a second list;
 ``tests/test_stubs.py`` holds the contract's modules to the ``in_contract``
 ones and requires every extra to say so.  ``worker_env`` is set in the
-worker before the student's module is imported (ex07's: ``TRITON_INTERPRET=1`` where the grading
-machine has no CUDA, so that Triton kernels run on the CPU).
+worker before the student's module is imported (ex07's: ``TRITON_INTERPRET=1``
+where the grading machine has no CUDA, so that Triton kernels run on the CPU).
 """
 from __future__ import annotations
 

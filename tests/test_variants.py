@@ -226,7 +226,8 @@ def test_hidden_suites_draw_only_through_the_seeded_helpers():
     import re
 
     from grader.exercises import SUITES_DIR
-    fixed = re.compile(r"default_rng\(\s*\d|manual_seed\(\s*(seed|\d)|np\.random\.(seed|rand)")
+    fixed = re.compile(r"default_rng\(\s*\d|manual_seed\(\s*(seed|\d)|np\.random\.(seed|rand)"
+                       r"|_inputs\(\s*\d")
     for path in sorted((SUITES_DIR / "hidden").glob("test_*.py")):
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if fixed.search(line):

@@ -152,5 +152,5 @@ def test_decode_attention_hidden(student, seed, b, h, s, d):
 ], ids=["mha", "gqa", "mqa-base500"])
 def test_decode_with_cache_hidden(student, seed, b, s, d, h, h_kv, d_head, base):
     """decode_with_cache: equals full causal attention; the cache holds rotated keys"""
-    _public().check_decode_with_cache(student, seed=case_seed("ex05-cache", seed), b=b, s=s, d=d, h=h, h_kv=h_kv,
-                                      d_head=d_head, rope_base=base)
+    _public().check_decode_with_cache(student, seed=case_seed("ex05-cache", seed), b=b, s=s,
+                                      d=d, h=h, h_kv=h_kv, d_head=d_head, rope_base=base)

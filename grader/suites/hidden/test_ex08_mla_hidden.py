@@ -12,7 +12,7 @@ import torch
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal, expect_raises
 from grader.reference import mla as ref
 from grader.reference import mla_trace
-from grader.reference.cases import rng_for
+from grader.reference.cases import case_seed, rng_for
 
 pytestmark = [pytest.mark.exercise("ex08_mla"), pytest.mark.hidden]
 N_CASES = 6
@@ -137,7 +137,8 @@ def test_token_by_token_reproduces_attention(student, dtype):
 @pytest.mark.points(1)
 def test_mla_decode_explicit_position(student):
     """mla_decode at a given position rotates the query there (the cache is as given)"""
-    x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = _public().mla_inputs(7, 2, 9, 16, 4, 12, 6, 8, 10)
+    x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = _public().mla_inputs(
+        case_seed("mla-explicit"), 2, 9, 16, 4, 12, 6, 8, 10)
     pos = torch.tensor([3, 5, 6, 10, 11, 15, 20, 21, 30])
     c_kv, k_rope = ref.cache(x, w_dkv, w_kr, positions=pos)
     args = (x[:, -1:], c_kv, k_rope, w_q, w_uk, w_uv, w_o, 4)
@@ -153,10 +154,10 @@ def test_mla_decode_explicit_position(student):
 @pytest.mark.points(1)
 def test_causality(student):
     """changing later tokens never changes earlier outputs"""
-    x, *w = _public().mla_inputs(8, 1, 12, 16, 2, 10, 4, 6, 6)
+    x, *w = _public().mla_inputs(case_seed("mla-causal"), 1, 12, 16, 2, 10, 4, 6, 6)
     y = x.clone()
     y[:, 7:] = torch.randn(1, 5, 16, dtype=torch.float64, generator=torch.Generator()
-                           .manual_seed(9))
+                           .manual_seed(case_seed("mla-causal-later")))
     a = student.mla_attention(x, *w, 2)
     b = student.mla_attention(y, *w, 2)
     check_close(b[:, :7], a[:, :7], what="mla_attention's first 7 outputs after changing "
@@ -167,7 +168,7 @@ def test_causality(student):
 @pytest.mark.points(2)
 def test_relative_positions(student):
     """shifting every position changes nothing (scores see relative positions only)"""
-    args = _public().mla_inputs(10, 2, 10, 16, 3, 8, 6, 6, 4)
+    args = _public().mla_inputs(case_seed("mla-shift"), 2, 10, 16, 3, 8, 6, 6, 4)
     pos = torch.tensor([0, 1, 2, 4, 7, 8, 9, 13, 14, 20])
     base = student.mla_attention(*args, 3, positions=pos)
     for shift in (5, 1000):
@@ -189,8 +190,9 @@ def test_relative_positions(student):
 @pytest.mark.parametrize("problem", ["w_q_rows", "w_o_cols", "odd_d_rope", "w_uk_cols"])
 def test_value_errors(student, problem):
     """mla_attention rejects weights whose shapes do not fit"""
-    x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = _public().mla_inputs(11, 1, 4, 12, 2, 8, 4, 6, 6)
-    g = torch.Generator().manual_seed(12)
+    x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = _public().mla_inputs(
+        case_seed("mla-errors"), 1, 4, 12, 2, 8, 4, 6, 6)
+    g = torch.Generator().manual_seed(case_seed("mla-errors-w"))
     if problem == "w_q_rows":
         w_q, what = torch.randn(2 * 6, 12, generator=g, dtype=torch.float64), \
             "w_q with h*d_nope rows (no RoPE part)"
