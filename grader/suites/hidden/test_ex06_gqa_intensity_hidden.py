@@ -8,6 +8,7 @@ import pytest
 
 from grader.feedback import Feedback, check_close, expect_raises
 from grader.reference import roofline as rl
+from grader.reference.cases import case_seed
 
 pytestmark = [pytest.mark.exercise("ex06_gqa_intensity"), pytest.mark.hidden]
 
@@ -28,17 +29,18 @@ def _public():
 def test_gqa_decode_every_grouping(student, h_kv):
     """gqa_decode_attention against the reference, 16 query heads"""
     pub = _public()
-    pub.check_gqa_decode(student, *pub.decode_inputs(100 + h_kv, 2, 16, h_kv, 37, 16))
+    pub.check_gqa_decode(student, *pub.decode_inputs(case_seed("ex06-decode", h_kv), 2, 16,
+                                                         h_kv, 37, 16))
 
 
 @pytest.mark.points(1)
 def test_gqa_decode_rejects_bad_shapes(student):
     """gqa_decode_attention raises ValueError for 2 query positions or h % h_kv != 0"""
     pub = _public()
-    q, k, v = pub.decode_inputs(1, 1, 4, 2, 5, 8)
+    q, k, v = pub.decode_inputs(case_seed("ex06-errors", 1), 1, 4, 2, 5, 8)
     expect_raises(lambda: student.gqa_decode_attention(q.expand(1, 4, 2, 8).contiguous(), k, v),
                   "ValueError", what="gqa_decode_attention with q of 2 positions")
-    q6, k4, v4 = pub.decode_inputs(2, 1, 6, 4, 5, 8)
+    q6, k4, v4 = pub.decode_inputs(case_seed("ex06-errors", 2), 1, 6, 4, 5, 8)
     expect_raises(lambda: student.gqa_decode_attention(q6, k4, v4),
                   "ValueError", what="gqa_decode_attention with 6 query heads over 4 KV heads")
 
