@@ -1,7 +1,12 @@
 """Grade a whole class: every submission in a folder, each in its own
 grader process, into one CSV and a Gradescope-style JSON per submission.
 
-A submission is a sub-folder holding exercise modules.  Each is graded by
+A submission is a sub-folder, a notebook or a zip (what ``grade`` takes), or
+the files of one student in an LMS bulk download (Canvas names them
+``login[_late]_userid_submissionid_file``), grouped into a folder.  What an
+archiver or editor leaves (``__MACOSX``, dotfiles, backups) is no student.
+``--shard K/N`` grades a deterministic K-th part; ``merge_parts`` joins the
+parts' CSVs, refusing overlaps and gaps.  Each is graded by
 ``attn-grade grade`` in a fresh process with an overall time limit, so one
 submission that breaks even the grader costs only its own row.  A rerun
 skips submissions whose result file is already there and newer than the
@@ -12,7 +17,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -45,16 +52,51 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "submission"
 
 
-def discover(folder: Path) -> list[Submission]:
-    """Every sub-folder, notebook and zip in ``folder`` is a submission."""
-    subs = []
+# Canvas's bulk download: login, "late" when late, user id, submission id,
+# then the file's own name (a resubmission's gets "-1", "-2" before the suffix).
+CANVAS_NAME = re.compile(r"^(?P<student>[A-Za-z0-9]+?)(?:_late|_LATE)?_(?P<user>\d+)_"
+                         r"(?P<sub>\d+)_(?P<file>.+)$")
+SUBMISSION_SUFFIXES = (".py", ".ipynb", ".zip")
+
+
+def _canvas_file(name: str) -> str:
+    stem, dot, suffix = name.rpartition(".")
+    return re.sub(r"-\d+$", "", stem) + dot + suffix
+
+
+def discover(folder: Path, staging: Path | None = None) -> list[Submission]:
+    """Every sub-folder, notebook and zip in ``folder`` is a submission; flat
+    Canvas files are grouped by student into folders under ``staging``."""
+    from grader.submission import ignored
+
+    subs, canvas = [], {}
     for path in sorted(Path(folder).iterdir()):
-        if path.name.startswith("."):
+        if ignored(path.name) or path.is_symlink():
             continue
-        if path.is_dir() or path.suffix.lower() in (".ipynb", ".zip"):
+        match = CANVAS_NAME.match(path.name) if path.is_file() else None
+        if match and path.suffix.lower() in SUBMISSION_SUFFIXES and staging is not None:
+            canvas.setdefault(match["student"], []).append((path, match["file"]))
+        elif path.is_dir() or path.suffix.lower() in (".ipynb", ".zip"):
             name = path.name if path.is_dir() else path.stem
             subs.append(Submission(name, path))
-    return subs
+    taken = {s.name for s in subs}
+    for student, files in sorted(canvas.items()):
+        name = student if student not in taken else f"{student}_canvas"
+        dest = Path(staging) / _safe(name)
+        dest.mkdir(parents=True, exist_ok=True)
+        for path, original in files:
+            shutil.copy2(path, dest / _canvas_file(original))
+        newest = max(path.stat().st_mtime for path, _ in files)
+        os.utime(dest, (newest, newest))   # unchanged files keep an earlier result valid
+        subs.append(Submission(name, dest))
+    return sorted(subs, key=lambda s: s.name)
+
+
+def shard_of(subs: list[Submission], k: int, n: int) -> list[Submission]:
+    """The K-th of N parts (1-based): every N-th submission in name order,
+    so that the parts are disjoint, cover the class and differ by one at most."""
+    ordered = sorted(subs, key=lambda s: s.name)
+    return [s for i, s in enumerate(ordered) if i % n == k - 1]
 
 
 def _latest_mtime(path: Path) -> float:
@@ -236,3 +278,122 @@ def run_batch(subs: list[Submission], results_dir: Path, *, jobs: int = 1, suite
 def columns(outcomes: list[Outcome]) -> list[str]:
     seen = {ex for o in outcomes for ex in o.scores}
     return [ex for ex in EXERCISES if ex in seen]
+
+
+# -- shards, and what stands beside grades.csv -----------------------------
+
+class MergeError(ValueError):
+    """Parts that do not join into one class; the text is one sentence."""
+
+
+def _shard_file(csv_path: Path) -> Path:
+    return csv_path.with_name(csv_path.stem + ".shard.json")
+
+
+def merge_parts(parts: list[Path]) -> str:
+    """Join the CSVs of ``batch --shard K/N`` runs (each with its
+    ``.shard.json`` beside it) into the CSV one unsharded run writes."""
+    header: list[str] = []
+    rows: dict[str, dict] = {}
+    seen: dict[int, Path] = {}
+    everyone: set[str] | None = None
+    total = None
+    for path in parts:
+        try:
+            info = json.loads(_shard_file(path).read_text())
+            k, n = info["shard"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise MergeError(f"{path} has no readable {_shard_file(path).name} beside it: "
+                             "merge joins the CSVs of `attn-grade batch --shard K/N`.") from None
+        if total is not None and n != total:
+            raise MergeError(f"{path} is a part of {n}, the others of {total}.")
+        total = n
+        if k in seen:
+            raise MergeError(f"{path} and {seen[k]} are both shard {k}/{n}.")
+        seen[k] = path
+        if everyone is not None and set(info["everyone"]) != everyone:
+            raise MergeError(f"{path} was graded from another class folder than "
+                             f"{seen[min(seen)]}.")
+        everyone = set(info["everyone"])
+        reader = csv.DictReader(io.StringIO(path.read_text()))
+        for column in reader.fieldnames or []:
+            if column not in header:
+                header.append(column)
+        for row in reader:
+            name = row["submission"]
+            if name in rows:
+                raise MergeError(f"{name} is in two parts ({path} and another).")
+            rows[name] = row
+    missing = sorted(set(range(1, (total or 0) + 1)) - set(seen))
+    if missing:
+        raise MergeError(f"shard {missing[0]}/{total} is missing "
+                         f"({len(missing)} of {total} parts are).")
+    absent = sorted((everyone or set()) - set(rows))
+    if absent:
+        raise MergeError(f"{len(absent)} submissions are in no part, {absent[0]} first.")
+    exercises = [c for c in EXERCISES if c in header]
+    fields = ["submission", *exercises, "total", "max_total", "error"]
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(fields)
+    for name in sorted(rows):
+        writer.writerow([rows[name].get(f) or ("0" if f in exercises else "") for f in fields])
+    return buf.getvalue()
+
+
+def class_summary(text: str) -> str:
+    """Per-exercise totals and means of a grades CSV, and the class's totals."""
+    rows = list(csv.DictReader(io.StringIO(text)))
+    exercises = [c for c in (rows[0].keys() if rows else []) if c in EXERCISES]
+    n = len(rows)
+    lines = [f"{n} submission{'' if n == 1 else 's'}"]
+    if not rows:
+        return lines[0] + "\n"
+    width = max(len(e) for e in exercises + ["total"])
+    for column in exercises + ["total"]:
+        values = [float(r[column] or 0) for r in rows]
+        lines.append(f"{column:<{width}}  total {sum(values):g}  mean {sum(values) / n:.2f}  "
+                     f"min {min(values):g}  max {max(values):g}")
+    most = max(float(r["max_total"] or 0) for r in rows)
+    lines.append(f"max_total {most:g}; {sum(bool(r['error']) for r in rows)} with errors")
+    return "\n".join(lines) + "\n"
+
+
+def histogram(text: str, path: Path) -> Path | None:
+    """A PNG histogram of the class's totals; None without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    totals = [float(r["total"] or 0) for r in csv.DictReader(io.StringIO(text))]
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
+    ax.hist(totals, bins=min(20, max(1, len(set(totals)))), color="#4477aa")
+    ax.set_xlabel("total points")
+    ax.set_ylabel("submissions")
+    ax.set_title(f"{len(totals)} submissions")
+    fig.savefig(path)
+    return path
+
+
+def write_extras(out: Path, text: str, shard: tuple | None = None,
+                 everyone: list[str] | None = None) -> list[Path]:
+    """Beside ``out``: the summary (``<stem>-summary.txt``) and histogram
+    (``<stem>-histogram.png``) of a whole class, or, for a shard, the
+    ``.shard.json`` that ``merge_parts`` needs."""
+    from grader.report import write_private
+
+    out = Path(out)
+    if shard is not None:
+        path = _shard_file(out)
+        write_private(path, json.dumps({"shard": list(shard), "everyone": everyone}))
+        return [path]
+    summary = out.with_name(out.stem + "-summary.txt")
+    write_private(summary, class_summary(text))
+    written = [summary]
+    png = histogram(text, out.with_name(out.stem + "-histogram.png"))
+    if png is not None:
+        written.append(png)
+    return written

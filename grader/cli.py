@@ -13,9 +13,35 @@ import click
 
 from grader import report as fmt
 from grader.core import GraderConfigError, Options, grade
-from grader.exercises import EXERCISES, REPO_DIR, available
+from grader.exercises import EXERCISES, REPO_DIR, SUITES_DIR, available
 from grader.report import write_private
 from grader.submission import SubmissionError, materialize
+
+
+# The student edition ships no hidden suites: its attn-grade has only the
+# commands that are honest there (``check``), none that claims a grade.
+STUDENT_EDITION = not (SUITES_DIR / "hidden").is_dir()
+INSTRUCTOR_COMMANDS = ("grade", "batch", "merge", "gradescope", "release", "notebooks",
+                       "stubs", "calibrate")
+
+
+def _version() -> str:
+    from importlib import metadata
+    for dist in ("attn-course", "attn-course-student"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "0.1.0 (not installed)"
+
+
+def _match(name: str, known: list[str]) -> list[str]:
+    """An exercise by letter (``B``), short name (``ex02``), module name
+    (``ex02_mha``) or file name (``ex02_mha.py``)."""
+    name = name.removesuffix(".py").removesuffix(".ipynb")
+    if len(name) == 1 and name.isalpha():
+        return [e for e in known if EXERCISES[e].title.upper().startswith(f"{name.upper()}:")]
+    return [e for e in known if e == name or e.split("_")[0] == name]
 
 
 def _exercise_names(names: tuple[str, ...], param_hint: str) -> list[str] | None:
@@ -24,13 +50,16 @@ def _exercise_names(names: tuple[str, ...], param_hint: str) -> list[str] | None
     known = available()
     out = []
     for name in names:
-        match = [e for e in known if e == name or e.split("_")[0] == name]
+        match = _match(Path(name).name, known)
         if not match:
             close = [e for e in EXERCISES if name in e]
             hint = f" Did you mean {close[0]}?" if close else ""
+            letters = ", ".join(EXERCISES[e].title.split(":")[0] for e in known)
             raise click.BadParameter(f"unknown exercise {name!r}; choose from "
-                                     f"{', '.join(known)}.{hint}", param_hint=param_hint)
-        out.append(match[0])
+                                     f"{', '.join(known)} (or a letter, {letters}).{hint}",
+                                     param_hint=param_hint)
+        if match[0] not in out:
+            out.append(match[0])
     return out
 
 
@@ -80,18 +109,36 @@ def _emit(report, out_format: str, out: Path | None, public_only: bool) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), "--version", "-V", prog_name="attn-grade",
+                      message="%(prog)s %(version)s" + (" (student edition)"
+                                                         if STUDENT_EDITION else ""))
 def main() -> None:
     """Check and grade the attention exercises."""
 
 
 @main.command()
 @click.argument("exercise", nargs=-1)
-@click.option("--path", type=click.Path(path_type=Path), default="exercises",
-              show_default=True, help="Folder holding your exercise modules.")
+@click.option("--path", type=click.Path(path_type=Path), default=None,
+              help="Folder holding your exercise modules  [default: exercises, or the "
+                   "folder of the files named].")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
               help="Seconds allowed for each call into your code.")
-def check(exercise, path, timeout):
-    """Run the public tests on your exercises (all, or the ones named)."""
+@click.option("--no-fail", is_flag=True,
+              help="Exit 0 even when a test fails (the exit code is 1 otherwise).")
+def check(exercise, path, timeout, no_fail):
+    """Run the public tests on your exercises (all, or the ones named).
+
+    Name an exercise by letter (B), by name (ex02, ex02_mha) or by file
+    (exercises/ex02_mha.py).  Exits 1 when a public test fails, so that CI
+    fails with it (--no-fail to exit 0)."""
+    files = [Path(e) for e in exercise if "/" in e or e.endswith(".py")]
+    folders = {f.parent for f in files if f.parent != Path(".") or f.exists()}
+    if path is None:
+        if len(folders) > 1:
+            raise click.BadParameter("the files named are in different folders; check one "
+                                     "folder at a time (or pass --path).",
+                                     param_hint="EXERCISE")
+        path = folders.pop() if folders else Path("exercises")
     path = Path(path)
     if not path.exists():
         raise click.BadParameter(f"{path} does not exist; run this from the course folder "
@@ -103,6 +150,9 @@ def check(exercise, path, timeout):
                       call_timeout=timeout)
     report = _run(path, options)
     click.echo(fmt.to_text(report, public_only=True), nl=False)
+    failed = sum(t.status == "failed" for t in report.tests)
+    if (failed or report.errors) and not no_fail:
+        sys.exit(1)
 
 
 @main.command(name="grade")
@@ -140,6 +190,25 @@ def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, key
     _emit(report, out_format, out, public_only=suite == "public")
 
 
+def _shard(value):
+    """``K/N`` -> (K, N), 1 <= K <= N."""
+    if value is None:
+        return None
+    try:
+        k, n = (int(x) for x in value.split("/"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not K/N (for example 2/4).",
+                                 param_hint="--shard") from None
+    if not 1 <= k <= n:
+        raise click.BadParameter(f"{value!r}: K must be between 1 and N.",
+                                 param_hint="--shard")
+    return k, n
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 @main.command()
 @click.argument("folder", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default="grades.csv",
@@ -165,11 +234,17 @@ def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, key
 @click.option("--seed", type=SEED, default=None,
               help="One seed for every submission's random hidden cases [default: a fresh "
                    "secret one per submission, recorded in its result].")
+@click.option("--shard", default=None, metavar="K/N",
+              help="Grade only the K-th of N equal parts of the class (for N machines; "
+                   "join their CSVs with attn-grade merge).")
 def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, exercises, force,
-          roster, seed):
-    """Grade every submission in FOLDER: each sub-folder, notebook and zip."""
-    from grader.batch import (RosterError, columns, discover, read_roster, run_batch, to_csv,
-                              to_rubric_csv)
+          roster, seed, shard):
+    """Grade every submission in FOLDER: each sub-folder, notebook and zip, or an
+    LMS bulk download (Canvas's name_id_submissionid_file, grouped by student)."""
+    import tempfile
+
+    from grader.batch import (RosterError, columns, discover, read_roster, run_batch, shard_of,
+                              to_csv, to_rubric_csv, write_extras)
 
     if not folder.exists():
         raise click.BadParameter(f"{folder} does not exist.", param_hint="FOLDER")
@@ -177,38 +252,47 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
         raise click.BadParameter(f"{folder} is not a folder of submissions.",
                                  param_hint="FOLDER")
     only = _exercise_names(exercises, "--exercise")
-    subs = discover(folder)
-    if not subs:
-        raise click.UsageError(f"{folder} holds no submissions (sub-folders, notebooks or "
-                               "zip files).")
+    part = _shard(shard)
     ids = None
     if roster is not None:
         try:
             ids = read_roster(roster)
         except RosterError as exc:
             raise click.BadParameter(str(exc), param_hint="--roster") from None
-        for sub in subs:
+    results_dir = results_dir or out.parent / "results"
+    with tempfile.TemporaryDirectory(prefix="attn-intake-") as staging:
+        everyone = discover(folder, staging=Path(staging))
+        if not everyone:
+            raise click.UsageError(f"{folder} holds no submissions (sub-folders, notebooks "
+                                   "or zip files).")
+        subs = shard_of(everyone, *part) if part else everyone
+        for sub in subs if ids is not None else []:
             if sub.name not in ids:
                 click.echo(f"  {sub.name} is not on the roster: exercise A is graded for the "
                            "STUDENT_ID in its module, if any", err=True)
-    results_dir = results_dir or out.parent / "results"
-    with click.progressbar(length=len(subs), label="grading", file=sys.stderr,
-                           show_pos=True, item_show_func=lambda o: o.submission.name
-                           if o else "") as bar:
-        outcomes = run_batch(subs, results_dir, jobs=jobs, suite=suite, timeout=timeout,
-                             submission_timeout=submission_timeout, force=force,
-                             exercises=only, seed=seed, roster=ids,
-                             on_done=lambda o: bar.update(1, o))
-    write_private(out, to_csv(outcomes, columns(outcomes)))
+        with click.progressbar(length=len(subs), label="grading", file=sys.stderr,
+                               show_pos=True, item_show_func=lambda o: o.submission.name
+                               if o else "") as bar:
+            outcomes = run_batch(subs, results_dir, jobs=jobs, suite=suite, timeout=timeout,
+                                 submission_timeout=submission_timeout, force=force,
+                                 exercises=only, seed=seed, roster=ids,
+                                 on_done=lambda o: bar.update(1, o))
+    text = to_csv(outcomes, columns(outcomes))
+    write_private(out, text)
+    extras = write_extras(out, text, shard=part,
+                          everyone=[s.name for s in everyone] if part else None)
     rubric = out.with_name(f"{out.stem}_rubric.csv")   # beside grades.csv, for staff
     if any(o.manual for o in outcomes):
         write_private(rubric, to_rubric_csv(outcomes))
         click.echo(f"free-text answers for staff: {rubric}")
     skipped = sum(o.skipped for o in outcomes)
     broken = [o for o in outcomes if o.error]
-    click.echo(f"{len(outcomes)} submissions: {len(outcomes) - skipped} graded, {skipped} "
-               f"already graded (--force to redo), {len(broken)} with errors; "
-               f"wrote {out} and {results_dir}/")
+    where = f" (shard {part[0]}/{part[1]} of {_plural(len(everyone), 'submission')})" \
+        if part else ""
+    click.echo(f"{_plural(len(outcomes), 'submission')}{where}: {len(outcomes) - skipped} "
+               f"graded, {skipped} already graded (--force to redo), "
+               f"{len(broken)} with errors; wrote {out}, {results_dir}/"
+               + "".join(f", {p}" for p in extras))
     for o in broken:
         click.echo(f"  {o.submission.name}: {o.error}")
 
@@ -226,17 +310,46 @@ def variant(student_id):
 
 
 @main.command()
+@click.argument("parts", nargs=-1, required=True,
+                type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default="grades.csv",
+              show_default=True, help="The joined CSV.")
+def merge(parts, out):
+    """Join the CSVs of `batch --shard K/N` runs into one, refusing overlaps and gaps."""
+    from grader.batch import MergeError, merge_parts, write_extras
+
+    try:
+        text = merge_parts(list(parts))
+    except MergeError as exc:
+        raise click.UsageError(str(exc)) from None
+    write_private(out, text)
+    extras = write_extras(out, text)
+    rows = max(text.count("\n") - 1, 0)
+    click.echo(f"merged {_plural(len(parts), 'part')} into {out}: "
+               f"{_plural(rows, 'submission')}" + "".join(f"; wrote {p}" for p in extras))
+
+
+@main.command()
 @click.argument("out", type=click.Path(path_type=Path, dir_okay=True, file_okay=False))
 @click.option("--install", default=None,
-              help="What the notebooks' install cell pip-installs (for Colab) "
-                   "[default: the student edition's package name].")
-def notebooks(out, install):
-    """Write one notebook per exercise into OUT."""
+              help="What the notebooks' install cell pip-installs in Colab (a "
+                   "git+https URL of the student repository, say).")
+@click.option("--force", is_flag=True, help="Overwrite notebooks already in OUT.")
+def notebooks(out, install, force):
+    """Write one notebook per exercise into OUT (never over an existing one
+    without --force)."""
     from grader.notebooks import DEFAULT_INSTALL, write_notebooks
 
     stubs = _stub_sources()
-    for path in write_notebooks(out, stubs, install or DEFAULT_INSTALL):
+    try:
+        paths = write_notebooks(out, stubs, install or DEFAULT_INSTALL, force=force)
+    except FileExistsError as exc:
+        raise click.UsageError(f"{exc}; nothing was written.") from None
+    for path in paths:
         click.echo(f"wrote {path}")
+    if not install:
+        click.echo("warning: no --install URL: the notebooks' install cell cannot install "
+                   "the checker in Colab.", err=True)
 
 
 def _stub_sources() -> dict[str, str]:
@@ -252,29 +365,53 @@ def _stub_sources() -> dict[str, str]:
 
 
 @main.command()
-@click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
-def gradescope(out):
-    """Build a Gradescope autograder bundle (a zip) at OUT."""
+@click.argument("out", type=click.Path(path_type=Path, dir_okay=False), required=False)
+@click.option("--test", "test_submission", type=click.Path(path_type=Path, exists=True),
+              default=None, help="Replay Gradescope on this upload (a folder, notebook, "
+              "zip or repository) with the bundle, and print the results.")
+def gradescope(out, test_submission):
+    """Build a Gradescope autograder bundle (a zip) at OUT, and/or test it."""
     try:
-        from grader.gradescope import build_bundle
+        from grader.gradescope import build_bundle, replay
     except ImportError:
         raise click.UsageError("this is an instructors' command, not part of the student "
                                "edition.") from None
-
-    if out.suffix.lower() != ".zip":
-        raise click.BadParameter(f"{out} must end in .zip (Gradescope uploads a zip).",
-                                 param_hint="OUT")
-    build_bundle(out)
-    click.echo(f"wrote {out}: upload it as the autograder of a Gradescope programming "
-               "assignment")
+    if out is None and test_submission is None:
+        raise click.UsageError("give OUT (the bundle to write), --test SUBMISSION, or both.")
+    if out is not None:
+        if out.suffix.lower() != ".zip":
+            raise click.BadParameter(f"{out} must end in .zip (Gradescope uploads a zip).",
+                                     param_hint="OUT")
+        build_bundle(out)
+        click.echo(f"wrote {out}: upload it as the autograder of a Gradescope programming "
+                   "assignment")
+    if test_submission is not None:
+        result = replay(test_submission, bundle=out)
+        click.echo("--- run_autograder's output (staff see this) ---")
+        click.echo(result.log.rstrip())
+        click.echo("--- results.json (students see this) ---")
+        data = result.results
+        for t in data.get("tests", []):
+            click.echo(f"  {t.get('score', 0):g}/{t.get('max_score', 0):g}  "
+                       f"[{t.get('visibility', 'visible')}] {t.get('name')}")
+        if data.get("output"):
+            click.echo(data["output"])
+        click.echo(f"score {data.get('score', 0):g}; specification check: "
+                   + ("ok" if not result.problems else "; ".join(result.problems)))
+        if result.problems or result.returncode != 0:
+            sys.exit(1)
 
 
 @main.command()
 @click.argument("out", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--install", default=None,
-              help="What the notebooks' install cell pip-installs (a git URL of the "
-                   "student repository, say) [default: the student package's name].")
-def release(out, install):
+              help="Where the edition will live, for the notebooks' install cell in Colab "
+                   "(a git+https URL of the student repository). Asked for when missing "
+                   "on a terminal.")
+@click.option("--git/--no-git", "make_git", default=True, show_default=True,
+              help="Make OUT a git repository with a first commit (ready to push as a "
+                   "template).")
+def release(out, install, make_git):
     """Build the student edition in OUT (an empty or new folder)."""
     try:
         from grader.release import build
@@ -287,9 +424,21 @@ def release(out, install):
     if out.exists() and any(out.iterdir()):
         raise click.BadParameter(f"{out} is not empty; give a new or empty folder.",
                                  param_hint="OUT")
+    if install is None and sys.stdin.isatty():
+        install = click.prompt("Where will the edition live (a git+https URL for the "
+                               "notebooks' install cell; empty for none)", default="",
+                               show_default=False).strip() or None
+    if install is None:
+        click.echo("warning: no --install URL: the notebooks' install cell will say that the "
+                   "checker is missing instead of installing it (Colab users need the URL).",
+                   err=True)
     click.echo("recording the public tests' answers from the solutions ...", err=True)
-    build(out, install)
-    click.echo(f"wrote the student edition to {out}")
+    try:
+        build(out, install, git=make_git)
+    except RuntimeError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"wrote the student edition to {out}"
+               + (" (a git repository with a first commit)" if make_git else ""))
 
 
 @main.command()
@@ -320,6 +469,11 @@ except ImportError:  # pragma: no cover - student edition
     pass
 else:
     main.add_command(_calibrate)
+
+
+if STUDENT_EDITION:   # no command that claims a grade the edition cannot give
+    for _name in INSTRUCTOR_COMMANDS:
+        main.commands.pop(_name, None)
 
 
 if __name__ == "__main__":  # pragma: no cover

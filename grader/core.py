@@ -8,6 +8,7 @@ report: a problem in the grader itself is recorded in ``report.errors``.
 """
 from __future__ import annotations
 
+import re
 import secrets
 import time
 import traceback
@@ -142,7 +143,8 @@ class GradingPlugin:
                             visibility=visibility)
         if rep.skipped:
             reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
-            reason = reason.removeprefix("Skipped: ")
+            # "Skipped: ", or the student edition's grading-only stub's name
+            reason = re.sub(r"^(Skipped|[\w.]*GradingOnly): ", "", reason)
             result.status, result.max_score = NOT_RUN, 0.0
             plural = "" if points == 1 else "s"
             result.output = f"not run: {reason} (worth {points:g} point{plural} where it runs)"

@@ -1,19 +1,37 @@
-"""Gradescope: an autograder bundle, and the run inside it.
+"""Gradescope: an autograder bundle, the run inside it, and a local replay.
 
-``build_bundle(out.zip)`` packs ``setup.sh``, ``run_autograder`` and the
-grader's source (hidden suites and references included: the bundle stays
-with the instructor and Gradescope, never with students).  On Gradescope,
-``run_autograder`` calls ``python3 -m grader.gradescope /autograder``, which
-grades ``/autograder/submission`` (modules, a notebook or a zip, as uploaded)
-and always writes ``/autograder/results/results.json``, even when the
-submission cannot be graded.
+Gradescope's autograder specification: the bundle is a zip whose top level
+holds ``setup.sh`` and ``run_autograder``; it is extracted into
+``/autograder/source``, ``setup.sh`` runs once (as root) when the image is
+built, and ``run_autograder`` runs for every submission, which lands in
+``/autograder/submission``; the result goes to
+``/autograder/results/results.json``.  So the bundle's top level is also an
+installable project (``pyproject.toml`` beside ``grader/``, hidden suites and
+references included: the bundle stays with the instructor and Gradescope,
+never with students), and ``setup.sh`` installs it with the plot extra.
+
+``run_autograder`` calls ``python -m grader.gradescope /autograder``, which
+grades the submission (modules, a notebook, a zip, or a student's whole
+repository as a GitHub upload brings it) and always writes results.json.
+Its progress goes to stdout, which Gradescope shows to staff only; the
+sandbox and machine lines go there too, never into what students see.
+
+``replay(bundle, submission)`` does locally what Gradescope does: extract
+the bundle into a fake ``autograder/source``, copy the upload into
+``autograder/submission``, run ``run_autograder``.  ``attn-grade gradescope
+--test SUBMISSION`` prints its log and results.
 """
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from grader.exercises import PACKAGE_DIR, REPO_DIR
@@ -24,25 +42,33 @@ OUTPUT_FORMATS = {"text", "html", "simple_format", "md", "ansi"}
 SETUP_SH = """\
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image.
+# It sits in /autograder/source beside pyproject.toml and grader/.
 set -euo pipefail
+SOURCE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+VENV="${ATTN_VENV:-/opt/attn-venv}"
+echo "attn-grade setup: installing $SOURCE into $VENV"
 apt-get update -q && apt-get install -y -q python3 python3-pip python3-venv
-python3 -m venv /opt/attn-venv
-/opt/attn-venv/bin/python -m pip install -q --upgrade pip
+python3 -m venv "$VENV"
 # Gradescope's machines have no GPU: the CPU build of PyTorch is far smaller.
-/opt/attn-venv/bin/python -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
-/opt/attn-venv/bin/python -m pip install -q /autograder/source
+"$VENV/bin/python" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+# The plot extra: exercise D's plot tests need matplotlib.
+"$VENV/bin/python" -m pip install -q "$SOURCE[plot]"
+"$VENV/bin/python" -c "import grader.gradescope, matplotlib; print('attn-grade setup: ok')"
 """
 
 RUN_AUTOGRADER = """\
 #!/usr/bin/env bash
 # Gradescope runs this for every submission; it always writes results.json.
+# Its output is shown to staff only (students see results.json).
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
-PY="${ATTN_PYTHON:-/opt/attn-venv/bin/python}"
+PY="${ATTN_PYTHON:-${ATTN_VENV:-/opt/attn-venv}/bin/python}"
 mkdir -p "$ROOT/results"
+echo "run_autograder: $(date -u +%FT%TZ) grading $ROOT/submission with $PY"
+cd "$ROOT"
 exec "$PY" -m grader.gradescope "$ROOT"
 """
 
-# What of the repository goes into the bundle's source/ folder.
+# What of the repository goes into the bundle's top level, beside grader/.
 SOURCE_FILES = ["pyproject.toml", "README.md"]
 
 
@@ -52,12 +78,14 @@ def build_bundle(out: Path) -> Path:
         for name, text in (("setup.sh", SETUP_SH), ("run_autograder", RUN_AUTOGRADER)):
             info = zipfile.ZipInfo(name)
             info.external_attr = 0o755 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, text)
         for name in SOURCE_FILES:
-            z.write(REPO_DIR / name, f"source/{name}")
+            z.write(REPO_DIR / name, name)
         for path in sorted(PACKAGE_DIR.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                z.write(path, f"source/grader/{path.relative_to(PACKAGE_DIR)}")
+            if path.is_file() and "__pycache__" not in path.parts \
+                    and path.suffix not in (".pyc", ".png"):
+                z.write(path, f"grader/{path.relative_to(PACKAGE_DIR)}")
     return out
 
 
@@ -66,29 +94,132 @@ def _failure(message: str, seconds: float) -> dict:
             "visibility": "visible", "execution_time": round(seconds, 3)}
 
 
+def _log(message: str) -> None:
+    """One line of progress for staff (Gradescope shows stdout to staff only)."""
+    print(f"[attn-grade {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _student_output(data: dict) -> dict:
+    """What students see: no sandbox or machine lines (they are logged instead)."""
+    data = dict(data)
+    data.pop("output", None)
+    return data
+
+
+def _exercises_from_env() -> list[str] | None:
+    """``ATTN_EXERCISES="ex01_by_hand ex02_mha"`` grades only those (staff's
+    quick checks of a bundle); unset, every exercise is graded."""
+    names = os.environ.get("ATTN_EXERCISES", "").split()
+    return names or None
+
+
 def run(root: Path) -> dict:
     """Grade ``root/submission`` into ``root/results/results.json``; never raises
     for a bad submission."""
-    from grader.report import write_private
     from grader.core import Options, grade
-    from grader.report import to_gradescope
-    from grader.submission import SubmissionError, materialize
+    from grader.report import to_gradescope, write_private
+    from grader.submission import SubmissionError, describe, materialize
 
     start = time.monotonic()
     results = root / "results" / "results.json"
+    _log(f"grader {Path(__file__).resolve().parent}, python {sys.executable}")
     try:
-        with materialize(root / "submission") as folder:
-            data = to_gradescope(grade(folder, Options(suite="hidden")))
+        upload = root / "submission"
+        _log(f"upload: {describe(upload)}")
+        with materialize(upload) as folder:
+            modules = sorted(p.name for p in folder.glob("ex*.py"))
+            _log(f"exercise modules found: {', '.join(modules) or 'none'}")
+            report = grade(folder, Options(suite="hidden", exercises=_exercises_from_env()))
+        for key, value in report.machine.items():
+            _log(f"{key}: {value}")
+        for err in report.errors:
+            _log(f"grader problem: {err}")
+        for exercise, (got, most) in report.exercise_scores().items():
+            _log(f"{exercise}: {got:g}/{most:g}")
+        data = _student_output(to_gradescope(report))
+        _log(f"score {report.score:g}/{report.max_score:g} in {report.seconds:.1f} s")
     except SubmissionError as exc:
+        _log(f"not graded: {exc}")
         data = _failure(f"Your submission could not be graded: {exc} Upload your exercise "
-                        "modules (ex01_by_hand.py ...), a course notebook, or a zip of them.",
-                        time.monotonic() - start)
+                        "modules (ex01_by_hand.py ...), a course notebook, a zip of them, "
+                        "or your course repository.", time.monotonic() - start)
     except Exception as exc:  # the result file is written whatever happens
-        data = _failure(f"The autograder failed ({type(exc).__name__}: {exc}); "
+        _log(f"the autograder failed: {type(exc).__name__}: {exc}")
+        data = _failure(f"The autograder failed ({type(exc).__name__}); "
                         "please tell your instructor.", time.monotonic() - start)
     write_private(results, json.dumps(data, indent=2))
     results.chmod(0o644)  # Gradescope's harness reads it
+    _log(f"wrote {results}")
     return data
+
+
+@dataclass
+class Replay:
+    log: str            # run_autograder's stdout and stderr (what staff see)
+    results: dict       # results.json
+    problems: list      # results.json against the specification
+    returncode: int
+
+
+def autograder_tree(bundle: Path, root: Path) -> Path:
+    """Extract ``bundle`` as Gradescope does: into ``root/source``."""
+    (root / "submission").mkdir(parents=True)
+    (root / "results").mkdir()
+    with zipfile.ZipFile(bundle) as z:
+        z.extractall(root / "source")
+        for info in z.infolist():   # extractall drops the permission bits
+            mode = info.external_attr >> 16
+            if mode:
+                (root / "source" / info.filename).chmod(mode & 0o777)
+    return root
+
+
+def place_upload(submission: Path, root: Path) -> None:
+    """Put an upload where Gradescope does: the files of a folder (or the one
+    file uploaded) directly in ``root/submission``."""
+    dest = root / "submission"
+    if submission.is_dir():
+        shutil.copytree(submission, dest, dirs_exist_ok=True, symlinks=True)
+    else:
+        shutil.copy2(submission, dest / submission.name)
+
+
+def run_autograder(root: Path, python: str, timeout: float = 3600, env: dict | None = None,
+                   source_first: bool = False) -> Replay:
+    """Run ``root/source/run_autograder`` with ``python``.  ``source_first``:
+    import the bundle's ``grader`` from ``root/source`` (a Python where the
+    bundle is not installed); otherwise no checkout on PYTHONPATH shadows the
+    installed copy."""
+    env = dict(env if env is not None else os.environ, AUTOGRADER_ROOT=str(root),
+               ATTN_PYTHON=python)
+    env.pop("PYTHONPATH", None)
+    if source_first:
+        env["PYTHONPATH"] = str(root / "source")
+    proc = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env,
+                          capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    path = root / "results" / "results.json"
+    try:
+        results = json.loads(path.read_text())
+        problems = validate_results(results)
+    except (OSError, ValueError) as exc:
+        results, problems = {}, [f"no readable results.json ({exc})"]
+    return Replay(proc.stdout + proc.stderr, results, problems, proc.returncode)
+
+
+def replay(submission: Path, bundle: Path | None = None, python: str | None = None,
+           env: dict | None = None) -> Replay:
+    """Run a bundle on one upload the way Gradescope does, in a temporary
+    ``autograder`` tree.  ``python``: one where the bundle is installed (as
+    ``setup.sh`` does); default this one, importing the bundle's source."""
+    with tempfile.TemporaryDirectory(prefix="attn-gradescope-") as tmp:
+        tmp = Path(tmp)
+        if bundle is None:
+            bundle = build_bundle(tmp / "autograder.zip")
+        root = autograder_tree(bundle, tmp / "autograder")
+        place_upload(submission, root)
+        return run_autograder(root, python or sys.executable, env=env,
+                              source_first=python is None)
 
 
 def validate_results(data: dict) -> list[str]:

@@ -4,15 +4,22 @@ Each notebook holds the task (markdown, from the module's docstring), an
 install cell (for Colab or a fresh environment), the stub in a code cell
 tagged ``attn:<exercise>`` that starts with ``%%writefile <exercise>.py``
 (running it saves the module beside the notebook), and a self-check cell
-that grades the saved module with the public suite and shows the table.
-A notebook submission is graded from its tagged cells.
+that grades the saved module with the public suite and shows one table
+(HTML in Jupyter, text elsewhere).  An exercise that imports an earlier
+one (C uses B's ``ex02_mha``) has a cell that says so and loads the earlier
+module: from its ``.py`` beside the notebook, from the earlier notebook
+beside it, or (in Colab) from an upload.  A notebook submission is graded
+from its tagged cells, or, where the tags were lost, from the cells that
+start with ``%%writefile exNN_name.py``.
 """
 from __future__ import annotations
 
 import ast
 import contextlib
+import html
 import io
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -23,7 +30,40 @@ from grader.submission import SubmissionError
 
 TAG_PREFIX = "attn:"
 WRITEFILE = "%%writefile"
-DEFAULT_INSTALL = "attn-course-student"   # what the install cell pip-installs
+# What the install cell pip-installs when no URL was given: nothing that
+# pip can find (the student package is not on PyPI), so the cell says so
+# instead of failing; ``release --install URL`` records the real place.
+DEFAULT_INSTALL = ""
+WRITEFILE_LINE = re.compile(r"^%%writefile\s+(?:\S*/)?(ex\d\d_\w+)\.py\s*$")
+
+
+def dependencies(source: str) -> list[str]:
+    """Earlier exercises a module imports (``from ex02_mha import ...``)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    out = []
+    for node in ast.walk(tree):
+        names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
+            [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        out += [n for n in names if n in EXERCISES and n not in out]
+    return out
+
+
+def install_cell(install: str) -> str:
+    head = ("# Installs the course's checker where it is missing (Colab, a fresh "
+            "environment).\n"
+            "import importlib.util, subprocess, sys\n"
+            "if importlib.util.find_spec('grader') is None:\n")
+    if install:
+        return head + (f"    subprocess.check_call([sys.executable, '-m', 'pip', 'install', "
+                       f"'-q', {install!r}])")
+    return head + ("    print('The checker (grader) is not installed here, and this notebook '\n"
+                   "          'was made without an install address: pip install your '\n"
+                   "          'course repository (ask your instructor for its URL).')")
+
+
 # Code cells an exercise's notebook gets before its stub.
 BEFORE_STUB = {
     "ex01_by_hand": (
@@ -53,7 +93,7 @@ def build_notebook(exercise: str, stub_source: str, install: str = DEFAULT_INSTA
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     nb.metadata["attn"] = {"exercise": exercise}
-    nb.cells = [
+    cells = [
         nbformat.v4.new_markdown_cell(
             f"# Exercise {ex.title}\n\n{doc}\n\n"
             "**How to work here.** Write your code in the cell tagged "
@@ -61,15 +101,25 @@ def build_notebook(exercise: str, stub_source: str, install: str = DEFAULT_INSTA
             "beside this notebook. Then run the self-check cell: it grades that file "
             "with the public tests and shows the table. The hidden tests decide the "
             "grade, so a clean self-check is a first step, not a promise."),
-        nbformat.v4.new_code_cell(
-            "# Installs the course's checker where it is missing (Colab, a fresh "
-            "environment).\n"
-            "import importlib.util, subprocess, sys\n"
-            "if importlib.util.find_spec('grader') is None:\n"
-            f"    subprocess.check_call([sys.executable, '-m', 'pip', 'install', '-q', "
-            f"{install!r}])"),
+        nbformat.v4.new_code_cell(install_cell(install)),
         *([nbformat.v4.new_code_cell(BEFORE_STUB[exercise])] if exercise in BEFORE_STUB
           else []),
+    ]
+    needs = dependencies(stub_source)
+    if needs:
+        named = ", ".join(f"`{n}.py` (exercise {EXERCISES[n].title.split(':')[0]})"
+                          for n in needs)
+        cells += [
+            nbformat.v4.new_markdown_cell(
+                f"**This exercise builds on your earlier work:** it imports {named}. "
+                "The next cell loads it: from the `.py` file beside this notebook, else "
+                "from that exercise's notebook beside this one (its tagged cell), else, "
+                "in Colab, it asks you to upload one of them."),
+            nbformat.v4.new_code_cell(
+                "from grader.notebooks import load_earlier\n"
+                f"load_earlier({needs!r})", metadata={"tags": ["load-earlier"]}),
+        ]
+    cells += [
         nbformat.v4.new_code_cell(f"{WRITEFILE} {exercise}.py\n{stub_source}",
                                   metadata={"tags": [f"{TAG_PREFIX}{exercise}"]}),
         nbformat.v4.new_code_cell(
@@ -77,17 +127,25 @@ def build_notebook(exercise: str, stub_source: str, install: str = DEFAULT_INSTA
             f"self_check({exercise!r})",
             metadata={"tags": ["self-check"]}),
     ]
+    nb.cells = cells
     nbformat.validate(nb)
     return nb
 
 
-def write_notebooks(out: Path, stubs: dict[str, str], install: str = DEFAULT_INSTALL):
+def write_notebooks(out: Path, stubs: dict[str, str], install: str = DEFAULT_INSTALL,
+                    force: bool = False):
+    """One notebook per exercise in ``out``; an existing notebook (a student's
+    work, maybe) is never replaced unless ``force``."""
+    out = Path(out)
+    paths = [out / f"{exercise}.ipynb" for exercise in stubs]
+    existing = [p for p in paths if p.exists()]
+    if existing and not force:
+        raise FileExistsError(f"{existing[0]} exists (and {len(existing) - 1} more): "
+                              "pass --force to overwrite" if len(existing) > 1 else
+                              f"{existing[0]} exists: pass --force to overwrite it")
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for exercise, source in stubs.items():
-        path = out / f"{exercise}.ipynb"
+    for (exercise, source), path in zip(stubs.items(), paths):
         nbformat.write(build_notebook(exercise, source, install), str(path))
-        paths.append(path)
     return paths
 
 
@@ -102,45 +160,162 @@ def read(path: Path):
 
 
 def extract_modules(path: Path) -> dict[str, str]:
-    """{exercise: module source} from the code cells tagged ``attn:<exercise>``."""
+    """{exercise: module source} from the code cells tagged ``attn:<exercise>``;
+    where no cell carries a tag (an editor dropped them), from the cells whose
+    first line is ``%%writefile exNN_name.py``."""
     nb = read(Path(path))
     found: dict[str, list[str]] = {}
+    by_writefile: dict[str, list[str]] = {}
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
+        source = cell.source
+        first, _, rest = source.partition("\n")
+        writes = WRITEFILE_LINE.match(first.strip())
+        if first.strip().startswith(WRITEFILE):
+            source = rest
         for tag in cell.get("metadata", {}).get("tags", []):
             name = str(tag)[len(TAG_PREFIX):] if str(tag).startswith(TAG_PREFIX) else None
             if name in EXERCISES:
-                source = cell.source
-                first, _, rest = source.partition("\n")
-                if first.strip().startswith(WRITEFILE):
-                    source = rest
                 found.setdefault(name, []).append(source)
+        if writes and writes.group(1) in EXERCISES:
+            # %%writefile replaces the file: the last such cell is what Jupyter saved
+            by_writefile[writes.group(1)] = [source]
+    for name, parts in by_writefile.items():
+        found.setdefault(name, parts)
     if not found:
         raise NotebookError(f"{path} has no code cell tagged {TAG_PREFIX}<exercise> "
-                            f"(for example {TAG_PREFIX}ex02_mha), so there is nothing to "
-                            "grade.")
+                            f"(for example {TAG_PREFIX}ex02_mha) or starting with "
+                            f"{WRITEFILE} exNN_name.py, so there is nothing to grade.")
     return {name: "\n\n".join(parts).rstrip() + "\n" for name, parts in found.items()}
 
 
-def self_check(exercise: str, folder: str | os.PathLike = ".") -> str:
-    """Grade the saved module with the public suite; print and return the table."""
+def _in_colab() -> bool:
+    return "google.colab" in sys.modules
+
+
+def load_earlier(names: list[str], folder: str | os.PathLike = ".") -> list[str]:
+    """Make sure the earlier exercises' modules sit in ``folder``: kept when
+    there, else taken from a notebook beside (``<name>.ipynb`` first, then any
+    notebook with the tagged cell), else uploaded in Colab.  Prints one line
+    per module; returns those still missing (never raises: the self-check
+    then says what is missing)."""
+    folder = Path(folder)
+    missing = []
+    for name in names:
+        target = folder / f"{name}.py"
+        if target.exists():
+            print(f"{name}.py: found beside this notebook")
+            continue
+        books = sorted(folder.glob("*.ipynb"), key=lambda p: p.stem != name)
+        for book in books:
+            try:
+                source = extract_modules(book).get(name)
+            except SubmissionError:
+                continue
+            if source:
+                target.write_text(source)
+                print(f"{name}.py: written from the cell tagged {TAG_PREFIX}{name} "
+                      f"in {book.name}")
+                break
+        else:
+            if _in_colab():   # pragma: no cover - Colab only
+                from google.colab import files
+                print(f"Upload {name}.py or {name}.ipynb (your earlier exercise):")
+                for uploaded in files.upload():
+                    if uploaded.endswith(".ipynb"):
+                        source = extract_modules(folder / uploaded).get(name)
+                        if source:
+                            target.write_text(source)
+            if not target.exists():
+                missing.append(name)
+                print(f"{name}.py is missing: put your {name}.py, or your {name}.ipynb, "
+                      "beside this notebook and run this cell again.")
+    return missing
+
+
+class CheckResult:
+    """The self-check's table: HTML in Jupyter, the text table elsewhere
+    (``repr`` is the text itself, so a console shows it once, as lines)."""
+
+    def __init__(self, text: str, report=None):
+        self.text, self.report = text, report
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        if self.report is None:
+            return f"<pre>{html.escape(self.text)}</pre>"
+        from grader.report import FAILED, PASSED
+        rows = []
+        for exercise, tests in self.report.by_exercise().items():
+            got, total = self.report.exercise_scores()[exercise]
+            rows.append(f"<tr><th colspan=3 style='text-align:left'>{html.escape(exercise)} "
+                        f"&nbsp; {got:g}/{total:g}</th></tr>")
+            for t in tests:
+                mark = {PASSED: "&#10004;", FAILED: "&#10008;"}.get(t.status, "&ndash;")
+                rows.append(f"<tr><td>{mark}</td><td style='text-align:left'>"
+                            f"{html.escape(t.title)}<pre style='margin:0'>"
+                            f"{html.escape(t.output.rstrip())}</pre></td>"
+                            f"<td>{t.score:g}/{t.max_score:g}</td></tr>")
+        return (f"<table>{''.join(rows)}</table><p><b>Total: {self.report.score:g}/"
+                f"{self.report.max_score:g}</b> (public tests only: the hidden tests decide "
+                "the grade)</p>")
+
+
+def _show_plot(exercise: str, folder: Path) -> None:
+    """Show exercise D's plot inline: the student's own measure_scaling and
+    plot_scaling, run here in the student's own kernel on small lengths."""
+    if exercise != "ex04_quadratic":
+        return
+    try:
+        from IPython import get_ipython
+        from IPython.display import Image, display
+    except ImportError:
+        return
+    if get_ipython() is None:   # a plain console: the text table is all
+        return
+    images = sorted(folder.glob(f"{exercise.split('_')[0]}*.png"))
+    if not images:
+        try:
+            sys.path.insert(0, str(folder))
+            import importlib
+            module = importlib.import_module(exercise)
+            module = importlib.reload(module)
+            path = folder / "ex04_scaling.png"
+            module.plot_scaling(module.measure_scaling([128, 256, 512]), str(path))
+            images = [path] if path.exists() else []
+        except Exception as exc:  # the student's code: say why there is no plot
+            print(f"(no plot: {type(exc).__name__}: {exc})")
+        finally:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(str(folder))
+    for image in images:
+        display(Image(filename=str(image)))
+
+
+def self_check(exercise: str, folder: str | os.PathLike = ".") -> CheckResult:
+    """Grade the saved module with the public suite; the table comes back as a
+    ``CheckResult`` (a notebook shows it as HTML, a console as text)."""
     from grader.core import Options, grade
     from grader.report import to_text
 
     folder = Path(folder)
     if not (folder / f"{exercise}.py").exists():
-        text = (f"{exercise}.py is not saved yet: run the cell tagged "
-                f"{TAG_PREFIX}{exercise} first.")
-    else:
-        report = grade(folder, Options(suite="public", exercises=[exercise]))
-        text = to_text(report, public_only=True)
-    print(text)
-    for image in sorted(folder.glob(f"{exercise}*.png")):
-        with contextlib.suppress(ImportError):
-            from IPython.display import Image, display
-            display(Image(filename=str(image)))
-    return text
+        return CheckResult(f"{exercise}.py is not saved yet: run the cell tagged "
+                           f"{TAG_PREFIX}{exercise} first.")
+    missing = [n for n in dependencies((folder / f"{exercise}.py").read_text())
+               if not (folder / f"{n}.py").exists()]
+    if missing:
+        return CheckResult(f"{exercise}.py imports {', '.join(missing)}, which is not beside "
+                           "this notebook: run the cell that loads your earlier exercise.")
+    report = grade(folder, Options(suite="public", exercises=[exercise]))
+    report.submission = f"{exercise}.py"
+    _show_plot(exercise, folder)
+    return CheckResult(to_text(report, public_only=True), report)
 
 
 def run_notebook(path: Path, cwd: Path) -> list[str]:
@@ -165,9 +340,17 @@ def run_notebook(path: Path, cwd: Path) -> list[str]:
                 continue
             code = "\n".join(line for line in cell.source.splitlines()
                              if not line.lstrip().startswith(("%", "!")))
+            tree = ast.parse(code)
+            last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) \
+                else None
             buf = io.StringIO()
+            name = f"<cell {len(outputs)}>"
             with contextlib.redirect_stdout(buf):
-                exec(compile(code, f"<cell {len(outputs)}>", "exec"), namespace)
+                exec(compile(tree, name, "exec"), namespace)
+                if last is not None:   # shown like Jupyter shows a cell's value
+                    value = eval(compile(ast.Expression(last.value), name, "eval"), namespace)
+                    if value is not None:
+                        print(repr(value))
             outputs.append(buf.getvalue())
     finally:
         sys.path.remove(str(cwd))

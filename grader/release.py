@@ -1,15 +1,26 @@
 """Build the student edition: what students receive.
 
 Stubs, public suites, notebooks, a student README, the ``attn-grade``
-command (``check`` and ``grade --suite public``) and a GitHub Actions
-workflow that self-checks on push.  Left out: ``solutions/``, the hidden
-suites, the reference modules (replayed instead, see ``grader.replay``), the
-package's tests and benchmarks, and the instructors' tools (release,
-Gradescope bundle, GPU calibration).
+command (``check`` only: no command there claims a grade) and a GitHub
+Actions workflow that self-checks on push, written as a git repository with
+a first commit (ready to push as a template).  Left out: ``solutions/``, the
+hidden suites, the reference modules (replayed instead, see
+``grader.replay``), the package's tests and benchmarks, and the instructors'
+tools (release, Gradescope bundle, GPU calibration).
+
+Grading-only code: a few of the grader's own helpers are working answers to
+student tasks (``measure.time_call`` is a ``time_fn``, ``timing.lsq_slope`` a
+``loglog_slope``, ``probes/ex06.py`` counts the bytes an op reads, as
+``measure_intensity`` must).  ``GRADING_ONLY`` names them; the edition ships
+each as a stub that raises ``GradingOnly``, a pytest skip: the public check
+that needs one says "not checked in the student edition" and runs when
+graded.
 """
 from __future__ import annotations
 
+import ast
 import shutil
+import subprocess
 from pathlib import Path
 
 from grader.exercises import PACKAGE_DIR, REPO_DIR
@@ -18,6 +29,29 @@ from grader.replay import SECRET_MODULES, Recorder
 PACKAGE_NAME = "attn-course-student"
 # Files of the grader package that stay with instructors.
 INSTRUCTOR_ONLY = {"release.py", "gradescope.py", "calibrate.py"}
+# Grader code that is a working answer to a student task: {file under
+# grader/: functions}, None for the whole module.  Shipped as stubs.
+GRADING_ONLY = {
+    "measure.py": ("time_call",),               # ex04's time_fn
+    "reference/timing.py": ("lsq_slope",),      # ex04's loglog_slope
+    "sandbox/probes/ex06.py": None,             # ex06's byte counting
+}
+GRADING_ONLY_NOTE = ("not checked in the student edition: this check needs grader code "
+                     "that would answer an exercise (the graded run has it)")
+GRADING_ONLY_CLASS = f"""
+
+try:  # in the grading process, a pytest skip of the check that needed it
+    from _pytest.outcomes import Skipped as _GradingOnlyBase
+except ImportError:  # pragma: no cover
+    _GradingOnlyBase = Exception
+
+
+class GradingOnly(_GradingOnlyBase):
+    \"\"\"Grader code that runs when graded only (it would answer an exercise).\"\"\"
+
+
+GRADING_ONLY_NOTE = {GRADING_ONLY_NOTE!r}
+"""
 
 STUDENT_PYPROJECT = """\
 [build-system]
@@ -65,7 +99,7 @@ Seven exercises on attention in transformers. Each module in `exercises/`
 states its task, shapes and conventions in its docstrings, and raises
 `NotImplementedError` (exercise A: constants set to `None`) where your work
 goes. Prefer notebooks? `notebooks/` has one per exercise, with a self-check
-cell; in Colab, the first code cell installs this package.
+cell. {colab}
 
 | module | exercise |
 | --- | --- |
@@ -74,16 +108,22 @@ cell; in Colab, the first code cell installs this package.
 ## Checking yourself
 
 ```bash
-attn-grade check              # every exercise
-attn-grade check ex02 ex03    # some of them
+attn-grade check                       # every exercise
+attn-grade check B C                   # some of them: by letter,
+attn-grade check ex02_mha exercises/ex03_gqa.py   # by name or by file
+attn-grade --version
 ```
+
+`check` exits 1 when a public test fails (so CI fails with it); add
+`--no-fail` to always exit 0.
 
 Each test shows its points and, when it fails, what was expected, what came
 back (first mismatch, max error) and which known mistake it looks like.
 These are the public tests: your instructor grades with more (random
 shapes, both precisions, properties), so a clean check is a first step, not
 a promise. A few public checks say "not checked in the student edition":
-they need the instructors' reference and run when you are graded.
+they need the instructors' reference (or grader code that would answer an
+exercise, like its own timer) and run when you are graded.
 
 On a machine without a GPU, install the CPU build of PyTorch first
 (`pip install torch --index-url https://download.pytorch.org/whl/cpu`).
@@ -94,9 +134,13 @@ programs while they run.
 
 ## Handing in
 
-Hand in the modules of `exercises/` (a folder or a zip of them), or your
-notebooks: the grader reads the cells tagged `attn:<exercise>`. The GitHub
-workflow in `.github/workflows/check.yml` runs the self-check on every push.
+Hand in the modules of `exercises/` (a folder or a zip of them), your
+notebooks (the grader reads the cells tagged `attn:<exercise>`, or those
+starting with `%%writefile exNN_name.py`), or this whole repository. The
+GitHub workflow in `.github/workflows/check.yml` runs the self-check on every
+push and fails when a public test fails. Exercise C imports your B
+(`ex02_mha`): its notebook loads it from `ex02_mha.py` or `ex02_mha.ipynb`
+beside it.
 """
 
 STUDENT_WORKFLOW = """\
@@ -116,8 +160,13 @@ jobs:
           python-version: "3.11"
       - run: python -m pip install -e ".[plot]"
       - name: Public tests (the hidden ones decide the grade)
-        run: attn-grade check | tee check.txt
+        shell: bash
+        # pipefail: a failing check fails the job, not just tee
+        run: |
+          set -o pipefail
+          attn-grade check 2>&1 | tee check.txt
       - uses: actions/upload-artifact@v4
+        if: always()
         with:
           name: self-check
           path: check.txt
@@ -137,6 +186,39 @@ def _copy_package(dest: Path) -> None:
         return skip
 
     shutil.copytree(PACKAGE_DIR, dest, ignore=ignore)
+    for name, functions in GRADING_ONLY.items():
+        path = dest / name
+        path.write_text(strip_grading_only(path.read_text(), functions))
+
+
+def strip_grading_only(source: str, functions: tuple | None) -> str:
+    """``source`` with the named top-level functions' bodies (all public
+    functions, and nothing else but the docstring, when ``functions`` is
+    None) replaced by ``raise GradingOnly(...)``; docstrings and signatures stay."""
+    tree = ast.parse(source)
+    raise_line = "raise GradingOnly(GRADING_ONLY_NOTE)"
+    if functions is None:
+        doc = ast.get_docstring(tree) or ""
+        out = [f'"""{doc}\n\n(Student edition: these probes run when graded only.)\n"""',
+               "from __future__ import annotations"]
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+                out.append(f"\n\ndef {node.name}(*args, **kwargs):\n"
+                           f'    """{(ast.get_docstring(node) or "").splitlines()[0]}"""\n'
+                           f"    {raise_line}")
+        return "\n".join(out) + GRADING_ONLY_CLASS
+    lines = source.splitlines()
+    found = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    missing = [f for f in functions if f not in found]
+    if missing:
+        raise RuntimeError(f"GRADING_ONLY names {missing[0]}, which is not a top-level "
+                           "function any more: update grader/release.py")
+    for node in sorted((found[f] for f in functions), key=lambda n: -n.lineno):
+        body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+        start = body[0].lineno - 1 if body else node.end_lineno
+        indent = " " * (node.col_offset + 4)
+        lines[start:node.end_lineno] = [f"{indent}{raise_line}"]
+    return "\n".join(lines) + "\n" + GRADING_ONLY_CLASS
 
 
 def record_public_answers(dest_reference: Path) -> Recorder:
@@ -153,9 +235,27 @@ def record_public_answers(dest_reference: Path) -> Recorder:
     return recorder
 
 
-def build(out: Path, install: str | None = None) -> Path:
+def _git_init(out: Path) -> None:
+    """``out`` as a git repository with one commit of everything in it."""
+    ident = ["-c", "user.name=attn-grade release", "-c", "user.email=attn-grade@localhost"]
+    try:
+        for cmd in (["init", "-q"], ["add", "-A"],
+                    [*ident, "commit", "-q", "-m", "The student edition"]):
+            subprocess.run(["git", *cmd], cwd=out, check=True, capture_output=True, text=True)
+        subprocess.run(["git", "branch", "-M", "main"], cwd=out, check=True,
+                       capture_output=True)
+    except FileNotFoundError:
+        raise RuntimeError("git is not installed: install it, or pass --no-git") from None
+    except subprocess.CalledProcessError as exc:
+        raise RuntimeError(f"git {exc.cmd[1]} failed in {out}: "
+                           f"{(exc.stderr or '').strip()[:200]}") from None
+
+
+def build(out: Path, install: str | None = None, git: bool = False) -> Path:
+    """Write the student edition into ``out``.  ``install``: where the edition
+    will live (a pip-installable URL), for the notebooks' install cell."""
     from grader.exercises import EXERCISES
-    from grader.notebooks import write_notebooks
+    from grader.notebooks import DEFAULT_INSTALL, write_notebooks
     from grader.stubs import derive_all
 
     if out.exists() and any(out.iterdir()):
@@ -165,14 +265,19 @@ def build(out: Path, install: str | None = None) -> Path:
     (out / "exercises").mkdir()
     for name, text in stubs.items():
         (out / "exercises" / f"{name}.py").write_text(text)
-    write_notebooks(out / "notebooks", stubs, install or PACKAGE_NAME)
+    write_notebooks(out / "notebooks", stubs, install or DEFAULT_INSTALL)
     _copy_package(out / "grader")
     record_public_answers(out / "grader" / "reference")
     (out / "pyproject.toml").write_text(STUDENT_PYPROJECT.format(name=PACKAGE_NAME))
     table = "\n".join(f"| `{e.name}` | {e.title} |" for e in EXERCISES.values()
                       if e.name in stubs)
-    (out / "README.md").write_text(STUDENT_README.format(table=table))
+    where = (f"In Colab, the first code cell installs the checker from `{install}`."
+             if install else "The notebooks were made without an install address: in "
+             "Colab, `pip install` this repository first (its git URL).")
+    (out / "README.md").write_text(STUDENT_README.format(table=table, colab=where))
     (out / ".github" / "workflows").mkdir(parents=True)
     (out / ".github" / "workflows" / "check.yml").write_text(STUDENT_WORKFLOW)
     (out / ".gitignore").write_text("__pycache__/\n*.egg-info/\n*.png\n")
+    if git:
+        _git_init(out)
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
 import tempfile
 import textwrap
@@ -78,14 +79,27 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
+def _for_students(text: str) -> str:
+    """No absolute paths for students: ``/home/x/course/exercises/ex02_mha.py``
+    becomes ``ex02_mha.py``, the grader's own files ``grader/...``."""
+    text = re.sub(r"(?<![\w.])(?:/[^\s/:'\"()]+)+/(grader/[^\s:'\"()]+)", r"\1", text)
+    return re.sub(r"(?<![\w.])(?:/[^\s/:'\"()]+)+/([^\s/:'\"()]+\.(?:py|ipynb|png|zip))",
+                  r"\1", text)
+
+
 def to_text(report: Report, *, public_only: bool = False) -> str:
     """A per-exercise table with each test's feedback under it (a passing
-    test has feedback only when it has something to show, like a measurement)."""
-    lines = [f"Graded {report.submission} with the {report.suite} suites "
-             f"in {report.seconds:.1f} s."]
-    for key, value in report.machine.items():
-        lines.append(f"  {key}: {value}")
-    if report.seed is not None and report.suite == "hidden":
+    test has feedback only when it has something to show, like a measurement).
+
+    ``public_only`` is the students' view: no sandbox or machine lines, no
+    absolute paths, and feedback that repeats within an exercise (a module
+    that failed to import fails every test alike) is shown once."""
+    name = Path(report.submission).name if public_only else report.submission
+    lines = [f"Graded {name} with the {report.suite} suites in {report.seconds:.1f} s."]
+    if not public_only:
+        for key, value in report.machine.items():
+            lines.append(f"  {key}: {value}")
+    if report.seed is not None and report.suite == "hidden" and not public_only:
         lines.append(f"  random cases: seed {report.seed} (--seed {report.seed} reproduces "
                      "this grade)")
     lines.extend(report.notes)
@@ -94,13 +108,18 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
         got, total = report.exercise_scores()[exercise]
         lines.append("")
         lines.append(f"{exercise}  {_num(got)}/{_num(total)}")
+        shown: set[str] = set()
         for t in tests:
             mark = {PASSED: "ok  ", FAILED: "FAIL", NOT_RUN: "--  "}[t.status]
             title = t.title
             pts = f"{_num(t.score)}/{_num(t.max_score)}"
             lines.append(f"  {mark} {title:<{width}} {pts:>7}")
-            if t.output:
-                lines.append(textwrap.indent(t.output.rstrip(), "         "))
+            output = t.output.rstrip()
+            if public_only and output in shown:
+                output = ""     # said once above, under the first test it failed
+            shown.add(t.output.rstrip())
+            if output:
+                lines.append(textwrap.indent(output, "         "))
     lines.append("")
     lines.append(f"Total: {_num(report.score)}/{_num(report.max_score)}")
     if report.manual and not public_only:
@@ -113,7 +132,8 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
     if public_only:
         lines.append("These are the public tests only: the hidden tests decide the grade, "
                      "so passing here does not mean the exercise is right.")
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    return _for_students(text) if public_only else text
 
 
 def to_gradescope(report: Report) -> dict:

@@ -1,13 +1,17 @@
 """What a submission may be, turned into a folder of exercise modules.
 
 A submission is a folder of ``exNN_*.py`` modules, a notebook (``.ipynb``)
-whose code cells carry ``attn:<exercise>`` tags, or a ``.zip`` holding
-either.  ``materialize`` returns a folder the grader can use, made in a
+whose code cells carry ``attn:<exercise>`` tags, a ``.zip`` holding either,
+or a student's whole repository (the student edition, as a GitHub upload to
+Gradescope brings it): its ``exercises/`` and ``notebooks/`` are read.
+What an archiver or an editor leaves behind (``__MACOSX``, dotfiles,
+``.ipynb_checkpoints``, ``foo.py~``, ``#foo.py#``, ``.bak``) is skipped.  ``materialize`` returns a folder the grader can use, made in a
 temporary directory when the submission is not a folder already; problems
 are ``SubmissionError`` with one sentence for the person at the keyboard.
 """
 from __future__ import annotations
 
+import ast
 import fnmatch
 import os
 import shutil
@@ -27,9 +31,33 @@ class SubmissionError(ValueError):
     """A submission that cannot be read; the text is one sentence."""
 
 
+# Folders that never hold a student's work.
+IGNORED_DIRS = {"__MACOSX", "__pycache__", "node_modules", "site-packages", "venv"}
+# Folders of a student's repository where the work is; a folder holding one
+# of them is read there (not recursively: the edition's grader/ is no answer).
+REPO_FOLDERS = ("exercises", "notebooks")
+
+
+def ignored(name: str) -> bool:
+    """Files and folders an archiver or an editor leaves: never a submission."""
+    return (name.startswith((".", "~", "#", "._")) or name.endswith(("~", ".bak", ".orig",
+            ".swp", ".tmp", "#")) or name in IGNORED_DIRS or "-checkpoint" in name)
+
+
 def modules_in(folder: Path) -> list[str]:
     return sorted(p.stem for p in Path(folder).glob("*.py")
                   if p.stem in EXERCISES and not p.is_symlink())
+
+
+def describe(path: Path) -> str:
+    """One line on what an upload holds (for staff's logs)."""
+    path = Path(path)
+    if not path.is_dir():
+        return f"{path.name} ({path.stat().st_size} bytes)" if path.exists() else \
+            f"{path} (missing)"
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())
+    shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+    return f"folder {path.name}/ with {len(names)} entries: {shown or 'nothing'}"
 
 
 def kind_of(path: Path) -> str:
@@ -62,7 +90,7 @@ def _unzip(path: Path, dest: Path) -> None:
                 continue  # links are not followed or created
             if m.is_dir():
                 continue
-            if name.suffix not in (".py", ".ipynb") or "__MACOSX" in name.parts:
+            if name.suffix not in (".py", ".ipynb") or any(ignored(p) for p in name.parts):
                 continue
             target = dest.joinpath(*name.parts)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -70,35 +98,97 @@ def _unzip(path: Path, dest: Path) -> None:
                 shutil.copyfileobj(src, out)
 
 
-def _files(found: Path, pattern: str) -> list[Path]:
-    """Regular files matching ``pattern`` below ``found``; links are never
-    followed (a submission's link could point at the hidden suites)."""
+def _files(found: Path, pattern: str, recursive: bool = True) -> list[Path]:
+    """Regular files matching ``pattern`` below ``found`` (or directly in it);
+    links are never followed (a submission's link could point at the hidden
+    suites), and what ``ignored`` names is skipped."""
     out = []
-    for root, _dirs, names in os.walk(found, followlinks=False):
+    for root, dirs, names in os.walk(found, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not ignored(d)) if recursive else []
         for name in names:
             path = Path(root) / name
-            if fnmatch.fnmatch(name, pattern) and path.is_file() and not path.is_symlink():
+            if fnmatch.fnmatch(name, pattern) and not ignored(name) and path.is_file() \
+                    and not path.is_symlink():
                 out.append(path)
     return sorted(out)
 
 
-def _flatten(found: Path, dest: Path) -> None:
-    """Exercise modules and notebooks anywhere in ``found`` -> ``dest``."""
+def repository_roots(found: Path, depth: int = 3) -> list[Path]:
+    """Folders (``found`` or below) that hold ``exercises/`` or ``notebooks/``:
+    a student's repository, maybe inside the folder a zip or a download adds."""
+    found = Path(found)
+    if any((found / f).is_dir() and not (found / f).is_symlink() for f in REPO_FOLDERS):
+        return [found]
+    if depth == 0:
+        return []
+    out = []
+    for sub in sorted(found.iterdir()):
+        if sub.is_dir() and not sub.is_symlink() and not ignored(sub.name):
+            out += repository_roots(sub, depth - 1)
+    return out
+
+
+def _unfinished(source: str) -> int:
+    """How much of a stub is left: ``NotImplementedError``s, and module
+    constants still ``None`` (exercise A's stub)."""
+    count = source.count("NotImplementedError")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return count
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) \
+                and node.value.value is None:
+            count += 1
+    return count
+
+
+def _candidates(found: Path) -> tuple[dict[str, list[str]], list[Path]]:
+    """{exercise: [sources]} from modules (first) and notebooks, and the
+    folders they were found in."""
     from grader.notebooks import extract_modules
 
+    roots = repository_roots(found)
+    if roots:   # a repository: its own top level, exercises/ and notebooks/
+        folders = [f for r in roots for f in (r, *(r / n for n in REPO_FOLDERS)) if f.is_dir()]
+        modules = [p for f in folders for p in _files(f, "*.py", recursive=False)]
+        notebooks = [p for f in folders for p in _files(f, "*.ipynb", recursive=False)]
+    else:
+        folders = [found]
+        modules, notebooks = _files(found, "*.py"), _files(found, "*.ipynb")
+    out: dict[str, list[str]] = {}
+    for path in modules:
+        if path.stem in EXERCISES:
+            out.setdefault(path.stem, []).append(path.read_text(errors="replace"))
+    for path in notebooks:
+        try:
+            found_here = extract_modules(path)
+        except SubmissionError:
+            if len(notebooks) == 1 and not modules:
+                raise
+            continue  # one of several notebooks: the others may hold the work
+        for name, source in found_here.items():
+            out.setdefault(name, []).append(source)
+    helpers = [p for p in modules if p.stem not in EXERCISES]
+    return out, helpers
+
+
+def _flatten(found: Path, dest: Path) -> None:
+    """Exercise modules and notebooks anywhere in ``found`` -> ``dest``.  Where
+    an exercise is found twice (a repository's module and its notebook), the
+    one with less of the stub left wins; on a tie, the module."""
     for i, archive in enumerate(_files(found, "*.zip")):  # a zip uploaded beside
         inner = dest.parent / f"zip{i}"
         inner.mkdir(exist_ok=True)
         _unzip(archive, inner)
         _flatten(inner, dest)
-    for path in _files(found, "*.ipynb"):
-        for name, source in extract_modules(path).items():
-            (dest / f"{name}.py").write_text(source)
-    for path in _files(found, "*.py"):
-        if path.stem in EXERCISES and not (dest / path.name).exists():
-            shutil.copyfile(path, dest / path.name)
+    candidates, helpers = _candidates(found)
+    for name, sources in candidates.items():
+        best = min(sources, key=_unfinished)   # min keeps the first on a tie
+        if not (dest / f"{name}.py").exists():
+            (dest / f"{name}.py").write_text(best)
     # helpers beside the modules (a student's utils.py) come along
-    for path in _files(found, "*.py"):
+    for path in helpers:
         if not (dest / path.name).exists():
             shutil.copyfile(path, dest / path.name)
 
@@ -111,7 +201,9 @@ def materialize(path: Path | str):
         raise SubmissionError(f"{path} does not exist.")
     kind = kind_of(path)
     if kind == "folder":
-        packed = list(path.glob("*.ipynb")) + list(path.glob("*.zip"))
+        packed = list(path.glob("*.ipynb")) + list(path.glob("*.zip")) + \
+            [p for p in path.iterdir() if p.is_dir() and not p.is_symlink()
+             and (p.name in REPO_FOLDERS or not ignored(p.name) and not modules_in(path))]
         if not modules_in(path) and not packed:
             raise SubmissionError(f"no exercise modules (ex01_by_hand.py ... "
                                   f"ex07_flash_attention.py) were found in {path}.")

@@ -383,6 +383,15 @@ class StudentModule:
             raise
 
     def probe(self, name: str, *args, **kwargs):
-        return self._worker.request({"op": "probe", "name": name, "args": list(args),
-                                     "kwargs": kwargs},
-                                    f"checking {self._worker.module} ({name})", self._timeout)
+        try:
+            return self._worker.request({"op": "probe", "name": name, "args": list(args),
+                                         "kwargs": kwargs},
+                                        f"checking {self._worker.module} ({name})",
+                                        self._timeout)
+        except StudentRaised as exc:
+            # The student edition ships some probes as stubs (grader.release's
+            # GRADING_ONLY): the check that needs one is skipped there, said so.
+            if exc.raised.is_a("GradingOnly"):
+                import pytest
+                pytest.skip(exc.raised.message)
+            raise

@@ -122,7 +122,7 @@ def save_plot(student, request, pairs) -> str:
     except StudentError as exc:
         return f"(no plot saved: plot_scaling failed: {str(exc).splitlines()[0]})"
     if out.get("no_matplotlib"):
-        return "(no plot saved: matplotlib is not installed; pip install 'attn-course[plot]')"
+        return "(no plot saved: matplotlib is not installed; pip install matplotlib)"
     data = bytes(np.asarray(out.get("png", []), dtype=np.uint8))
     if not data.startswith(PNG_MAGIC):
         return "(no plot saved: plot_scaling wrote no PNG file)"
@@ -183,7 +183,7 @@ def test_plot_scaling_is_loglog(student):
     pairs = [[256, 0.0012], [512, 0.0051], [1024, 0.021]]
     out = student.probe("ex04.plot", pairs)
     if out.get("no_matplotlib"):
-        pytest.skip("needs matplotlib on the grading machine (pip install 'attn-course[plot]')")
+        pytest.skip("needs matplotlib on the grading machine (pip install matplotlib)")
     data = bytes(np.asarray(out["png"], dtype=np.uint8))
     if not out["exists"]:
         raise Feedback("plot_scaling did not write the file at the path it was given")
