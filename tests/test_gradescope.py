@@ -1,19 +1,36 @@
-"""The Gradescope bundle, run against a fake /autograder tree."""
+"""The Gradescope bundle, installed and run as Gradescope runs it.
+
+Gradescope extracts the bundle into ``/autograder/source``, runs its
+``setup.sh`` once, then ``run_autograder`` per upload (in
+``/autograder/submission``) and reads ``/autograder/results/results.json``.
+Here ``autograder`` is a temporary folder: ``setup.sh`` runs unchanged but
+for its ``apt-get`` lines, into a fresh venv that sees this environment's
+packages (torch is not downloaded again; pip runs offline), and
+``run_autograder`` then grades uploads of every kind with that venv.
+"""
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 import zipfile
+from pathlib import Path
 
+import nbformat
 import pytest
 from click.testing import CliRunner
 
 from grader.cli import main
-from grader.gradescope import validate_results
+from grader.gradescope import autograder_tree, place_upload, run_autograder, validate_results
+from grader.notebooks import TAG_PREFIX, WRITEFILE, build_notebook
 from grader.report import to_gradescope
-from tests.conftest import copy_solutions, grade_dir
+from tests.conftest import EXERCISES_DIR, SOLUTIONS, copy_solutions, grade_dir
+
+QUICK = "ex01_by_hand ex03_gqa"      # staff's ATTN_EXERCISES: a quick run
 
 
 @pytest.fixture(scope="module")
@@ -24,50 +41,157 @@ def bundle(tmp_path_factory):
     return out
 
 
-def _autograder_tree(tmp_path, bundle):
-    root = tmp_path / "autograder"
-    (root / "submission").mkdir(parents=True)
-    with zipfile.ZipFile(bundle) as z:
-        z.extractall(root / "bundle")
-    run = root / "bundle" / "run_autograder"
-    run.chmod(0o755)
-    return root, run
+@pytest.fixture(scope="module")
+def installed(bundle, tmp_path_factory):
+    """setup.sh run against an extracted bundle: (autograder root, venv python)."""
+    root = autograder_tree(bundle, tmp_path_factory.mktemp("gs") / "autograder")
+    venv = root.parent / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                   executable=None)
+    # This environment's packages (torch, setuptools, matplotlib) seen from the
+    # fresh venv, behind its own site-packages: nothing is downloaded again.
+    purelib = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})
+                   ["purelib"])
+    ours = [p for p in site.getsitepackages() if "site-packages" in p]
+    (purelib / "_attn_test_env.pth").write_text("\n".join(ours) + "\n")
+    setup = (root / "source" / "setup.sh").read_text()
+    assert "apt-get" in setup and '"$SOURCE[plot]"' in setup   # the plot extra
+    script = "\n".join(line for line in setup.splitlines() if "apt-get" not in line)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(ATTN_VENV=str(venv), PIP_NO_INDEX="1", PIP_NO_BUILD_ISOLATION="false",
+               PIP_DISABLE_PIP_VERSION_CHECK="1",
+               PATH=f"{Path(sys.base_prefix) / 'bin'}{os.pathsep}{env['PATH']}")
+    script_path = root / "source" / "setup-test.sh"
+    script_path.write_text(script)
+    proc = subprocess.run(["bash", str(script_path)], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "attn-grade setup: ok" in proc.stdout
+    python = venv / "bin" / "python"
+    where = subprocess.run([str(python), "-c", "import grader, matplotlib; print(grader.__file__)"],
+                           capture_output=True, text=True, env=env, cwd=root)
+    assert str(venv) in where.stdout, where.stdout + where.stderr   # installed, not a checkout
+    return root, str(python)
 
 
-def _run(root, run):
-    env = dict(os.environ, AUTOGRADER_ROOT=str(root), ATTN_PYTHON=sys.executable)
-    proc = subprocess.run(["bash", str(run)], env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads((root / "results" / "results.json").read_text())
+def _grade_upload(installed, upload: Path, tmp_path, exercises=QUICK):
+    """A fresh submission/ and results/ in the installed tree, then run_autograder."""
+    root, python = installed
+    for sub in ("submission", "results"):
+        shutil.rmtree(root / sub, ignore_errors=True)
+        (root / sub).mkdir()
+    place_upload(upload, root)
+    env = dict(os.environ, ATTN_EXERCISES=exercises)
+    result = run_autograder(root, python, timeout=900, env=env)
+    assert result.returncode == 0, result.log
+    assert result.problems == [], result.problems
+    return result
 
 
-def test_bundle_contents(bundle):
+def _scores(data) -> dict:
+    out: dict = {}
+    for t in data["tests"]:
+        ex = t["name"].split(":", 1)[0]
+        got, most = out.get(ex, (0, 0))
+        out[ex] = (got + t["score"], most + t["max_score"])
+    return out
+
+
+def _notebook(exercise, source, path, tags=True):
+    nb = build_notebook(exercise, (EXERCISES_DIR / f"{exercise}.py").read_text())
+    for cell in nb.cells:
+        if f"{TAG_PREFIX}{exercise}" in cell.metadata.get("tags", []):
+            cell.source = f"{WRITEFILE} {exercise}.py\n{source}"
+        if not tags:
+            cell.metadata.pop("tags", None)
+    nbformat.write(nb, str(path))
+    return path
+
+
+def test_bundle_layout_is_gradescopes(bundle):
     names = set(zipfile.ZipFile(bundle).namelist())
-    assert {"setup.sh", "run_autograder", "source/pyproject.toml"} <= names
-    assert any(n.startswith("source/grader/suites/hidden/") for n in names)
-    assert not any(n.startswith(("source/solutions", "source/tests")) for n in names)
+    # setup.sh and run_autograder at the top, beside an installable project
+    assert {"setup.sh", "run_autograder", "pyproject.toml", "grader/gradescope.py"} <= names
+    assert any(n.startswith("grader/suites/hidden/") for n in names)
+    assert not any(n.startswith(("source/", "solutions/", "tests/")) for n in names)
+    modes = {i.filename: i.external_attr >> 16 for i in zipfile.ZipFile(bundle).infolist()}
+    assert modes["setup.sh"] & 0o111 and modes["run_autograder"] & 0o111
 
 
-def test_run_autograder_grades_the_submission(bundle, tmp_path):
-    root, run = _autograder_tree(tmp_path, bundle)
-    copy_solutions(root / "submission", ["ex01_by_hand", "ex02_mha"])
-    data = _run(root, run)
-    assert validate_results(data) == []
-    ex01 = [t for t in data["tests"] if t["name"].startswith("ex01_by_hand: ")]
-    assert ex01 and all(t["status"] == "passed" for t in ex01)
-    missing = [t for t in data["tests"] if t["name"].startswith("ex03_gqa: ")]
-    assert missing and all(t["score"] == 0 for t in missing)
-    seen = {t["visibility"] for t in data["tests"]}
+def test_loose_modules(installed, tmp_path):
+    upload = copy_solutions(tmp_path / "up", ["ex01_by_hand", "ex02_mha", "ex03_gqa"])
+    result = _grade_upload(installed, upload, tmp_path)
+    scores = _scores(result.results)
+    assert set(scores) == {"ex01_by_hand", "ex03_gqa"}
+    assert all(got == most > 0 for got, most in scores.values()), scores
+    # staff's log: progress, what was found, the sandbox line; students see none of it
+    assert "exercise modules found: ex01_by_hand.py, ex02_mha.py, ex03_gqa.py" in result.log
+    assert "sandbox:" in result.log and "score " in result.log
+    assert "sandbox" not in json.dumps(result.results)
+    seen = {t["visibility"] for t in result.results["tests"]}
     assert {"visible", "after_published"} <= seen <= {"visible", "after_published", "hidden"}
 
 
-def test_run_autograder_always_writes_a_result(bundle, tmp_path):
-    root, run = _autograder_tree(tmp_path, bundle)
-    (root / "submission" / "notes.txt").write_text("I could not finish")
-    data = _run(root, run)
-    assert validate_results(data) == []
-    assert data["score"] == 0 and "could not be graded" in data["output"]
+def test_a_zip_and_notebooks(installed, tmp_path):
+    archive = tmp_path / "up" / "mine.zip"
+    archive.parent.mkdir()
+    with zipfile.ZipFile(archive, "w") as z:
+        for name in ("ex01_by_hand", "ex02_mha", "ex03_gqa"):
+            z.write(SOLUTIONS / f"{name}.py", f"work/{name}.py")
+        z.writestr("__MACOSX/work/._ex01_by_hand.py", "garbage")
+    scores = _scores(_grade_upload(installed, archive, tmp_path).results)
+    assert all(got == most > 0 for got, most in scores.values()), scores
+
+    books = tmp_path / "books"
+    books.mkdir()
+    for name in ("ex02_mha", "ex03_gqa"):
+        _notebook(name, (SOLUTIONS / f"{name}.py").read_text(), books / f"{name}.ipynb",
+                  tags=name != "ex02_mha")   # a notebook whose tags were lost
+    scores = _scores(_grade_upload(installed, books, tmp_path, "ex03_gqa").results)
+    assert scores["ex03_gqa"][0] == scores["ex03_gqa"][1] > 0, scores
+
+
+def test_a_github_repository(installed, tmp_path):
+    """A GitHub upload brings the student's whole repository: exercises/ (B
+    done there, C still the stub), notebooks/ (C done there), the edition's
+    grader/ and .github/ beside."""
+    repo = tmp_path / "repo"
+    copy_solutions(repo / "exercises", ["ex01_by_hand", "ex02_mha"])
+    shutil.copy(EXERCISES_DIR / "ex03_gqa.py", repo / "exercises" / "ex03_gqa.py")
+    (repo / "notebooks").mkdir()
+    _notebook("ex03_gqa", (SOLUTIONS / "ex03_gqa.py").read_text(),
+              repo / "notebooks" / "ex03_gqa.ipynb")
+    _notebook("ex01_by_hand", (EXERCISES_DIR / "ex01_by_hand.py").read_text(),
+              repo / "notebooks" / "ex01_by_hand.ipynb")      # untouched stub notebook
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    (repo / ".github" / "workflows" / "check.yml").write_text("name: x\n")
+    (repo / "grader").mkdir()
+    (repo / "grader" / "cli.py").write_text("raise SystemExit\n")
+    (repo / "README.md").write_text("# mine\n")
+    scores = _scores(_grade_upload(installed, repo, tmp_path).results)
+    assert all(got == most > 0 for got, most in scores.values()), scores
+
+
+def test_an_upload_that_cannot_be_graded(installed, tmp_path):
+    upload = tmp_path / "up"
+    upload.mkdir()
+    (upload / "notes.txt").write_text("I could not finish")
+    result = _grade_upload(installed, upload, tmp_path)
+    assert result.results["score"] == 0 and "could not be graded" in result.results["output"]
+    assert "not graded:" in result.log
+
+
+def test_gradescope_test_option_replays_locally(tmp_path, monkeypatch):
+    upload = copy_solutions(tmp_path / "up", ["ex01_by_hand"])
+    monkeypatch.setenv("ATTN_EXERCISES", "ex01_by_hand")
+    result = CliRunner().invoke(main, ["gradescope", str(tmp_path / "b.zip"), "--test",
+                                       str(upload)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "b.zip").is_file()
+    assert "run_autograder's output" in result.output
+    assert "exercise modules found: ex01_by_hand.py" in result.output
+    assert "specification check: ok" in result.output
 
 
 def test_our_results_follow_the_specification(tmp_path):
@@ -80,3 +204,5 @@ def test_our_results_follow_the_specification(tmp_path):
 def test_bundle_needs_a_zip_name(tmp_path):
     result = CliRunner().invoke(main, ["gradescope", str(tmp_path / "bundle.tar")])
     assert result.exit_code == 2 and "must end in .zip" in result.output
+    result = CliRunner().invoke(main, ["gradescope"])
+    assert result.exit_code == 2 and "--test" in result.output
