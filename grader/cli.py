@@ -474,6 +474,8 @@ else:
 if STUDENT_EDITION:   # no command that claims a grade the edition cannot give
     for _name in INSTRUCTOR_COMMANDS:
         main.commands.pop(_name, None)
+    main.help = ("Check your attention exercises with the public tests (the student "
+                 "edition: your grade comes from your instructor's hidden tests).")
 
 
 if __name__ == "__main__":  # pragma: no cover

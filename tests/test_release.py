@@ -17,12 +17,13 @@ from grader.replay import SECRET_MODULES
 from tests.conftest import REPO, SOLUTIONS, copy_solutions
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
+URL = "git+https://github.com/example-course/attn-student"
 
 
 @pytest.fixture(scope="module")
 def edition(tmp_path_factory):
     out = tmp_path_factory.mktemp("release") / "student"
-    result = CliRunner().invoke(main, ["release", str(out)])
+    result = CliRunner().invoke(main, ["release", str(out), "--install", URL])
     assert result.exit_code == 0, result.output
     return out
 
@@ -65,22 +66,24 @@ def reference_lines():
                         yield path.name, line
 
 
-def public_by_design() -> str:
-    """Text that is public anyway: the stubs, and the grader's own code that
-    ships as it is (public suites, the measurement kit, the worker's probes,
-    which run beside student code in any case).  A solution line that also
-    stands there, like a call of a student function, is no secret; what is
-    checked is everything made for the edition (stubs, notebooks, README,
-    replay modules) and that no secret module ships."""
-    secret = {PACKAGE_DIR / "reference" / f"{m}.py" for m in SECRET_MODULES}
+def public_by_design(edition) -> str:
+    """Text that is public anyway: the stubs, and the grader's own code as the
+    edition ships it (public suites, the measurement kit, the worker's probes,
+    which run beside student code in any case, with the grading-only code
+    stubbed).  A solution line that also stands there, like a call of a
+    student function, is no secret; what is checked is everything made for
+    the edition (stubs, notebooks, README, replay modules) and that no secret
+    module ships.  The working logic of each task is searched for everywhere
+    by ``test_no_working_logic_of_a_task_in_the_edition``."""
+    replayed = {edition / "grader" / "reference" / f"{m}.py" for m in SECRET_MODULES}
     paths = list((REPO / "exercises").glob("*.py")) + \
-        [p for p in PACKAGE_DIR.rglob("*.py") if p not in secret and "hidden" not in p.parts]
+        [p for p in (edition / "grader").rglob("*.py") if p not in replayed]
     return "\n".join(p.read_text() for p in paths)
 
 
 def test_no_solution_or_reference_code_in_the_edition(edition):
     texts = edition_text(edition)
-    public = public_by_design()
+    public = public_by_design(edition)
     checked = 0
     for source, lines in (("solutions", solution_lines()), ("reference", reference_lines())):
         for name, line in [(n, t) for n, ln in lines for t in significant([ln])]:
@@ -121,7 +124,8 @@ def test_the_edition_has_what_students_need(edition):
 
 def _edition_check(edition, folder):
     env = dict(os.environ, PYTHONPATH=str(edition))
-    proc = subprocess.run([sys.executable, "-m", "grader.cli", "check", "--path", str(folder)],
+    proc = subprocess.run([sys.executable, "-m", "grader.cli", "check", "--no-fail",
+                           "--path", str(folder)],
                           cwd=edition, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
@@ -163,3 +167,208 @@ def test_the_edition_prints_variants_but_holds_no_answer_of_them_or_the_question
     assert re.findall(r"^(\w+) = replay_function", replayed, re.M) == ["key"]
     public_suite = PACKAGE_DIR / "suites" / "public" / "test_questions.py"
     assert ".key(" not in public_suite.read_text()
+
+
+# -- the working logic of each student task, wherever it stands -------------
+
+def _called(node) -> set[str]:
+    """Names of what a function calls (``np.log`` -> ``log``)."""
+    out = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            f = sub.func
+            out.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
+    return out
+
+
+def _times_with_median(fn) -> bool:
+    """time_fn's logic: calls timed with a clock, and their median."""
+    called = _called(fn)
+    return bool(called & {"perf_counter", "perf_counter_ns", "monotonic", "time"}) and \
+        "median" in called
+
+
+def _loglog_fit(fn) -> bool:
+    """loglog_slope's logic: logs, then a least-squares line (a library's fit,
+    or sums of products of deviations)."""
+    called = _called(fn)
+    if not called & {"log", "log10", "log2"}:
+        return False
+    if called & {"polyfit", "lstsq", "linregress", "cov", "corrcoef", "Polynomial"}:
+        return True
+    sums = sum(isinstance(n, ast.Call) and getattr(n.func, "id", None) == "sum"
+               for n in ast.walk(fn))
+    return sums >= 2 and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div)
+                             for n in ast.walk(fn))
+
+
+def _counts_a_call(fn) -> bool:
+    """measure_intensity's logic: one call run inside FlopCounterMode and a
+    byte counter together, then the counted FLOPs taken out."""
+    withs = [n for n in ast.walk(fn) if isinstance(n, ast.With)]
+    flop_mode = any("FlopCounterMode" in _called(w.items[0].context_expr) or
+                    any("FlopCounterMode" in _called(i.context_expr) for i in w.items)
+                    for w in withs)
+    return flop_mode and "get_total_flops" in _called(fn)
+
+
+def _online_softmax(fn) -> bool:
+    """The flash kernel's update: a running maximum, and exp of the old
+    maximum minus the new one rescaling what came before."""
+    called = _called(fn)
+    rescale = any(isinstance(n, ast.Call) and
+                  (getattr(n.func, "attr", None) or getattr(n.func, "id", None))
+                  in ("exp", "exp2") and n.args and isinstance(n.args[0], ast.BinOp)
+                  and isinstance(n.args[0].op, (ast.Sub, ast.Mult))
+                  for n in ast.walk(fn))
+    return "maximum" in called and rescale
+
+
+TASK_LOGIC = {"time_fn (timing with warm-up and median)": _times_with_median,
+              "loglog_slope (the log-log fit)": _loglog_fit,
+              "measure_intensity (counting a call's FLOPs and read bytes)": _counts_a_call,
+              "the online-softmax update of the flash kernel": _online_softmax}
+
+
+def _functions(source: str):
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def _edition_code(edition):
+    """{place: Python source}: every module, and every notebook's code cells."""
+    out = {}
+    for path in edition.rglob("*.py"):
+        out[str(path.relative_to(edition))] = path.read_text(errors="replace")
+    for path in edition.rglob("*.ipynb"):
+        nb = nbformat.read(str(path), as_version=4)
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "code":
+                code = "\n".join(ln for ln in cell.source.splitlines()
+                                 if not ln.lstrip().startswith(("%", "!")))
+                out[f"{path.relative_to(edition)} cell {i}"] = code
+    return out
+
+
+def test_the_task_detectors_find_the_solutions():
+    """Each detector recognises its task's solution (else the search below
+    would pass for nothing)."""
+    found = {task: [] for task in TASK_LOGIC}
+    for path in SOLUTIONS.glob("ex*.py"):
+        for fn in _functions(path.read_text()):
+            for task, detect in TASK_LOGIC.items():
+                if detect(fn):
+                    found[task].append(f"{path.stem}.{fn.name}")
+    assert all(found.values()), found
+    assert "ex04_quadratic.time_fn" in found["time_fn (timing with warm-up and median)"]
+    assert "ex04_quadratic.loglog_slope" in found["loglog_slope (the log-log fit)"]
+
+
+def test_no_working_logic_of_a_task_in_the_edition(edition):
+    """No function anywhere in the edition (grader code included: its timer,
+    its slope, its probes) does what a student task asks."""
+    leaks = [f"{place}: {fn.name} looks like {task}"
+             for place, code in _edition_code(edition).items()
+             for fn in _functions(code)
+             for task, detect in TASK_LOGIC.items() if detect(fn)]
+    assert not leaks, leaks
+
+
+def test_grading_only_code_still_runs_when_graded():
+    """What the edition stubs is real in the instructors' grader."""
+    from grader import measure
+    from grader.reference import timing
+
+    assert timing.lsq_slope([1, 2, 4], [1, 4, 16]) == pytest.approx(2.0)
+    assert measure.time_call(lambda: None, warmup=0, repeats=3).median >= 0
+
+
+# -- an honest student CLI ---------------------------------------------------
+
+def _edition_cli(edition, *args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=str(edition))
+    return subprocess.run([sys.executable, "-m", "grader.cli", *map(str, args)],
+                          cwd=cwd or edition, env=env, capture_output=True, text=True,
+                          timeout=900)
+
+
+def test_the_edition_claims_no_grade(edition):
+    helped = _edition_cli(edition, "--help")
+    assert helped.returncode == 0
+    commands = helped.stdout.split("Commands:", 1)[1].split()
+    assert commands[0] == "check" and "grade" not in commands and "batch" not in commands
+    assert "public tests" in helped.stdout
+    grade = _edition_cli(edition, "grade", "exercises")
+    assert grade.returncode == 2 and "No such command" in grade.stderr
+    version = _edition_cli(edition, "--version")
+    assert version.returncode == 0 and "student edition" in version.stdout
+    assert "hidden suites" not in (edition / "README.md").read_text().split("\n")[0]
+
+
+def test_check_fails_on_failure_and_the_workflow_fails_with_it(edition):
+    stubs = _edition_cli(edition, "check", "A", "ex02")
+    assert stubs.returncode == 1, stubs.stdout + stubs.stderr
+    assert "Total: 0/" in stubs.stdout
+    assert _edition_cli(edition, "check", "ex02", "--no-fail").returncode == 0
+    workflow = (edition / ".github" / "workflows" / "check.yml").read_text()
+    assert "set -o pipefail" in workflow and "attn-grade check" in workflow
+    # the same pipeline as the workflow's step, run here: it fails with check
+    env = dict(os.environ, PYTHONPATH=str(edition))
+    piped = subprocess.run(["bash", "-c", f"set -o pipefail; {sys.executable} -m grader.cli "
+                            "check B | tee check.txt"], cwd=edition, env=env,
+                           capture_output=True, text=True, timeout=900)
+    assert piped.returncode == 1
+    (edition / "check.txt").unlink()
+
+
+def test_check_names_exercises_by_letter_name_or_file(edition, tmp_path):
+    sub = copy_solutions(tmp_path / "mine", ["ex02_mha", "ex03_gqa"])
+    for args in (["C", "--path", sub], ["ex03", "--path", sub], ["ex03_gqa.py", "--path", sub],
+                 [sub / "ex03_gqa.py"]):
+        out = _edition_cli(edition, "check", *args, cwd=tmp_path)
+        assert out.returncode == 0, (args, out.stdout, out.stderr)
+        assert "ex03_gqa  4/4" in out.stdout and "ex02_mha " not in out.stdout
+    bad = _edition_cli(edition, "check", "Q")
+    assert bad.returncode == 2 and "unknown exercise" in bad.stderr
+
+
+def test_student_output_is_for_students(edition, tmp_path):
+    """No sandbox or machine lines, no absolute paths; a module that does not
+    import is reported once, not once per test."""
+    sub = tmp_path / "mine"
+    sub.mkdir()
+    (sub / "ex02_mha.py").write_text("import numpy as np\ndef softmax(x:\n")
+    out = _edition_cli(edition, "check", "B", "--path", sub)
+    assert out.returncode == 1
+    text = out.stdout
+    assert "sandbox" not in text and "unprivileged" not in text and "MB of memory" not in text
+    assert str(tmp_path) not in text and str(edition) not in text
+    block = text.split("ex02_mha ", 1)[1]
+    assert block.count("could not be imported") == 1, text
+    assert block.count("FAIL") == 6
+
+
+def test_the_edition_is_a_git_repository_ready_to_push(edition):
+    log = subprocess.run(["git", "log", "--oneline"], cwd=edition, capture_output=True,
+                         text=True)
+    assert log.returncode == 0 and len(log.stdout.splitlines()) == 1
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                            cwd=edition, capture_output=True, text=True)
+    assert status.stdout == ""
+
+
+def test_the_install_cell_installs_what_release_was_told(edition, monkeypatch, tmp_path):
+    for path in (edition / "notebooks").glob("*.ipynb"):
+        nb = nbformat.read(str(path), as_version=4)
+        assert any(URL in c.source and "pip" in c.source for c in nb.cells), path
+    assert URL in (edition / "README.md").read_text()
+    # without --install (and no terminal to ask on), release warns
+    import grader.release
+    monkeypatch.setattr(grader.release, "build", lambda out, install, git: out)
+    result = CliRunner().invoke(main, ["release", str(tmp_path / "e")])
+    assert result.exit_code == 0 and "warning: no --install URL" in result.output
