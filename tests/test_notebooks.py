@@ -92,6 +92,9 @@ def test_grade_a_notebook_and_a_zip(notebooks, tmp_path):
     (lambda p: p.write_text("{ not json"), "is not a valid notebook"),
     (lambda p: nbformat.write(nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("x = 1")]), str(p)), "has no code cell tagged"),
+    (lambda p: nbformat.write(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("%%writefile notes.py\nx = 1")]), str(p)),
+     "has no code cell tagged"),
 ])
 def test_bad_notebooks_are_one_sentence(tmp_path, make, phrase):
     path = tmp_path / "bad.ipynb"
@@ -161,3 +164,92 @@ def test_exercise_a_notebook_prints_the_student_s_variant_and_questions_run(note
     assert any(inputs_for("alice").text() in out for out in ex01)
     assert "STUDENT_ID" in (work / "ex01_by_hand.py").read_text()
     assert "Total: 0/0" in questions[-1] and "FAIL" not in questions[-1]
+
+
+def test_notebooks_never_overwrite_without_force(tmp_path):
+    out = tmp_path / "nbs"
+    assert run("notebooks", out, "--install", "git+https://x/y").exit_code == 0
+    mine = out / "ex02_mha.ipynb"
+    mine.write_text(mine.read_text().replace("NotImplementedError", "MyWork", 1))
+    again = run("notebooks", out)
+    assert again.exit_code == 2 and "--force" in again.output
+    assert "MyWork" in mine.read_text()                        # the student's work kept
+    forced = run("notebooks", out, "--force")
+    assert forced.exit_code == 0 and "MyWork" not in mine.read_text()
+
+
+def test_untagged_writefile_cells_are_graded(notebooks, tmp_path):
+    """An editor that drops cell tags leaves the %%writefile line: it is enough."""
+    nb = nbformat.read(str(_with_solution(notebooks, "ex01_by_hand", tmp_path / "a.ipynb")),
+                       as_version=4)
+    for cell in nb.cells:
+        cell.metadata.pop("tags", None)
+    nbformat.write(nb, str(tmp_path / "a.ipynb"))
+    result = run("grade", tmp_path / "a.ipynb", "-e", "A")
+    assert result.exit_code == 0, result.output
+    assert "Total: 7/7" in result.output
+
+
+def test_the_self_check_is_one_rich_table(tmp_path):
+    """HTML in Jupyter, the text table as repr (shown once, as lines)."""
+    from grader.notebooks import self_check
+
+    copy_solutions(tmp_path, ["ex02_mha"])
+    result = self_check("ex02_mha", tmp_path)
+    assert repr(result) == str(result) and repr(result).count("\n") > 5
+    assert "ex02_mha  6/6" in repr(result) and "\\n" not in repr(result)
+    html = result._repr_html_()
+    assert html.startswith("<table>") and "6/6" in html and "<pre" in html
+
+
+def _execute(path: Path, cwd: Path):
+    """Run a notebook top to bottom in a real Jupyter kernel (as Colab would)."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(str(path), as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(cwd)}}).execute()
+    return nb
+
+
+def _outputs(cell, kind):
+    out = []
+    for o in cell.get("outputs", []):
+        if o.output_type == "stream":
+            out.append(o.text) if kind == "text" else None
+        elif kind in o.get("data", {}):
+            out.append(o.data[kind])
+    return out
+
+
+def test_a_notebook_that_needs_an_earlier_one_works_alone(notebooks, tmp_path):
+    """Exercise C's notebook in a fresh folder: beside B's notebook (not run)
+    it loads ex02_mha from there and passes; alone it runs to the end and
+    says what it misses."""
+    work = tmp_path / "colab"
+    work.mkdir()
+    nb = _with_solution(notebooks, "ex03_gqa", work / "ex03_gqa.ipynb")
+    _with_solution(notebooks, "ex02_mha", work / "ex02_mha.ipynb")
+    done = _execute(nb, work)
+    load = [c for c in done.cells if "load-earlier" in c.metadata.get("tags", [])]
+    assert load and "written from the cell tagged attn:ex02_mha" in "".join(
+        _outputs(load[0], "text"))
+    check = done.cells[-1]
+    html = "".join(_outputs(check, "text/html"))
+    assert "ex03_gqa" in html and "4/4" in html, check.outputs
+    plain = "".join(_outputs(check, "text/plain"))
+    assert "ex03_gqa  4/4" in plain and "\\n" not in plain
+
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    nb = _with_solution(notebooks, "ex03_gqa", alone / "ex03_gqa.ipynb")
+    done = _execute(nb, alone)           # no error: it runs top to bottom
+    text = "".join(t for c in done.cells for t in _outputs(c, "text") + _outputs(c, "text/plain"))
+    assert "ex02_mha.py is missing" in text and "ModuleNotFoundError" not in text
+
+
+def test_the_ex04_plot_is_shown_inline(notebooks, tmp_path):
+    work = tmp_path / "d"
+    work.mkdir()
+    done = _execute(_with_solution(notebooks, "ex04_quadratic", work / "ex04.ipynb"), work)
+    assert _outputs(done.cells[-1], "image/png"), done.cells[-1].outputs
