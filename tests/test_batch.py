@@ -42,7 +42,10 @@ def test_batch_grades_a_class_and_reruns_skip(tmp_path):
     for name in rows:
         data = json.loads((results / f"{name}.json").read_text())
         assert "score" in data and "tests" in data
-    assert "4 graded, 0 already graded" in result.output
+    assert "4 submissions: 4 graded, 0 already graded" in result.output
+    summary = (tmp_path / "grades-summary.txt").read_text()
+    assert summary.startswith("4 submissions") and "mean" in summary
+    assert (tmp_path / "grades-histogram.png").read_bytes().startswith(b"\x89PNG")
 
     again = CliRunner().invoke(main, args)
     assert "0 graded, 4 already graded" in again.output
@@ -81,3 +84,88 @@ def test_batch_bad_input(tmp_path):
         result = CliRunner().invoke(main, ["batch", *args, "--out", str(tmp_path / "g.csv")])
         assert result.exit_code == 2, result.output
         assert phrase in result.output
+
+
+def test_intake_like_course_staff_need(tmp_path):
+    """Archiver and editor litter is no student; a whole repository and a
+    Canvas bulk download are; the summary says '1 submission'."""
+    cls = tmp_path / "class"
+    copy_solutions(cls / "alice" / "exercises", ["ex01_by_hand"])      # a repository
+    (cls / "alice" / "notebooks").mkdir()
+    (cls / "alice" / ".git").mkdir()
+    (cls / "__MACOSX" / "alice").mkdir(parents=True)
+    (cls / "__MACOSX" / "alice" / "._ex01_by_hand.py").write_text("junk")
+    (cls / ".DS_Store").write_text("junk")
+    (cls / "alice~").mkdir()
+    sol = (cls.parent / "sol")
+    copy_solutions(sol, ["ex01_by_hand"])
+    # Canvas: login[_late]_userid_submissionid_file, a resubmission gets "-1"
+    (cls / "bobsmith_1234_5678_ex01_by_hand-1.py").write_text(
+        (sol / "ex01_by_hand.py").read_text())
+    (cls / "caroljones_late_99_100_ex01_by_hand.py").write_text("def x(:\n")
+    (cls / "caroljones_late_99_100_notes.txt").write_text("not code")
+    from grader.batch import discover
+    subs = discover(cls, staging=tmp_path / "staging")
+    assert [s.name for s in subs] == ["alice", "bobsmith", "caroljones"]
+    assert (tmp_path / "staging" / "bobsmith" / "ex01_by_hand.py").is_file()
+
+    out = tmp_path / "g.csv"
+    result = CliRunner().invoke(main, ["batch", str(cls), "--out", str(out), "-e", "A"])
+    assert result.exit_code == 0, result.output
+    rows = read_csv(out)
+    assert set(rows) == {"alice", "bobsmith", "caroljones"}
+    assert float(rows["alice"]["ex01_by_hand"]) == 7 and not rows["alice"]["error"]
+    assert float(rows["bobsmith"]["ex01_by_hand"]) == 7
+    assert float(rows["caroljones"]["total"]) == 0
+
+    one = tmp_path / "one"
+    copy_solutions(one / "dana", ["ex01_by_hand"])
+    result = CliRunner().invoke(main, ["batch", str(one), "--out", str(tmp_path / "o.csv"),
+                                       "-e", "A"])
+    assert "1 submission: 1 graded, 0 already graded" in result.output
+    assert (tmp_path / "o-summary.txt").read_text().startswith("1 submission\n")
+
+
+def test_three_shards_merge_to_one_run(tmp_path):
+    cls = tmp_path / "class"
+    for i, name in enumerate(["ann", "ben", "cat", "dan", "eve"]):
+        copy_solutions(cls / name, ["ex01_by_hand"] if i % 2 else [])
+        if i % 2 == 0:
+            (cls / name / "ex01_by_hand.py").write_text("SCORES = None\n")
+    whole = tmp_path / "whole" / "grades.csv"
+    assert CliRunner().invoke(main, ["batch", str(cls), "--out", str(whole), "-e", "A",
+                                     "-j", "2"]).exit_code == 0
+    parts = []
+    for k in (1, 2, 3):
+        part = tmp_path / f"part{k}" / "grades.csv"
+        result = CliRunner().invoke(main, ["batch", str(cls), "--out", str(part), "-e", "A",
+                                           "--shard", f"{k}/3"])
+        assert result.exit_code == 0, result.output
+        assert f"(shard {k}/3 of 5 submissions)" in result.output
+        parts.append(part)
+    sizes = [len(read_csv(p)) for p in parts]
+    assert sorted(sizes) == [1, 2, 2]
+    merged = tmp_path / "merged.csv"
+    result = CliRunner().invoke(main, ["merge", *map(str, parts), "--out", str(merged)])
+    assert result.exit_code == 0, result.output
+    assert merged.read_text() == whole.read_text()
+    assert (tmp_path / "merged-histogram.png").is_file()
+
+    gap = CliRunner().invoke(main, ["merge", str(parts[0]), str(parts[2]), "--out",
+                                    str(tmp_path / "x.csv")])
+    assert gap.exit_code == 2 and "shard 2/3 is missing" in gap.output
+    overlap = CliRunner().invoke(main, ["merge", str(parts[0]), str(parts[0]), str(parts[1]),
+                                        "--out", str(tmp_path / "x.csv")])
+    assert overlap.exit_code == 2 and "both shard 1/3" in overlap.output
+    bad = CliRunner().invoke(main, ["batch", str(cls), "--shard", "4/3"])
+    assert bad.exit_code == 2 and "--shard" in bad.output
+
+
+def test_the_class_workflow_is_a_matrix_of_shards_and_a_merge():
+    from tests.conftest import REPO
+    text = (REPO / ".github" / "workflows" / "grade-class.yml").read_text()
+    grade, merge = text.split("\n  grade:\n", 1)[1].split("\n  merge:\n", 1)
+    assert "matrix:" in grade and "shard: [1, 2, 3, 4]" in grade and "of: [4]" in grade
+    assert '--shard "${{ matrix.shard }}/${{ matrix.of }}"' in grade
+    assert "needs: grade" in merge and "pattern: grades-part-*" in merge
+    assert "attn-grade merge parts/grades-part-*/grades.csv" in merge
