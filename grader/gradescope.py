@@ -99,10 +99,13 @@ def _log(message: str) -> None:
     print(f"[attn-grade {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def _student_output(data: dict) -> dict:
-    """What students see: no sandbox or machine lines (they are logged instead)."""
+def _student_output(data: dict, report) -> dict:
+    """What students see: the report's notes, but no sandbox, machine or
+    grader-problem lines (those are logged for staff instead)."""
     data = dict(data)
     data.pop("output", None)
+    if report.notes:
+        data["output"] = "\n".join(report.notes)
     return data
 
 
@@ -136,7 +139,7 @@ def run(root: Path) -> dict:
             _log(f"grader problem: {err}")
         for exercise, (got, most) in report.exercise_scores().items():
             _log(f"{exercise}: {got:g}/{most:g}")
-        data = _student_output(to_gradescope(report))
+        data = _student_output(to_gradescope(report), report)
         _log(f"score {report.score:g}/{report.max_score:g} in {report.seconds:.1f} s")
     except SubmissionError as exc:
         _log(f"not graded: {exc}")

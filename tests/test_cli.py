@@ -105,3 +105,16 @@ def test_results_to_a_pipe_or_device_are_written_not_replaced(tmp_path):
     planted.symlink_to(tmp_path / "elsewhere.json")
     write_private(planted, "x")        # a planted link is replaced, not followed
     assert not planted.is_symlink() and not (tmp_path / "elsewhere.json").exists()
+
+
+def test_check_exit_code_names_and_version(tmp_path):
+    sub = copy_solutions(tmp_path / "sub", ["ex02_mha"])
+    (sub / "ex01_by_hand.py").write_text("SCORES = None\n")
+    assert run("check", "B", "--path", sub).exit_code == 0
+    assert run("check", sub / "ex02_mha.py").exit_code == 0        # a file: its folder
+    failing = run("check", "A", "ex02_mha.py", "--path", sub)
+    assert failing.exit_code == 1 and "ex01_by_hand" in failing.output
+    assert run("check", "A", "--path", sub, "--no-fail").exit_code == 0
+    version = run("--version")
+    assert version.exit_code == 0 and version.output.startswith("attn-grade ")
+    assert "student edition" not in version.output
