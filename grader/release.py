@@ -192,9 +192,9 @@ def _copy_package(dest: Path) -> None:
 
 
 def strip_grading_only(source: str, functions: tuple | None) -> str:
-    """``source`` with the named top-level functions' bodies (all public
-    functions, and nothing else but the docstring, when ``functions`` is
-    None) replaced by ``raise GradingOnly(...)``; docstrings and signatures stay."""
+    """``source`` with the named top-level functions' bodies (every top-level
+    function, and nothing else but the docstring, when ``functions`` is None)
+    replaced by ``raise GradingOnly(...)``; docstrings and signatures stay."""
     tree = ast.parse(source)
     raise_line = "raise GradingOnly(GRADING_ONLY_NOTE)"
     if functions is None:
@@ -202,9 +202,10 @@ def strip_grading_only(source: str, functions: tuple | None) -> str:
         out = [f'"""{doc}\n\n(Student edition: these probes run when graded only.)\n"""',
                "from __future__ import annotations"]
         for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
-                out.append(f"\n\ndef {node.name}(*args, **kwargs):\n"
-                           f'    """{(ast.get_docstring(node) or "").splitlines()[0]}"""\n'
+            # private ones too: another probe may import them (ex08 uses _traced)
+            if isinstance(node, ast.FunctionDef):
+                first = ((ast.get_docstring(node) or "(grading only)").splitlines() or [""])[0]
+                out.append(f'\n\ndef {node.name}(*args, **kwargs):\n    """{first}"""\n'
                            f"    {raise_line}")
         return "\n".join(out) + GRADING_ONLY_CLASS
     lines = source.splitlines()
