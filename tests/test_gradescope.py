@@ -47,8 +47,7 @@ def installed(bundle, tmp_path_factory):
     root = autograder_tree(bundle, tmp_path_factory.mktemp("gs") / "autograder")
     venv = root.parent / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-                   executable=None)
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     # This environment's packages (torch, setuptools, matplotlib) seen from the
     # fresh venv, behind its own site-packages: nothing is downloaded again.
     purelib = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})
