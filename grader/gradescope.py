@@ -135,6 +135,8 @@ def run(root: Path) -> dict:
             report = grade(folder, Options(suite="hidden", exercises=_exercises_from_env()))
         for key, value in report.machine.items():
             _log(f"{key}: {value}")
+        if getattr(report, "seed", None) is not None:
+            _log(f"random cases: seed {report.seed} (attn-grade grade --seed reproduces it)")
         for err in report.errors:
             _log(f"grader problem: {err}")
         for exercise, (got, most) in report.exercise_scores().items():
