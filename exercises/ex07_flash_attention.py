@@ -86,6 +86,16 @@ def blockwise_attention(q, k, v, block_size, causal=True):
 # Your Triton kernel goes here: an @triton.jit function (and helpers)
 # that flash_attention launches.  Triton must see your kernel's source,
 # so define it at module level in this file.
+#
+# A kernel is compiled for the GPU, not run as Python: it may read only
+# its arguments and globals made with tl.constexpr(...).  A plain
+# global (LOG2E = 1.44...) works in the CPU interpreter and is
+# rejected by the GPU compiler: compute such constants on the host and
+# pass them in (e.g. sm_scale * 1.4426950408889634 for exp2), or write
+# LOG2E = tl.constexpr(1.4426950408889634).  tl.dot needs tiles of at
+# least 16 in every dimension, and the tiles you keep must fit the
+# GPU's shared memory: the grader compiles your kernel for sm_80 and
+# sm_90 and tells you what the compiler says.
 
 
 SUPPORTED_D_HEAD = (16, 32, 64, 128)

@@ -113,18 +113,32 @@ def blockwise_attention(q, k, v, block_size, causal=True):
 # STUB: # Your Triton kernel goes here: an @triton.jit function (and helpers)
 # STUB: # that flash_attention launches.  Triton must see your kernel's source,
 # STUB: # so define it at module level in this file.
+# STUB: #
+# STUB: # A kernel is compiled for the GPU, not run as Python: it may read only
+# STUB: # its arguments and globals made with tl.constexpr(...).  A plain
+# STUB: # global (LOG2E = 1.44...) works in the CPU interpreter and is
+# STUB: # rejected by the GPU compiler: compute such constants on the host and
+# STUB: # pass them in (e.g. sm_scale * 1.4426950408889634 for exp2), or write
+# STUB: # LOG2E = tl.constexpr(1.4426950408889634).  tl.dot needs tiles of at
+# STUB: # least 16 in every dimension, and the tiles you keep must fit the
+# STUB: # GPU's shared memory: the grader compiles your kernel for sm_80 and
+# STUB: # sm_90 and tells you what the compiler says.
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
+# 1/ln(2): exp(x) == exp2(x * LOG2E).  Used on the host only: a kernel may not
+# read a plain Python global (the GPU compiler rejects it).
+LOG2E = 1.4426950408889634
 
 if _INTERPRET:
     # The interpreter runs every program in Python: small fixed tiles keep
     # CPU tests fast, and one config means no autotuning runs.
     _CONFIGS = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=1)]
 else:
-    # Sizes that suit recent GPUs (Ampere, Hopper).
+    # Sizes that suit recent GPUs (Ampere, Hopper).  A 128-row tile takes 8
+    # warps: with 4, each thread would hold 128 float32 accumulators at
+    # d_head 128 and the compiler spills registers to memory.
     _CONFIGS = [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm in (64, 128) for bn in (32, 64) for w in (4, 8) for s in (2, 3)
+        for bm, w in ((64, 4), (128, 8)) for bn in (32, 64) for s in (2, 3)
     ]
 
 
@@ -136,7 +150,7 @@ def _flash_fwd(
     stride_kb, stride_kh, stride_ks, stride_kd,
     stride_vb, stride_vh, stride_vs, stride_vd,
     stride_ob, stride_oh, stride_os, stride_od,
-    H, GROUP, S_Q, S_K, sm_scale,
+    H, GROUP, S_Q, S_K, qk_scale,                 # qk_scale = sm_scale / ln(2), from the host
     D_HEAD: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
@@ -162,7 +176,6 @@ def _flash_fwd(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)   # running max (log2 units)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)                 # running denominator
     acc = tl.zeros([BLOCK_M, D_HEAD], dtype=tl.float32)         # unnormalized output
-    qk_scale = sm_scale * LOG2E                                  # use exp2, the fast one
 
     pos_m = S_K - S_Q + offs_m                    # end-aligned absolute positions
     hi = S_K
@@ -239,7 +252,7 @@ def flash_attention(q, k, v, *, causal=True, sm_scale=None):
     _flash_fwd[grid](
         q, k, v, out,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        n_heads, n_heads // n_kv, s_q, s_k, sm_scale,
+        n_heads, n_heads // n_kv, s_q, s_k, sm_scale * LOG2E,   # scores in log2 units: exp2
         D_HEAD=d_head, CAUSAL=bool(causal),
     )
     return out

@@ -1,0 +1,122 @@
+"""Ahead-of-time compilation of the package's Triton kernels for real GPUs.
+
+No GPU is needed (see ``grader/sandbox/probes/gpu_compile.py``): every
+kernel the package holds (the reference's pointer and descriptor variants,
+the solution's kernel) is compiled for sm_80 and sm_90a, fp16 and bf16,
+d_head 64 and 128, causal and not, with every configuration its autotuner
+would try there.  ``tests/test_gpu_compile.py`` and
+``benchmarks/gpu_check.py`` use it; ``table`` prints what ptxas reports.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+KERNEL_FILES = {  # name: (file, how flash_attention is called to pick the kernel)
+    "reference/pointers": ("grader/reference/flash.py", {"variant": "pointers"}),
+    "reference/descriptors": ("grader/reference/flash.py", {"variant": "descriptors"}),
+    "solution": ("solutions/ex07_flash_attention.py", {}),
+}
+CAPABILITIES = (80, 90)
+DTYPES = ("float16", "bfloat16")
+D_HEADS = (64, 128)
+# Launch shapes: B=2, h=8, h_kv=2 (GQA: GROUP is not specialized to 1), S=1024.
+SHAPE = dict(batch=2, heads=8, kv_heads=2, s=1024)
+
+
+@dataclass(frozen=True)
+class Row:
+    kernel: str
+    capability: int
+    dtype: str
+    d_head: int
+    causal: bool
+    config: str
+    result: tuple        # sorted items of gpu_compile.compile_launch's dict
+
+    @property
+    def r(self) -> dict:
+        return dict(self.result)
+
+
+@functools.lru_cache(maxsize=None)
+def _module(path: str):
+    from grader.sandbox.probes import gpu_compile
+    return gpu_compile.load_for_gpu(str(REPO / path), "_aot_" + path.replace("/", "_")[:-3])
+
+
+@functools.lru_cache(maxsize=None)
+def launches(kernel: str, dtype: str, d_head: int, causal: bool) -> tuple:
+    """The launches (one per autotune config) that ``kernel`` would make."""
+    import torch
+
+    from grader.sandbox.probes import gpu_compile
+    path, extra = KERNEL_FILES[kernel]
+    mod = _module(path)
+    dt = getattr(torch, dtype)
+    q = torch.empty(SHAPE["batch"], SHAPE["heads"], SHAPE["s"], d_head, dtype=dt)
+    k = torch.empty(SHAPE["batch"], SHAPE["kv_heads"], SHAPE["s"], d_head, dtype=dt)
+    return tuple(gpu_compile.capture_launches(mod.flash_attention, q, k, k.clone(),
+                                              causal=causal, **extra))
+
+
+@functools.lru_cache(maxsize=None)
+def compile_one(kernel: str, capability: int, dtype: str, d_head: int, causal: bool,
+                index: int) -> Row:
+    """One launch of ``launches(...)`` compiled for ``capability``; cached per session."""
+    from grader.sandbox.probes import gpu_compile
+    fn, args, kwargs, config = launches(kernel, dtype, d_head, causal)[index]
+    res = gpu_compile.compile_launch(fn, args, kwargs, capability)
+    res.pop("trace", None)
+    return Row(kernel, capability, dtype, d_head, causal, config, tuple(sorted(res.items())))
+
+
+def problems(row: Row) -> list:
+    """What is wrong with one compiled configuration (empty: fine)."""
+    r = row.r
+    if not r["ok"]:
+        return [f"does not compile: {r['error']} ({r['file']}, line {r['line']})"]
+    out = []
+    if not r["fits"]:
+        out.append(f"needs {r['shared_bytes'] / 1024:.0f} KB of shared memory")
+    if r["spill_bytes"] != 0:
+        out.append(f"spills registers ({r['spill_bytes']} bytes)")
+    if row.capability >= 90 and row.kernel.startswith("reference"):
+        if not r["wgmma"]:
+            out.append("does not use Hopper's warpgroup MMA (wgmma)")
+        if row.kernel.endswith("descriptors") and not r["tma"]:
+            out.append("does not use TMA")
+    return out
+
+
+def table(rows) -> str:
+    """A fixed-width table: kernel, target, dtype, d_head, causal, config, regs, spills, KB."""
+    head = (f"{'kernel':22s} {'arch':7s} {'dtype':8s} {'d':>3s} {'causal':6s} "
+            f"{'config':52s} {'regs':>4s} {'spill':>5s} {'smemKB':>6s} wgmma tma")
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        r = row.r
+        from grader.sandbox.probes.gpu_compile import ARCH_NAME
+        if r["ok"]:
+            tail = (f"{r['registers']:4d} {r['spill_bytes']:5d} {r['shared_bytes'] / 1024:6.1f} "
+                    f"{'yes' if r['wgmma'] else 'no':5s} {'yes' if r['tma'] else 'no'}")
+        else:
+            tail = f"FAILED: {r['error'][:80]}"
+        lines.append(f"{row.kernel:22s} {ARCH_NAME[row.capability]:7s} {row.dtype:8s} "
+                     f"{row.d_head:3d} {str(row.causal):6s} {row.config:52s} {tail}")
+    return "\n".join(lines)
+
+
+def full_matrix():
+    """Every (kernel, capability, dtype, d_head, causal, config index)."""
+    for kernel in KERNEL_FILES:
+        for cap in CAPABILITIES:
+            for dtype in DTYPES:
+                for d in D_HEADS:
+                    for causal in (False, True):
+                        if cap < 90 and kernel.endswith("descriptors"):
+                            continue     # TMA needs Hopper: sm_80 runs the pointers
+                        for i in range(len(launches(kernel, dtype, d, causal))):
+                            yield kernel, cap, dtype, d, causal, i

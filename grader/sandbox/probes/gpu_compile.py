@@ -1,0 +1,219 @@
+"""Compile Triton kernels for real NVIDIA GPUs on a machine that has none.
+
+Triton's CPU interpreter runs a kernel as Python and accepts things the GPU
+compiler rejects (a plain Python global read inside ``@triton.jit``, a
+``tl.dot`` on 8-wide tiles, a tile too big for shared memory).  Compiling
+ahead of time for a target (``GPUTarget("cuda", 80 | 90, 32)``) needs no GPU
+and no driver: Triton lowers to PTX and its bundled ``ptxas`` assembles it.
+
+* ``compile_launch``: one kernel, with the arguments of one launch (tensors
+  give their dtype and alignment, ints their specialization, exactly as a
+  real launch would), for one target; returns registers, spills, shared
+  memory, whether Hopper's warpgroup MMA (``wgmma``) and TMA are used, and
+  the compiler's complaint with the line in the kernel's file if it failed.
+* ``capture_launches``: runs a host function (e.g. a student's
+  ``flash_attention``) with Triton's launch paths replaced by a recorder, so
+  nothing launches and no GPU is needed; autotuned kernels are expanded into
+  every configuration the autotuner would try.
+
+Imports nothing of the grader: it runs in a worker (``probes.ex07``) as well
+as in tests and benchmarks.  Needs Triton, and its kernels must be real
+``JITFunction`` s: import the kernel's module without ``TRITON_INTERPRET=1``.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import os
+import re
+import subprocess
+import tempfile
+import traceback
+
+# Per-block shared memory a kernel may use (opt-in maximum), in bytes.
+SHARED_LIMIT = {80: 163 * 1024,     # A100: 164 KB per SM, 163 KB per block
+                90: 227 * 1024}     # H100/H200: 228 KB per SM, 227 KB per block
+ARCH_NAME = {80: "sm_80", 90: "sm_90a"}
+_PTXAS_USAGE = re.compile(r"Used (\d+) registers")
+_PTXAS_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def _ptxas_usage(ptx: str, capability: int) -> dict:
+    """Registers and spill bytes as ``ptxas -v`` reports them (Triton drops its log)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+    ptxas = get_ptxas(capability).path
+    with tempfile.TemporaryDirectory(prefix="ptxas-") as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        done = subprocess.run([ptxas, "-v", f"--gpu-name={ARCH_NAME[capability]}", src,
+                               "-o", os.path.join(tmp, "k.cubin")],
+                              capture_output=True, text=True, timeout=300)
+    return _parse_usage(done.stdout + done.stderr)
+
+
+def _parse_usage(log: str) -> dict:
+    regs = _PTXAS_USAGE.search(log)
+    spill = _PTXAS_SPILL.search(log)
+    return {"registers": int(regs.group(1)) if regs else -1,
+            "spill_bytes": (int(spill.group(1)) + int(spill.group(2))) if spill else -1}
+
+
+def _where(exc: BaseException, fn) -> tuple:
+    """``(file, line)`` of a compile error in the kernel's own file, if known."""
+    code = getattr(getattr(fn, "fn", None), "__code__", None)
+    path = code.co_filename if code else ""
+    src, node = getattr(exc, "src", None), getattr(exc, "node", None)
+    lineno = getattr(node, "lineno", None)
+    if lineno is None or src is None:
+        return os.path.basename(path), None
+    # The error names a line of the function Triton parsed (the kernel or a
+    # helper it calls): find that line's text in the file, else count from
+    # the kernel's `def`.
+    wanted = src.split("\n")[lineno - 1].strip() if lineno <= len(src.split("\n")) else ""
+    try:
+        with open(path) as f:
+            lines = [ln.strip() for ln in f.read().splitlines()]
+    except OSError:
+        lines = []
+    hits = [i + 1 for i, ln in enumerate(lines) if wanted and ln == wanted]
+    if len(hits) == 1:
+        return os.path.basename(path), hits[0]
+    start = getattr(fn, "def_file_line_number", None)
+    return os.path.basename(path), (start + lineno - 1) if start else None
+
+
+def _complaint(exc: BaseException) -> str:
+    """The compiler's own words, without Triton's source excerpt."""
+    text = str(exc).strip()
+    cause = exc.__cause__ or exc.__context__
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    # CompilationError: "at L:C:\n<source lines>\n^\n<message>": keep the message.
+    if lines and lines[0].startswith("at ") and "^" in text:
+        after = text.rsplit("^", 1)[1].strip()
+        text = after or text
+    if not text and cause is not None:
+        text = f"{type(cause).__name__}: {cause}"
+    return " ".join(text.split())[:600]
+
+
+def compile_launch(fn, args, kwargs, capability: int) -> dict:
+    """Compile ``fn`` (a ``JITFunction``) for ``sm_<capability>`` with one launch's arguments.
+
+    ``kwargs`` holds the constexprs and the launch options (``num_warps``,
+    ``num_stages``) as an autotuner config would pass them.  Returns a dict
+    with ``ok``, and either ``registers``, ``spill_bytes``, ``shared_bytes``,
+    ``fits`` (shared memory within the architecture's limit), ``wgmma``,
+    ``tma``, or ``error`` (the compiler's complaint), ``file`` and ``line``.
+    """
+    import triton
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    target = GPUTarget("cuda", capability, 32)
+    backend = make_backend(target)
+    try:
+        binder = create_function_from_signature(fn.signature, fn.params, backend)
+        bound, spec, opts = binder(*args, **kwargs)
+        options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec,
+                                                             opts)
+        # Triton runs `ptxas -v` and drops its log unless asked to print it:
+        # catch the print (a cache hit prints nothing; ptxas is then rerun).
+        log = io.StringIO()
+        saved_knob = knobs.nvidia.dump_ptxas_log
+        knobs.nvidia.dump_ptxas_log = True
+        try:
+            with contextlib.redirect_stdout(log):
+                kernel = triton.compile(ASTSource(fn, signature, constexprs, attrs),
+                                        target=target, options=options.__dict__)
+        finally:
+            knobs.nvidia.dump_ptxas_log = saved_knob
+    except Exception as exc:  # noqa: BLE001 - any compiler failure is the answer
+        while getattr(exc.__cause__, "src", None) is not None:
+            exc = exc.__cause__          # the innermost: a helper's line, not its call
+        file, line = _where(exc, fn)
+        return {"ok": False, "error": f"{type(exc).__name__}: {_complaint(exc)}",
+                "file": file, "line": line,
+                "trace": "".join(traceback.format_exception_only(type(exc), exc))[-800:]}
+    ptx = kernel.asm["ptx"]
+    usage = _parse_usage(log.getvalue())
+    if usage["registers"] < 0:
+        usage = _ptxas_usage(ptx, capability)
+    shared = int(kernel.metadata.shared)
+    return {"ok": True, "registers": usage["registers"], "spill_bytes": usage["spill_bytes"],
+            "shared_bytes": shared, "fits": shared <= SHARED_LIMIT[capability],
+            "wgmma": "wgmma.mma_async" in ptx, "tma": "cp.async.bulk.tensor" in ptx,
+            "num_warps": options.num_warps, "num_stages": options.num_stages}
+
+
+# -- launches of a host function, recorded instead of run ----------------------------
+class _Recorded(Exception):
+    pass
+
+
+def capture_launches(host, *args, **kwargs) -> list:
+    """Call ``host(*args, **kwargs)`` with Triton launches recorded, not run.
+
+    Returns ``[(jit_fn, launch_args, launch_kwargs, config_text)]``: one entry
+    per kernel launch and, for an autotuned kernel, per configuration it
+    would try (its ``prune_configs_by`` is not applied: every config must
+    compile).  The host function's own return value is ignored (no kernel
+    ran, so its output is garbage)."""
+    from triton.runtime import autotuner, jit
+    launches: list = []
+    saved = []
+
+    def jit_run(this, *a, grid=None, warmup=False, **k):
+        launches.append((this, a, dict(k), ""))
+        return None
+
+    def tuner_run(this, *a, **k):
+        for config in this.configs:
+            full = {**k, **config.all_kwargs()}
+            args = a
+            if config.pre_hook:          # e.g. a descriptor's block shape per config
+                config.pre_hook({**dict(zip(this.arg_names, a)), **full})
+                # Each config keeps its own copy of what the hook set.
+                args = tuple(copy.copy(x) if hasattr(x, "block_shape") else x for x in a)
+            before = len(launches)
+            this.fn.run(*args, **full)
+            for i in range(before, len(launches)):
+                fn_, a_, k_, _ = launches[i]
+                launches[i] = (fn_, a_, k_, _config_text(config))
+        return None
+
+    saved.append((jit.JITFunction, "run", jit.JITFunction.__dict__["run"]))
+    jit.JITFunction.run = jit_run
+    saved.append((autotuner.Autotuner, "run", autotuner.Autotuner.__dict__["run"]))
+    autotuner.Autotuner.run = tuner_run
+    try:
+        host(*args, **kwargs)
+    finally:
+        for cls, attr, original in reversed(saved):
+            setattr(cls, attr, original)
+    return launches
+
+
+def load_for_gpu(path: str, name: str):
+    """Import the module at ``path`` as a GPU would see it (``TRITON_INTERPRET``
+    unset while it is executed: its kernels are real ``JITFunction`` s and its
+    configs those of a GPU).  Trusted code only: this executes the file."""
+    import importlib.util
+    saved = os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+    return module
+
+
+def _config_text(config) -> str:
+    parts = [f"{k}={v}" for k, v in config.kwargs.items()]
+    parts += [f"num_warps={config.num_warps}", f"num_stages={config.num_stages}"]
+    return ", ".join(parts)
