@@ -521,7 +521,8 @@ try:
     from grader.reference.flash_judge import (GPU_TOLERANCES,  # noqa: E402,F401
                                               MAX_COMPUTE_OPS, check_authentic,
                                               check_inputs_unchanged, check_no_kv_copy,
-                                              check_output, tolerance)
+                                              check_output, compile_worker,
+                                              judge_compile, tolerance)
 except ImportError:  # inside a worker
     pass
 

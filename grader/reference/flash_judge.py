@@ -116,3 +116,76 @@ def check_no_kv_copy(result: dict, q, k, *, what: str) -> None:
                        "in the kernel instead: query head i reads K/V head i // (h // h_kv).")
 
 
+
+
+# -- the student's kernel, compiled for real GPUs ---------------------------------
+# Hints by the compiler's words: the usual reasons a kernel that runs in the
+# interpreter does not compile for a GPU.
+COMPILE_HINTS = (
+    ("global variable", "a @triton.jit kernel may read only its arguments and globals made "
+                        "with tl.constexpr(...): compute the constant on the host and pass it "
+                        "in (e.g. sm_scale * 1.4426950408889634), or write "
+                        "NAME = tl.constexpr(value)"),
+    ("AssertionFailure", "a tl.static_assert in your kernel fails for this config: the "
+                         "config list the GPU uses breaks your kernel's own rule"),
+    ("K >= 16", "tl.dot needs tiles of at least 16 in every dimension: make BLOCK_N (and "
+                "BLOCK_M, d_head) at least 16 in every config"),
+    ("must be of type `tl.constexpr`", "tile shapes (tl.arange, tl.zeros) must be "
+                                       "tl.constexpr parameters, not runtime values"),
+    ("constexpr", "this value must be known at compile time: declare the parameter "
+                  "`NAME: tl.constexpr`"),
+    ("power of 2", "tile sizes must be powers of 2"),
+)
+
+
+def compile_worker(request):
+    """A second worker for the student's ex07 module, imported as on a GPU
+    (no ``TRITON_INTERPRET``): the student's code runs only there."""
+    from grader.core import PLUGIN_KEY
+    from grader.sandbox.client import Limits, StudentModule, Worker
+    plugin = request.config.stash[PLUGIN_KEY]
+    opts = plugin.options
+    limits = Limits(call_timeout=600, import_timeout=opts.import_timeout,
+                    memory_bytes=opts.memory_mb << 20, env={})
+    return StudentModule(Worker(plugin.submission, "ex07_flash_attention", limits), 600)
+
+
+def judge_compile(result: dict) -> str:
+    """Raises ``Feedback`` naming the compiler's complaint and the line;
+    returns a short table for a pass."""
+    from grader.feedback import Feedback
+    lines = []
+    for t in result["targets"]:
+        if "error" in t:
+            if t.get("error_type") == "NotImplementedError":
+                raise Feedback("not implemented yet: flash_attention raised "
+                               "NotImplementedError")
+            raise Feedback(f"flash_attention failed before launching a kernel when its "
+                           f"module was imported as on a GPU (without TRITON_INTERPRET), "
+                           f"for {t['target']} in {t['dtype']}: {t['error']}")
+        own = [r for r in t["rows"] if r.get("in_submission")]
+        if not own:
+            raise Feedback("flash_attention launched no Triton kernel of your own file "
+                           f"(for {t['target']}): the work must happen in your kernel")
+        for r in own:
+            where = f"{r.get('file') or 'your file'}, line {r['line']}" if r.get("line") \
+                else (r.get("file") or "your file")
+            if not r["ok"]:
+                hint = next((h for key, h in COMPILE_HINTS if key in r["error"]), "")
+                raise Feedback(
+                    f"your kernel {r['kernel']} does not compile for {t['target']} "
+                    f"({t['dtype']}, config {r['config'] or 'as launched'}): the compiler "
+                    f"says {r['error']} ({where})" + (f"\nHint: {hint}." if hint else "")
+                    + "\nTriton's CPU interpreter accepts this; a GPU does not.")
+            if not r["fits"]:
+                limit = {80: 163, 90: 227}[t["capability"]]
+                raise Feedback(
+                    f"your kernel {r['kernel']} with config {r['config']} needs "
+                    f"{r['shared_bytes'] / 1024:.0f} KB of shared memory on {t['target']}, "
+                    f"more than its {limit} KB per block: use smaller tiles or fewer "
+                    "pipeline stages (num_stages) in that config")
+            spill = f", spills {r['spill_bytes']} bytes" if r.get("spill_bytes") else ""
+            lines.append(f"  {t['target']:20s} {r['kernel']} [{r['config'] or 'as launched'}]: "
+                         f"{r['registers']} registers{spill}, "
+                         f"{r['shared_bytes'] / 1024:.0f} KB shared")
+    return "compiled for real GPUs:\n" + "\n".join(lines)

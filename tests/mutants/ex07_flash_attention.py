@@ -1,4 +1,6 @@
 """Mistakes in the fused attention exercise (G): NumPy steps, the kernel, and cheats."""
+from pathlib import Path
+
 from tests.mutants import Mutant
 
 SCALE_DEFAULT = "sm_scale = 1.0 / math.sqrt(d_head) if sm_scale is None else float(sm_scale)"
@@ -77,3 +79,23 @@ MUTANTS = [
 ONLY = {name: "step or blockwise" for name in (
     "numpy_no_rescale", "numpy_nan_masked_tile", "blockwise_no_scale", "blockwise_top_left",
     "blockwise_wrong_triangle")}
+# The compile mutants run correctly in the interpreter: only the compile check sees them.
+ONLY.update({"kernel_global_read": "compiles", "kernel_dot_8_wide": "compiles"})
+
+# -- kernels that run in Triton's interpreter but do not compile for a GPU
+# 8-wide key tiles in the GPU configs only, without the solution's check of
+# BLOCK_N: one snippet from the config list down to that check.
+_SOLUTION = (Path(__file__).resolve().parents[2] / "solutions"
+             / "ex07_flash_attention.py").read_text()
+DOT8_ASSERT = "    tl.static_assert(BLOCK_N >= 16)\n"
+DOT8_FIND = _SOLUTION[_SOLUTION.index("for bn in (32, 64) for s in (2, 3)"):
+                      _SOLUTION.index(DOT8_ASSERT) + len(DOT8_ASSERT)]
+MUTANTS += [
+    # A plain Python global read inside @triton.jit (the interpreter allows it).
+    Mutant("kernel_global_read", "s = tl.dot(q, k) * qk_scale ",
+           "s = tl.dot(q, k) * (qk_scale * LOG2E / LOG2E) ", "global variable LOG2E"),
+    # 8-wide key tiles in the GPU configs only: tl.dot needs 16.
+    Mutant("kernel_dot_8_wide", DOT8_FIND,
+           DOT8_FIND.replace("for bn in (32, 64)", "for bn in (8, 64)")
+           .replace(DOT8_ASSERT, ""), "K >= 16"),
+]

@@ -438,3 +438,67 @@ def benchmark(module, source, cases, *, repeats=15, warmup=2, seed=0, on="cuda")
                         "max_err": errors, "problems": sorted(set(problems))})
     gpu = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu (interpreter)"
     return {"gpu": gpu, "cases": results}
+
+
+# -- compiling the student's kernel for real GPUs (no GPU needed) -------------------
+# (capability, dtype, name): sm_80 in float16, sm_90a in bfloat16, so both
+# dtypes are seen; d_head 128 is the hardest case for registers and memory.
+COMPILE_TARGETS = ((80, "float16", "sm_80 (A100)"), (90, "bfloat16", "sm_90a (H100/H200)"))
+MAX_COMPILES = 40          # per call: a student's long config list is sampled in order
+
+
+def compile_check(module, d_head=128, causal=True):
+    """Compile the kernels ``module.flash_attention`` launches for sm_80 and sm_90a.
+
+    Must run in a worker whose module was imported *without*
+    ``TRITON_INTERPRET`` (its kernels are then ``JITFunction`` s, its configs
+    those of a GPU).  Nothing is launched: Triton's launch paths are
+    replaced by a recorder (``gpu_compile.capture_launches``), and each
+    autotuned kernel is expanded into every config it would try.  Stops at
+    the first failure per target.  Returns ``{"targets": [...]}`` with, per
+    target, the rows of ``gpu_compile.compile_launch`` (plus ``kernel``,
+    ``config``, ``file``) or ``{"error": ...}`` when the host code itself
+    failed before launching."""
+    from . import gpu_compile
+    root = os.path.abspath(os.getcwd())
+    targets = []
+    budget = MAX_COMPILES
+    for capability, dtype_name, label in COMPILE_TARGETS:
+        dtype = getattr(torch, dtype_name)
+        q = torch.zeros(1, 4, 1024, d_head, dtype=dtype)         # (B, h, S_q, d)
+        k = torch.zeros(1, 2, 1024, d_head, dtype=dtype)         # (B, h_kv, S_k, d): GQA
+        entry = {"capability": capability, "target": label, "dtype": dtype_name, "rows": []}
+        try:
+            launches = gpu_compile.capture_launches(module.flash_attention, q, k, k.clone(),
+                                                    causal=causal)
+        except Exception as exc:  # noqa: BLE001 - the student's host code failed
+            entry["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+            entry["error_type"] = type(exc).__name__
+            targets.append(entry)
+            continue
+        seen = set()
+        for fn, args, kwargs, config in launches:
+            code = getattr(getattr(fn, "fn", None), "__code__", None)
+            path = os.path.abspath(code.co_filename) if code else ""
+            key = (getattr(fn, "__name__", "?"), config, tuple(sorted(
+                (k_, repr(v)) for k_, v in kwargs.items())))
+            if key in seen:
+                continue
+            seen.add(key)
+            row = {"kernel": getattr(fn, "__name__", "?"), "config": config,
+                   "in_submission": bool(path) and path.startswith(root + os.sep)}
+            if not row["in_submission"]:
+                row.update(ok=True, skipped=True)        # not the student's: not theirs to fix
+                entry["rows"].append(row)
+                continue
+            if budget <= 0:
+                entry["truncated"] = True
+                break
+            budget -= 1
+            row.update(gpu_compile.compile_launch(fn, args, kwargs, capability))
+            row.pop("trace", None)
+            entry["rows"].append(row)
+            if not row["ok"] or not row.get("fits", True):
+                break
+        targets.append(entry)
+    return {"targets": targets}

@@ -92,7 +92,9 @@ def _complaint(exc: BaseException) -> str:
     # CompilationError: "at L:C:\n<source lines>\n^\n<message>": keep the message.
     if lines and lines[0].startswith("at ") and "^" in text:
         after = text.rsplit("^", 1)[1].strip()
-        text = after or text
+        # No message (a failed tl.static_assert): the offending line says it.
+        text = after or f"{type(exc).__name__} at `{lines[-2].strip()}`" if len(lines) > 1 \
+            else after or text
     if not text and cause is not None:
         text = f"{type(cause).__name__}: {cause}"
     return " ".join(text.split())[:600]

@@ -93,3 +93,15 @@ def test_flash_attention_gpu_fp16(student):
     what = "flash_attention(q, k, v) in float16 on the GPU"
     flash.check_output(res, q, flash.reference(q, k, v, True, device="cuda"), what=what)
     flash.check_authentic(res, q, k, v, what=what)
+
+
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(600)
+def test_kernel_compiles_for_real_gpus(request):
+    """your kernel compiles for real GPUs (sm_80 and sm_90), with every config it launches"""
+    compiler = flash.compile_worker(request)
+    try:
+        res = compiler.probe("ex07.compile_check")
+    finally:
+        compiler._worker.close()
+    request.node.feedback_on_pass = flash.judge_compile(res)
