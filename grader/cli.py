@@ -178,8 +178,11 @@ def check(exercise, path, timeout, no_fail):
 @click.option("--student-id", default=None,
               help="The roster's identifier for this submission: exercise A is graded for "
                    "it, and a different STUDENT_ID in the module earns nothing.")
+@click.option("--fail-on-lost-points", is_flag=True,
+              help="Exit with status 1 when any point was lost or a test errored "
+                   "(for CI jobs that grade the reference solution).")
 def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, keyword, seed,
-              student_id):
+              student_id, fail_on_lost_points):
     """Grade a submission: a folder of exercise modules, a notebook, or a zip."""
     if not path.exists():
         raise click.BadParameter(f"{path} does not exist.", param_hint="SUBMISSION")
@@ -188,6 +191,16 @@ def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, key
                       seed=seed, student_id=_student_id(student_id, "--student-id"))
     report = _run(path, options)
     _emit(report, out_format, out, public_only=suite == "public")
+    if fail_on_lost_points and _lost_points(report):
+        click.echo(f"points lost: {report.score:g}/{report.max_score:g}"
+                   + (f", {len(report.errors)} grader errors" if report.errors else ""),
+                   err=True)
+        sys.exit(1)
+
+
+def _lost_points(report) -> bool:
+    """Any test below its points, or a grader-side error (--fail-on-lost-points)."""
+    return bool(report.errors) or any(t.score < t.max_score for t in report.tests)
 
 
 def _shard(value):
@@ -237,8 +250,11 @@ def _plural(n: int, word: str) -> str:
 @click.option("--shard", default=None, metavar="K/N",
               help="Grade only the K-th of N equal parts of the class (for N machines; "
                    "join their CSVs with attn-grade merge).")
+@click.option("--fail-on-lost-points", is_flag=True,
+              help="Exit with status 1 when any submission lost a point or could not "
+                   "be graded.")
 def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, exercises, force,
-          roster, seed, shard):
+          roster, seed, shard, fail_on_lost_points):
     """Grade every submission in FOLDER: each sub-folder, notebook and zip, or an
     LMS bulk download (Canvas's name_id_submissionid_file, grouped by student)."""
     import tempfile
@@ -295,6 +311,11 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
                + "".join(f", {p}" for p in extras))
     for o in broken:
         click.echo(f"  {o.submission.name}: {o.error}")
+    lost = [o for o in outcomes if o.error or any(got < total for got, total
+                                                   in (o.scores or {}).values())]
+    if fail_on_lost_points and lost:
+        click.echo(f"{_plural(len(lost), 'submission')} lost points or were not graded", err=True)
+        sys.exit(1)
 
 
 @main.command()
