@@ -12,11 +12,10 @@ Two things live here, written apart from ``solutions/``:
   tiles read through tensor descriptors (TMA on Hopper, chosen on CUDA
   capability 9+) or through pointers (other GPUs, the interpreter, and the
   fallback if descriptors fail).  Both run under the interpreter in the
-  package's tests.  It is trusted code: the GPU suite sends this
-  file's source to the worker, which imports it from a private folder and
-  times it beside the student's kernel, in the same process on the same
-  inputs, alternating the two (see ``grader/sandbox/probes/ex07.py``).  So
-  this module must import without the ``grader`` package (only lazily,
+  package's tests.  It is trusted code: the speed grade copies this
+  file into a trusted worker of its own, never into a student's, and times
+  it there beside the student's worker (``grader/reference/flash_speed.py``).
+  So this module must import without the ``grader`` package (only lazily,
   inside the mistake helpers) and without Triton (``HAS_TRITON`` is False on
   macOS and Windows, where Triton publishes no wheels).
 
@@ -439,6 +438,16 @@ def _use_descriptors(q) -> bool:
     """Descriptors where TMA exists (CUDA capability 9+), unless they failed here."""
     return (q.is_cuda and not DESCRIPTOR_FAILURE
             and torch.cuda.get_device_capability(q.device)[0] >= 9)
+
+
+def variant_in_use(q) -> str:
+    """The variant ``flash_attention(variant="auto")`` runs on ``q``: "descriptors",
+    "pointers", or "pointers (descriptors failed: ...)" after a fallback."""
+    if _use_descriptors(q):
+        return "descriptors"
+    if DESCRIPTOR_FAILURE:
+        return f"pointers (descriptors failed: {DESCRIPTOR_FAILURE[0][:200]})"
+    return "pointers"
 
 
 def flash_attention(q, k, v, *, causal=True, sm_scale=None, config=None, variant="auto"):

@@ -13,11 +13,11 @@ return what they saw as data; the suites judge it in the grading process.
   returns the output, the inputs as they are after the call, and the trace.
 * ``blockwise_traced``: ``blockwise_attention`` with the module's
   ``online_softmax_step`` wrapped to record each tile's width.
-* ``benchmark`` (GPU only): times the student's kernel against the
-  reference kernel (``grader/reference/flash.py``, whose source the suite
-  sends) on the same fresh inputs, alternating the two, L2 flushed before
-  and the whole device synchronized around every timed call; each output is
-  compared with the reference's right after its call.
+* ``speed_prepare`` / ``speed_run`` / ``speed_collect``: the two sides of
+  the speed grade (see ``grader/reference/flash_speed.py``): run on the
+  student's worker and, separately, on a trusted worker holding the
+  reference kernel; the clock is in the grading process.
+* ``compile_check``: the student's kernels compiled for sm_80 and sm_90a.
 
 Probes are trusted code, not secret ones; they import nothing from the
 grader (``grader.sandbox.probes.ex07`` is also imported by the benchmark
@@ -25,10 +25,7 @@ script and ``attn-grade calibrate`` for ``time_call``).
 """
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-import tempfile
 import time
 from collections import Counter
 
@@ -295,6 +292,16 @@ def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=Tr
     return result
 
 
+def run_kernel(module, q, k, v, **kwargs):
+    """``module.flash_attention`` once on the device, output back on the CPU
+    (to test the reference kernel in its own worker)."""
+    dev = device()
+    with _InterpretedAutotune():
+        out = module.flash_attention(q.to(dev), k.to(dev), v.to(dev), **kwargs)
+    sync()
+    return out.cpu()
+
+
 def blockwise_traced(module, q, k, v, block_size, causal=True):
     """``blockwise_attention`` with each ``online_softmax_step`` call's tile width."""
     original = getattr(module, "online_softmax_step", None)
@@ -315,45 +322,20 @@ def blockwise_traced(module, q, k, v, block_size, causal=True):
 
 
 # -- timing (GPU) ----------------------------------------------------------------
-_REFERENCE = {}
-
-
-def load_reference(source: str):
-    """Import the reference kernel's module from its source (sent by the suite).
-
-    Triton reads a kernel's source from its file, so the text is written to a
-    private folder first; the module is kept for the rest of the worker's life
-    (the reference is trusted: its autotuning may be reused)."""
-    if source in _REFERENCE:
-        return _REFERENCE[source]
-    folder = tempfile.mkdtemp(prefix="ex07-reference-")
-    path = os.path.join(folder, "_ex07_reference.py")
-    with open(path, "w") as f:
-        f.write(source)
-    spec = importlib.util.spec_from_file_location("_ex07_reference", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["_ex07_reference"] = mod
-    spec.loader.exec_module(mod)
-    _REFERENCE[source] = mod
-    return mod
-
-
-def run_reference(module, source, q, k, v, causal=True, sm_scale=None, config=None,
-                  variant="auto"):
-    """The reference kernel on these inputs (to test the reference itself)."""
-    ref = load_reference(source)
-    dev = device()
-    out = ref.flash_attention(q.to(dev), k.to(dev), v.to(dev), causal=causal,
-                              sm_scale=sm_scale, config=config, variant=variant)
-    sync()
-    return out.cpu()
-
+# The speed grade (grader/reference/flash_speed.py) keeps its clock in the
+# grading process: it times the round trip of one ``speed_run`` request to
+# the student's worker and to a trusted worker running the reference kernel,
+# on the same inputs, alternating, and subtracts the same measured overhead
+# (a request that only draws the inputs) from both.  These probes run on
+# either side; nothing of the reference is ever loaded into a student's worker.
 
 def time_call(fn, args, kwargs, flush) -> tuple:
     """Seconds of one ``fn(*args, **kwargs)``: L2 flushed, the device idle before and after.
 
     Host time between two full-device synchronizations, so work left on any
-    stream is counted.  Returns ``(seconds, output)``."""
+    stream is counted.  Returns ``(seconds, output)``.  Trusted callers only
+    (``attn-grade calibrate``, the benchmarks): a student's process could
+    replace this clock."""
     if flush is not None:
         flush.zero_()                    # overwrite L2 with unrelated data
     sync()
@@ -370,74 +352,83 @@ def fresh_inputs(shape_q, shape_kv, dtype, gen, dev):
     return one(shape_q), one(shape_kv), one(shape_kv)
 
 
-def benchmark(module, source, cases, *, repeats=15, warmup=2, seed=0, on="cuda"):
-    """Time the student's kernel and the reference on the same fresh inputs.
+_KEPT: dict = {}     # index -> output of the last speed_run (on the device)
 
-    ``cases``: dicts with ``batch, heads, kv_heads, s_q, s_k, d_head, causal,
-    dtype`` (a dtype name).  For every case: ``warmup`` calls of each
-    (compilation, autotuning), then ``repeats`` rounds, each with new random
-    inputs, timing both in alternating order.  Each student output is checked
-    right after its call against the reference's output on the same inputs
-    (max abs difference), with its type, shape, dtype and whether the inputs
-    were left unchanged.  ``on="cpu"`` (Triton's interpreter, tiny shapes)
-    only tests this code: CPU timings grade nothing."""
-    dev = torch.device(on)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("benchmark needs CUDA")
-    ref = load_reference(source)
-    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=dev) \
-        if dev.type == "cuda" else None
+
+def _case_inputs(case, seed, dev):
+    dtype = getattr(torch, case["dtype"])
+    shape_q = (case["batch"], case["heads"], case["s_q"], case["d_head"])
+    shape_kv = (case["batch"], case["kv_heads"], case["s_k"], case["d_head"])
     gen = torch.Generator(device=dev)
     gen.manual_seed(int(seed))
-    results = []
-    for case in cases:
-        dtype = getattr(torch, case["dtype"])
-        shape_q = (case["batch"], case["heads"], case["s_q"], case["d_head"])
-        shape_kv = (case["batch"], case["kv_heads"], case["s_k"], case["d_head"])
-        kwargs = {"causal": bool(case["causal"])}
-        student, reference = module.flash_attention, ref.flash_attention
-        if dev.type == "cpu":                              # tests of this code only
-            plain_student = student
+    return lambda: fresh_inputs(shape_q, shape_kv, dtype, gen, dev)
 
-            def student(*args, **kwargs):
-                with _InterpretedAutotune():
-                    return plain_student(*args, **kwargs)
+
+def _variant(module, q) -> str:
+    """Which kernel variant the (reference) module runs on ``q``, if it says."""
+    pick = getattr(module, "variant_in_use", None)
+    return pick(q) if pick is not None else ""
+
+
+def speed_prepare(module, case, seed=0, warmup=2, on=None):
+    """Warm-up calls (compilation, autotuning) outside any timing.
+
+    Returns ``{"variant": ...}`` (the reference's kernel variant, else "")."""
+    dev = torch.device(on) if on else device()
+    draw = _case_inputs(case, seed, dev)
+    variant = ""
+    with _InterpretedAutotune():
         for _ in range(warmup):
-            q, k, v = fresh_inputs(shape_q, shape_kv, dtype, gen, dev)
-            student(q, k, v, **kwargs)
-            reference(q, k, v, **kwargs)
-        sync()
-        t_student, t_ref, errors, problems = [], [], [], []
-        for i in range(repeats):
-            q, k, v = fresh_inputs(shape_q, shape_kv, dtype, gen, dev)
-            saved = (q.clone(), k.clone(), v.clone())
-            order = [("student", student), ("reference", reference)]
-            if i % 2:
-                order.reverse()
-            outs = {}
-            for name, fn in order:
-                seconds, outs[name] = time_call(fn, (q, k, v), kwargs, flush)
-                (t_student if name == "student" else t_ref).append(seconds)
-                if name == "student":       # checked now, before anything else runs
-                    o = outs[name]
-                    if type(o) is not torch.Tensor:
-                        problems.append(f"returned {_type_name(o)}")
-                        errors.append(float("inf"))
-                    elif o.shape != q.shape or o.dtype != q.dtype:
-                        problems.append(f"returned {tuple(o.shape)} {o.dtype}")
-                        errors.append(float("inf"))
-                    else:
-                        errors.append(None)
-                    if not all(torch.equal(a, b) for a, b in zip(saved, (q, k, v))):
-                        problems.append("changed its inputs")
-            if errors[-1] is None:
-                diff = (outs["student"].float() - outs["reference"].float()).abs().max().item()
-                errors[-1] = diff if diff == diff else float("inf")      # NaN -> inf
-            del outs, saved
-        results.append({"case": case, "student_s": t_student, "reference_s": t_ref,
-                        "max_err": errors, "problems": sorted(set(problems))})
+            q, k, v = draw()
+            module.flash_attention(q, k, v, causal=bool(case["causal"]))
+            variant = _variant(module, q)
+    sync()
     gpu = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu (interpreter)"
-    return {"gpu": gpu, "cases": results}
+    return {"variant": variant, "gpu": gpu}
+
+
+def speed_run(module, case, n, seed, run_kernel=True, on=None):
+    """``n`` calls on fresh inputs drawn from ``seed``, then a full synchronize.
+
+    The grading process times this whole request.  ``run_kernel=False`` only
+    draws the inputs (the overhead both sides share).  The outputs stay on
+    the device for ``speed_collect``; what the calls launched is returned:
+    the kernels (with whether each came from the module's own file) and any
+    PyTorch op that does attention's work."""
+    dev = torch.device(on) if on else device()
+    draw = _case_inputs(case, seed, dev)
+    _KEPT.clear()
+    own = os.path.abspath(getattr(module, "__file__", "") or "")
+    root = os.path.dirname(own)
+    with _Launcher(root) as launcher, _InterpretedAutotune():
+        trace = _Trace((), launcher)
+        with trace:
+            for i in range(int(n)):
+                q, k, v = draw()
+                if run_kernel:
+                    _KEPT[i] = module.flash_attention(q, k, v, causal=bool(case["causal"]))
+        sync()
+    files = Counter(entry["file"] for entry in launcher.launches)
+    return {"n": int(n), "own_file": os.path.basename(own),
+            "launched_files": dict(files),
+            "kernels": sorted({entry["name"] for entry in launcher.launches}),
+            "forbidden": dict(trace.forbidden)}
+
+
+def speed_collect(module, picks, rows):
+    """Rows ``rows`` of the outputs of calls ``picks`` of the last ``speed_run``,
+    as float32 CPU tensors (or a note of what came back instead)."""
+    out = []
+    for i in picks:
+        o = _KEPT.get(int(i))
+        if type(o) is not torch.Tensor:
+            out.append({"problem": f"returned {_type_name(o)}"})
+            continue
+        idx = torch.as_tensor([int(r) for r in rows], device=o.device)
+        out.append({"rows": o.index_select(-2, idx).float().cpu(),
+                    "shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")})
+    _KEPT.clear()
+    return out
 
 
 # -- compiling the student's kernel for real GPUs (no GPU needed) -------------------

@@ -4,13 +4,13 @@ Without CUDA every test here is "not run: needs a GPU" (worth nothing; under
 ``attn-grade grade --require-gpu`` a failure instead).
 
 Speed is graded as a ratio, never in seconds: the student's kernel and the
-reference kernel (``grader/reference/flash.py``) are timed in the same
-worker, on the same fresh inputs, alternating, L2 flushed and the device
-synchronized around every call (``ex07.benchmark``).  The ratio of their
+reference kernel (``grader/reference/flash.py``) run in two workers on the
+same GPU, on the same fresh inputs, alternating, and the clock is in the
+grading process (``grader/reference/flash_speed.py``).  The ratio of their
 TFLOP/s earns tiers whose thresholds come, per GPU model, from
 ``grader/data/gpu_thresholds.json`` (written by ``attn-grade calibrate``).
 """
-from pathlib import Path
+import random
 
 import numpy as np
 import pytest
@@ -33,7 +33,7 @@ CORRECTNESS_CASES = {  # id: (B, h, h_kv, S_q, S_k, d_head, causal)
     "d_head 16, S_q > S_k": (1, 2, 2, 300, 250, 16, True),
 }
 SPEED_CASES = flash.SPEED_CASES    # bf16, B=4, h=32, d_head=128, S 2048 and 8192
-SPEED_REPEATS = 21                     # timed calls of each kernel per shape
+SPEED_ROUNDS = 7                       # timed requests of each side per shape
 _SPEED = pytest.StashKey[dict]()       # one benchmark per grading run
 
 
@@ -67,18 +67,30 @@ def test_gpu_long_sequences(student, dtype, machine):
                            f"rtol={rtol:g}; accumulate in float32)") from None
 
 
-def _speed(student, request) -> dict:
-    """The benchmark, run once per grading run (kept in its pytest config) and
-    shared by the tier tests."""
+def _speed(request) -> dict:
+    """The speed measurement, run once per grading run (kept in its pytest
+    config) and shared by the tier tests: the student's kernel in a fresh
+    worker whose submission folder is read-only, the reference in a trusted
+    worker of its own, the clock here (``grader/reference/flash_speed.py``)."""
+    from grader.core import PLUGIN_KEY
+    from grader.reference import flash_speed
+    from grader.sandbox.client import Limits, StudentModule
     runs = request.config.stash.setdefault(_SPEED, {})
-    key = student.module_name
+    key = "ex07_flash_attention"
     if key not in runs:
-        source = Path(flash.__file__).read_text()
+        plugin = request.config.stash[PLUGIN_KEY]
+        limits = Limits(call_timeout=600, import_timeout=plugin.options.import_timeout,
+                        memory_bytes=plugin.options.memory_mb << 20)
+        worker = flash_speed.LockedWorker(plugin.submission, key, limits)
         try:
-            runs[key] = student.probe("ex07.benchmark", source, SPEED_CASES,
-                                      repeats=SPEED_REPEATS, seed=20261129)
+            with flash_speed.reference_side(limits) as reference:
+                runs[key] = flash_speed.measure(StudentModule(worker, 600), reference,
+                                                SPEED_CASES, rounds=SPEED_ROUNDS,
+                                                seed=random.SystemRandom().randrange(1 << 30))
         except Exception as exc:          # remembered: every tier reports the same failure
             runs[key] = exc
+        finally:
+            worker.close()
     if isinstance(runs[key], Exception):
         raise runs[key]
     return runs[key]
@@ -87,17 +99,17 @@ def _speed(student, request) -> dict:
 @pytest.mark.gpu
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(600)
-# The speed run loads the reference kernel into the student's worker (see
-# docs/THREAT_MODEL.md): its feedback stays with instructors, never published,
-# so that it cannot carry the reference's source out.
+# The speed feedback (the reference's TFLOP/s on this GPU) stays with
+# instructors: students see the tier, not the measurements.
 @pytest.mark.visibility("hidden")
 @pytest.mark.parametrize("tier", [1, 2, 3])
-def test_gpu_speed(student, request, machine, tier):
+def test_gpu_speed(request, machine, tier):
     """speed against the reference kernel, same run, same inputs (tier by TFLOP/s ratio)"""
     _need_gpu()
-    result = _speed(student, request)
+    result = _speed(request)
     gpu = result["gpu"]
     machine.setdefault("GPU", gpu)
+    machine.setdefault("reference kernel", result["variant"])
     tiers = tiers_for(gpu)
     judged = flash.judge_speed(result)
     need = tiers[tier - 1]

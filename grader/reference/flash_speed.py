@@ -1,0 +1,190 @@
+"""ex07's speed grade: the clock in the grading process, the reference in a worker of its own.
+
+The student's kernel and the reference kernel (``grader/reference/flash.py``)
+each run in their own worker on the same GPU; nothing of the reference is
+ever in the student's process, and nothing the student's process does can
+move the clock:
+
+* the grading process times the round trip of one ``ex07.speed_run``
+  request (``calls`` calls on fresh inputs drawn from a seed sent with the
+  request, then a full synchronize) to each worker, alternating which goes
+  first, round after round;
+* the same overhead is subtracted from both: the reference worker's round
+  trip of a request that only draws the inputs (measured on the trusted
+  side, so a student cannot inflate it);
+* after each round the grader picks calls and output rows at random and
+  asks both workers for them (``ex07.speed_collect``): a wrong, cached or
+  replayed output fails, and a collect that takes much longer than the
+  reference's (outputs computed after the clock stopped, or a skipped
+  synchronize whose work the copy then waits for) fails too;
+* every kernel launched during the timed calls must come from the
+  student's own exercise file, and no PyTorch op may do attention's work;
+* the student's submission folder is read-only to its worker.
+
+``measure`` takes the two sides as objects with ``probe(name, *args)``
+(``StudentModule`` s, or fakes in tests) and a ``clock``.  Its result has the
+shape ``flash.judge_speed`` judges.  What remains possible is written in
+``docs/THREAT_MODEL.md`` (ex07).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from grader.sandbox import confine
+from grader.sandbox.client import Limits, StudentModule, Worker
+
+REFERENCE_MODULE = "ex07_reference_kernel"
+CALLS = 4            # calls per timed request: a round trip is long enough to time
+PICKS = 2            # calls whose outputs are checked after each round
+ROWS = 64            # output rows (query positions) checked per picked call
+LATE_FRACTION = 0.5  # of the checked calls' reference time: a later collect is suspect
+LATE_SLACK_S = 0.002  # pipe and copy jitter
+
+
+class LockedWorker(Worker):
+    """A worker whose copy of the submission is read-only to it.
+
+    The private folder is the worker user's; the submission folder inside it
+    and its files stay the grader's, readable but not writable by the worker
+    (as root; otherwise only their write bits are cleared)."""
+
+    def start(self) -> None:
+        if self._dir is None and self.module_problem() is None:
+            self._dir = self._prepare_dir()
+            (self._dir / "tmp").mkdir()
+            if self.limits.drop_privileges and confine.can_drop_privileges():
+                self.uid = confine.fresh_uid()
+                confine.give_to(self._dir, self.uid)
+            sub = self._dir / "submission"
+            for path in [sub, *sub.iterdir()]:
+                if os.geteuid() == 0:
+                    os.chown(path, 0, 0, follow_symlinks=False)
+                os.chmod(path, 0o555 if path.is_dir() else 0o444)
+        super().start()
+
+    def fingerprint(self) -> str:
+        """A digest of the worker's copy of the submission: a worker that runs
+        as the grading user (no unprivileged user available) could write
+        despite the cleared bits, so a change is also detected."""
+        import hashlib
+        digest = hashlib.sha256()
+        sub = (self._dir / "submission") if self._dir is not None else None
+        for path in sorted(sub.iterdir()) if sub is not None and sub.is_dir() else []:
+            digest.update(path.name.encode() + b"\0")
+            if path.is_file() and not path.is_symlink():
+                digest.update(path.read_bytes())
+        return digest.hexdigest()
+
+    def close(self) -> None:
+        if self._dir is not None:             # writable again, so that it can be removed
+            sub = self._dir / "submission"
+            for path in [sub, *sub.iterdir()] if sub.is_dir() else []:
+                os.chmod(path, 0o700 if path.is_dir() else 0o600)
+        super().close()
+
+
+@contextlib.contextmanager
+def reference_side(limits: Limits):
+    """A trusted worker holding the reference kernel (a copy of flash.py)."""
+    from grader.reference import flash
+    folder = Path(tempfile.mkdtemp(prefix="ex07-reference-"))
+    shutil.copyfile(flash.__file__, folder / f"{REFERENCE_MODULE}.py")
+    worker = LockedWorker(folder, REFERENCE_MODULE, limits)
+    try:
+        yield StudentModule(worker, limits.call_timeout)
+    finally:
+        worker.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _timed(side, clock, *args, **kwargs) -> tuple:
+    start = clock()
+    answer = side.probe(*args, **kwargs)
+    return clock() - start, answer
+
+
+def _launch_problems(run: dict) -> list:
+    out = []
+    files = run.get("launched_files") or {}
+    if not files:
+        out.append("launched no Triton kernel during the timed calls")
+    foreign = sorted(f for f in files if f != run.get("own_file"))
+    if foreign:
+        out.append(f"launched kernels from {', '.join(foreign)} during the timed calls "
+                   f"(only your own {run.get('own_file')} may run)")
+    if run.get("forbidden"):
+        out.append("let PyTorch do attention's work during the timed calls ("
+                   + ", ".join(sorted(run["forbidden"])) + ")")
+    return out
+
+
+def measure(student, reference, cases, *, calls: int = CALLS, rounds: int = 7,
+            picks: int = PICKS, rows: int = ROWS, seed: int = 0, clock=time.perf_counter,
+            on=None) -> dict:
+    """Time both sides on ``cases`` (dicts of ``flash.SPEED_CASES``' shape).
+
+    Returns ``{"gpu", "variant", "cases": [{case, student_s, reference_s,
+    max_err, problems, collect_s, variant}]}``: seconds per call (overhead
+    removed) per round, the largest difference of the checked rows from the
+    reference's, and what went wrong.  ``on="cpu"`` (the interpreter, tiny
+    shapes) tests the plumbing only."""
+    rng = random.Random(seed)                   # the grader's choices, never sent ahead
+    results, gpu, variants = [], "", set()
+    worker = getattr(student, "_worker", None)
+    fingerprint = getattr(worker, "fingerprint", None)
+    for case in cases:
+        info = reference.probe("ex07.speed_prepare", case, seed=rng.randrange(1 << 30), on=on)
+        student.probe("ex07.speed_prepare", case, seed=rng.randrange(1 << 30), on=on)
+        before = fingerprint() if fingerprint else ""
+        gpu, variant = info["gpu"], info["variant"]
+        variants.add(variant)
+        overhead = statistics.median(
+            _timed(reference, clock, "ex07.speed_run", case, calls, rng.randrange(1 << 30),
+                   run_kernel=False, on=on)[0] for _ in range(3))
+        t_student, t_ref, errors, problems, collect = [], [], [], [], []
+        for r in range(rounds):
+            draw = rng.randrange(1 << 30)       # the same fresh inputs for both sides
+            order = [("student", student), ("reference", reference)]
+            seconds, runs = {}, {}
+            for name, side in (order if r % 2 == 0 else order[::-1]):
+                seconds[name], runs[name] = _timed(side, clock, "ex07.speed_run", case, calls,
+                                                   draw, on=on)
+            problems += _launch_problems(runs["student"])
+            chosen = sorted(rng.sample(range(calls), min(picks, calls)))
+            rows_at = sorted(rng.sample(range(case["s_q"]), min(rows, case["s_q"])))
+            c_s, got = _timed(student, clock, "ex07.speed_collect", chosen, rows_at)
+            c_r, want = _timed(reference, clock, "ex07.speed_collect", chosen, rows_at)
+            collect.append([c_s, c_r])
+            worst = 0.0
+            for g, w in zip(got, want):
+                if "problem" in g:
+                    problems.append(g["problem"])
+                    worst = float("inf")
+                elif g["shape"] != w["shape"] or g["dtype"] != w["dtype"]:
+                    problems.append(f"returned {tuple(g['shape'])} {g['dtype']}")
+                    worst = float("inf")
+                else:
+                    diff = (g["rows"] - w["rows"]).abs().max().item()
+                    worst = max(worst, diff if diff == diff else float("inf"))   # NaN: inf
+            errors.append(worst)
+            t_student.append(max(seconds["student"] - overhead, 1e-9) / calls)
+            t_ref.append(max(seconds["reference"] - overhead, 1e-9) / calls)
+        if fingerprint and fingerprint() != before:
+            problems.append("changed the files of its submission while being timed")
+        late = statistics.median(c for c, _ in collect) - statistics.median(c for _, c in collect)
+        if late > LATE_FRACTION * min(picks, calls) * statistics.median(t_ref) + LATE_SLACK_S:
+            problems.append(
+                f"took {late * 1e3:.1f} ms longer than the reference to hand over outputs "
+                "after the timed calls (outputs computed after the clock stopped, or work "
+                "left running past the synchronize)")
+        results.append({"case": case, "student_s": t_student, "reference_s": t_ref,
+                        "max_err": errors, "problems": sorted(set(problems)),
+                        "collect_s": collect, "overhead_s": overhead, "variant": variant})
+    return {"gpu": gpu, "variant": " / ".join(sorted(variants)), "cases": results}
