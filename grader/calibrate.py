@@ -107,7 +107,8 @@ def measure(repeats: int, seed: int = 0, cases=None, device: str = "cuda") -> di
                                       case["d_head"], causal)
         med = {name: statistics.median(ts) for name, ts in times.items()}
         tflops = {name: float(f"{flops / t / 1e12:.4g}") for name, t in med.items()}
-        rows.append({"s": case["s_q"], "causal": causal,
+        variant = flash.variant_in_use(q)
+        rows.append({"s": case["s_q"], "causal": causal, "variant": variant,
                      "reference_tflops": tflops["tuned"], "plain_tflops": tflops["plain"],
                      "sdpa_tflops": tflops["sdpa"], "sdpa_backend": backend})
     return {"cases": rows}
@@ -138,7 +139,16 @@ def calibrate(out, repeats, dry_run):
     data = _load(out)
     name = torch.cuda.get_device_name()
     measured = measure(repeats)
+    variants = sorted({r["variant"] for r in measured["cases"]})
+    if flash.DESCRIPTOR_FAILURE:
+        # The grade would then time a slower reference than the one calibrated
+        # for: refuse rather than write thresholds for the wrong kernel.
+        raise click.ClickException(
+            f"the reference kernel's descriptor (TMA) variant failed on {name} and fell back "
+            f"to pointers: {flash.DESCRIPTOR_FAILURE[0]}; fix it (or the driver) and "
+            "calibrate again; nothing was written")
     entry = {"tiers": tiers_from(measured["cases"]),
+             "reference_variant": " / ".join(variants),
              "measured": measured["cases"],
              "plain_config": PLAIN,
              "versions": {"torch": torch.__version__,
@@ -149,10 +159,10 @@ def calibrate(out, repeats, dry_run):
                    f"{r['reference_tflops']:6.1f}  plain {r['plain_tflops']:6.1f}  SDPA "
                    f"({r['sdpa_backend']}) {r['sdpa_tflops']:6.1f} TFLOP/s  reference/SDPA "
                    f"{r['reference_tflops'] / max(r['sdpa_tflops'], 1e-9):.2f}")
-    click.echo(f"{name}: tiers {entry['tiers']}")
+    click.echo(f"{name}: reference kernel {entry['reference_variant']}, tiers {entry['tiers']}")
     if dry_run:
         return
-    data["models"][name] = entry
+    data["models"][name] = entry          # other GPU models in the file are kept
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(data, indent=1) + "\n")

@@ -185,3 +185,46 @@ def test_a_kernel_from_another_file_and_a_changed_file_are_named(tmp_path):
     changed = any("changed the files" in p for p in problems)
     assert changed != dropped, (dropped, problems)
     assert path.read_text().endswith("sm_scale=sm_scale)\n")   # never the original
+
+
+# -- calibrate: merged thresholds, the variant recorded, no silent fallback -------------
+def _fake_gpu(monkeypatch, failure=None):
+    from grader import calibrate as cal
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake H200")
+    rows = [{"s": 2048, "causal": c, "variant": "descriptors", "reference_tflops": 500.0,
+             "plain_tflops": 250.0, "sdpa_tflops": 450.0, "sdpa_backend": "CUDNN_ATTENTION"}
+            for c in (False, True)]
+    monkeypatch.setattr(cal, "measure", lambda repeats: {"cases": rows})
+    monkeypatch.setattr(flash, "DESCRIPTOR_FAILURE", list(failure or []))
+
+
+@pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)
+def test_calibrate_merges_and_records_the_variant(tmp_path, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from grader.cli import main
+    out = tmp_path / "t.json"
+    out.write_text(json.dumps({"about": "x", "default": {"tiers": [0.1, 0.2, 0.3]},
+                               "models": {"Other GPU": {"tiers": [0.2, 0.4, 0.6]}}}))
+    _fake_gpu(monkeypatch)
+    res = CliRunner().invoke(main, ["calibrate", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert set(data["models"]) == {"Other GPU", "Fake H200"}        # merged, not replaced
+    assert data["models"]["Fake H200"]["reference_variant"] == "descriptors"
+    assert "descriptors" in res.output
+
+
+@pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)
+def test_calibrate_refuses_a_silent_fallback(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from grader.cli import main
+    out = tmp_path / "t.json"
+    _fake_gpu(monkeypatch, failure=["RuntimeError: TMA descriptor rejected"])
+    res = CliRunner().invoke(main, ["calibrate", "--out", str(out)])
+    assert res.exit_code == 1 and "fell back to pointers" in res.output, res.output
+    assert not out.exists()
