@@ -64,3 +64,16 @@ def test_a_global_read_is_named_with_its_line(tmp_path):
     assert not got["ok"] and "LOG2E" not in got["error"]
     assert "global variable SCALE" in got["error"], got
     assert (got["file"], got["line"]) == ("k.py", 11), got
+
+
+def test_the_stub_holds_no_kernel_skeleton_left_uncompiled():
+    """A kernel skeleton added to the student stub must join grader/aot.py's list."""
+    import ast
+
+    from grader import aot
+    path = aot.REPO / "exercises" / "ex07_flash_attention.py"
+    tree = ast.parse(path.read_text())
+    jitted = [node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+              and any("jit" in ast.unparse(d) for d in node.decorator_list)]
+    listed = any(f == "exercises/ex07_flash_attention.py" for f, _ in aot.KERNEL_FILES.values())
+    assert not jitted or listed, f"the stub defines kernels {jitted}: add it to aot.KERNEL_FILES"

@@ -530,8 +530,7 @@ try:
     from grader.reference.flash_judge import (GPU_TOLERANCES,  # noqa: E402,F401
                                               MAX_COMPUTE_OPS, check_authentic,
                                               check_inputs_unchanged, check_no_kv_copy,
-                                              check_output, compile_worker,
-                                              judge_compile, tolerance)
+                                              check_output, tolerance)
 except ImportError:  # inside a worker
     pass
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from grader.feedback import check_close
-from grader.reference import flash
+from grader.reference import flash, flash_judge
 from grader.reference.cases import rng_for
 
 pytestmark = [pytest.mark.exercise("ex07_flash_attention"),
@@ -99,9 +99,10 @@ def test_flash_attention_gpu_fp16(student):
 @pytest.mark.timeout_s(600)
 def test_kernel_compiles_for_sm80_and_sm90(request):
     """your kernel compiles for real GPUs (sm_80 and sm_90), with every config it launches"""
-    compiler = flash.compile_worker(request)
+    # flash_judge, not flash: judging code ships as is in the student edition.
+    compiler = flash_judge.compile_worker(request)
     try:
         res = compiler.probe("ex07.compile_check")
     finally:
         compiler._worker.close()
-    request.node.feedback_on_pass = flash.judge_compile(res)
+    request.node.feedback_on_pass = flash_judge.judge_compile(res)
