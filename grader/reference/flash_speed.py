@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from grader.sandbox import confine
 from grader.sandbox.client import Limits, StudentModule, Worker
 
@@ -110,15 +112,18 @@ def _timed(side, clock, *args, **kwargs) -> tuple:
     return clock() - start, answer
 
 
-def _launch_problems(run: dict) -> list:
+def _launch_problems(run, own_file: str) -> list:
+    if not isinstance(run, dict):
+        return ["sent back something other than the record of its timed calls"]
     out = []
     files = run.get("launched_files") or {}
     if not files:
         out.append("launched no Triton kernel during the timed calls")
-    foreign = sorted(f for f in files if f != run.get("own_file"))
+    # The grader's own idea of the file: never what the worker says it is.
+    foreign = sorted(str(f) for f in files if f != own_file)
     if foreign:
         out.append(f"launched kernels from {', '.join(foreign)} during the timed calls "
-                   f"(only your own {run.get('own_file')} may run)")
+                   f"(only your own {own_file} may run)")
     if run.get("forbidden"):
         out.append("let PyTorch do attention's work during the timed calls ("
                    + ", ".join(sorted(run["forbidden"])) + ")")
@@ -139,6 +144,7 @@ def measure(student, reference, cases, *, calls: int = CALLS, rounds: int = 7,
     results, gpu, variants = [], "", set()
     worker = getattr(student, "_worker", None)
     fingerprint = getattr(worker, "fingerprint", None)
+    own_file = f"{getattr(worker, 'module', 'ex07_flash_attention')}.py"
     for case in cases:
         info = reference.probe("ex07.speed_prepare", case, seed=rng.randrange(1 << 30), on=on)
         student.probe("ex07.speed_prepare", case, seed=rng.randrange(1 << 30), on=on)
@@ -156,19 +162,25 @@ def measure(student, reference, cases, *, calls: int = CALLS, rounds: int = 7,
             for name, side in (order if r % 2 == 0 else order[::-1]):
                 seconds[name], runs[name] = _timed(side, clock, "ex07.speed_run", case, calls,
                                                    draw, on=on)
-            problems += _launch_problems(runs["student"])
+            problems += _launch_problems(runs["student"], own_file)
             chosen = sorted(rng.sample(range(calls), min(picks, calls)))
             rows_at = sorted(rng.sample(range(case["s_q"]), min(rows, case["s_q"])))
             c_s, got = _timed(student, clock, "ex07.speed_collect", chosen, rows_at)
             c_r, want = _timed(reference, clock, "ex07.speed_collect", chosen, rows_at)
             collect.append([c_s, c_r])
             worst = 0.0
+            if not isinstance(got, list) or len(got) != len(want):
+                got = [{"problem": "handed over something other than the outputs asked for"}]
             for g, w in zip(got, want):
-                if "problem" in g:
-                    problems.append(g["problem"])
+                # The student's side answers as data it chose: check its form first.
+                if not isinstance(g, dict) or "problem" in g:
+                    problems.append(str(g.get("problem"))[:200] if isinstance(g, dict)
+                                    else "handed over something other than an output")
                     worst = float("inf")
-                elif g["shape"] != w["shape"] or g["dtype"] != w["dtype"]:
-                    problems.append(f"returned {tuple(g['shape'])} {g['dtype']}")
+                elif g.get("shape") != w["shape"] or g.get("dtype") != w["dtype"] \
+                        or not isinstance(g.get("rows"), torch.Tensor) \
+                        or g["rows"].shape != w["rows"].shape:
+                    problems.append(f"returned {g.get('shape')} {g.get('dtype')}")
                     worst = float("inf")
                 else:
                     diff = (g["rows"] - w["rows"]).abs().max().item()
