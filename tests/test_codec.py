@@ -69,3 +69,12 @@ def test_function_references_and_errors_roundtrip():
 def test_oversized_message_is_refused():
     with pytest.raises(codec.CodecError, match="over the limit"):
         codec.unpack(codec.pack(np.zeros(1000)), max_bytes=100)
+
+
+def test_exact_numbers_arrive_as_floats():
+    """A Fraction or Decimal answer (kv_cache_saving as Fraction(64, 8)) is a number."""
+    from decimal import Decimal
+    from fractions import Fraction
+    for value, want in [(Fraction(64, 8), 8.0), (Decimal("2.5"), 2.5), ([Fraction(1, 4)], [0.25])]:
+        got = codec.unpack(codec.pack(value))
+        assert got == want and type(got) is type(want)

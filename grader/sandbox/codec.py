@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import math
 import struct
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 
@@ -106,6 +108,8 @@ def encode(value, buffers: list, depth: int = 0):
         return {"$raised": value.type_name, "message": value.message,
                 "where": value.where, "traceback": value.traceback,
                 "bases": list(value.bases)}
+    if t is Fraction or t is Decimal:  # exact numbers a student may return -> float
+        return encode(float(value), buffers, depth + 1)
     if isinstance(value, np.generic):  # numpy scalars -> python numbers
         return encode(value.item(), buffers, depth + 1)
     if isinstance(value, np.ndarray):
