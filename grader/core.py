@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -99,6 +100,9 @@ class GradingPlugin:
             w.close()
 
     # -- pytest hooks ------------------------------------------------------
+    def pytest_collection_finish(self, session):
+        _one_thread()      # after collection: the suites that need PyTorch have imported it
+
     def pytest_configure(self, config):
         config.stash[PLUGIN_KEY] = self
         for line in ("points(n): points a test is worth",
@@ -182,12 +186,13 @@ def _sandbox_text(options: Options) -> str:
 
 def _one_thread() -> None:
     """The references' arithmetic is small: one PyTorch thread in the grading
-    process, so that parallel gradings do not spin against each other."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return
-    torch.set_num_threads(1)
+    process, so that parallel gradings do not spin against each other.
+
+    Only where a suite has imported PyTorch: importing it here would cost a
+    NumPy exercise's check more than a second (most of `attn-grade check ex02`)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 def run_seed(seed: int | None) -> int:
@@ -204,7 +209,8 @@ def run_seed(seed: int | None) -> int:
 def grade(submission: Path | str, options: Options | None = None) -> Report:
     """Grade a folder of exercise modules; always returns a ``Report``.
 
-    Sets PyTorch to one thread in this process (see ``_one_thread``)."""
+    Sets PyTorch to one thread in this process once a suite has imported it
+    (see ``_one_thread``)."""
     options = options or Options()
     submission = Path(submission).resolve()
     if options.suite not in ("public", "hidden"):
@@ -220,7 +226,6 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
                     seed=run_seed(options.seed), student_id=options.student_id)
     report.machine["sandbox"] = _sandbox_text(options)
     plugin = GradingPlugin(submission, options, report)
-    _one_thread()
     start = time.perf_counter()
     args = ["-c", str(SUITES_DIR / "pytest.ini"), "--rootdir", str(SUITES_DIR),
             "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:randomly",

@@ -194,7 +194,9 @@ def _recorded() -> dict:
     path = Path(__file__).resolve().parent / "reference" / RECORD_FILE
     if not path.is_file():
         return {}
-    return codec.unpack(path.read_bytes())
+    # NumPy arrays in place of tensors until a suite imports PyTorch: the
+    # NumPy exercises' public suites then run without it (a second saved).
+    return codec.unpack(path.read_bytes(), tensors="numpy-unless-loaded")
 
 
 def replay_function(short: str, name: str):

@@ -376,3 +376,25 @@ def test_the_install_cell_installs_what_release_was_told(edition, monkeypatch, t
     monkeypatch.setattr(grader.release, "build", lambda out, install, git: out)
     result = CliRunner().invoke(main, ["release", str(tmp_path / "e")])
     assert result.exit_code == 0 and "warning: no --install URL" in result.output
+
+
+_CHECK_WITHOUT_TORCH = """
+import sys
+from grader.cli import main
+try:
+    main(["check", "--path", sys.argv[1], "ex02", "ex03"])
+except SystemExit:
+    pass
+print("torch imported:", "torch" in sys.modules)
+"""
+
+
+def test_a_numpy_exercise_is_checked_without_importing_pytorch(edition, tmp_path):
+    """The student's loop: PyTorch's import alone takes over a second, and the
+    NumPy exercises' replayed checks do not need it (nor does their worker)."""
+    sub = copy_solutions(tmp_path / "sub", ["ex02_mha", "ex03_gqa"])
+    env = dict(os.environ, PYTHONPATH=str(edition))
+    proc = subprocess.run([sys.executable, "-c", _CHECK_WITHOUT_TORCH, str(sub)], cwd=edition,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert "FAIL" not in proc.stdout and "Grader problem" not in proc.stdout, proc.stdout
+    assert "torch imported: False" in proc.stdout, proc.stdout

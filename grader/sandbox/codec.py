@@ -143,14 +143,18 @@ def _encode_tensor(torch, value, buffers):
             "device": str(value.device), "tensor_type": type(value).__name__}
 
 
-def decode(tree, buffers: list, depth: int = 0):
-    """Rebuild a value from ``encode``'s output; never runs code from the data."""
+def decode(tree, buffers: list, depth: int = 0, tensors: str = "torch"):
+    """Rebuild a value from ``encode``'s output; never runs code from the data.
+
+    ``tensors="numpy-unless-loaded"``: tensors come back as NumPy arrays while
+    PyTorch is not imported (a replayed NumPy exercise need not pay its
+    second-long import), as torch tensors once it is."""
     if depth > MAX_DEPTH:
         raise CodecError("value is nested too deeply")
     if tree is None or isinstance(tree, (bool, int, float, str)):
         return tree
     if isinstance(tree, list):
-        return [decode(v, buffers, depth + 1) for v in tree]
+        return [decode(v, buffers, depth + 1, tensors) for v in tree]
     if not isinstance(tree, dict):
         raise CodecError("malformed message")
     if "$int" in tree:
@@ -158,18 +162,21 @@ def decode(tree, buffers: list, depth: int = 0):
     if "$float" in tree:
         return float(tree["$float"])
     if "$tuple" in tree:
-        return tuple(decode(v, buffers, depth + 1) for v in tree["$tuple"])
+        return tuple(decode(v, buffers, depth + 1, tensors) for v in tree["$tuple"])
     if "$dict" in tree:
-        return {str(k): decode(v, buffers, depth + 1) for k, v in tree["$dict"]}
+        return {str(k): decode(v, buffers, depth + 1, tensors) for k, v in tree["$dict"]}
     if "$func" in tree:
-        return Func(str(tree["$func"]), *decode(tree["args"], buffers, depth + 1),
-                    **decode(tree["kwargs"], buffers, depth + 1))
+        return Func(str(tree["$func"]), *decode(tree["args"], buffers, depth + 1, tensors),
+                    **decode(tree["kwargs"], buffers, depth + 1, tensors))
     if "$raised" in tree:
         return Raised(str(tree["$raised"]), str(tree["message"]), str(tree["where"]),
                       str(tree["traceback"]), [str(b) for b in tree.get("bases", [])])
     if "$ndarray" in tree:
         return _array(tree["$ndarray"], tree["shape"], buffers[tree["buf"]])
     if "$tensor" in tree:
+        wire, reinterpret = _TORCH_WIRE.get(str(tree["$tensor"]), (str(tree["$tensor"]), False))
+        if tensors != "torch" and _torch() is None and not reinterpret:
+            return _array(wire, tree["shape"], buffers[tree["buf"]])
         return _decode_tensor(tree, buffers)
     if "$torch_attr" in tree:
         import torch
@@ -177,7 +184,7 @@ def decode(tree, buffers: list, depth: int = 0):
         if text.startswith("torch."):
             return getattr(torch, text[len("torch."):])
         return torch.device(text)
-    return {str(k): decode(v, buffers, depth + 1) for k, v in tree.items()}
+    return {str(k): decode(v, buffers, depth + 1, tensors) for k, v in tree.items()}
 
 
 def _array(dtype: str, shape, raw: bytes) -> np.ndarray:
@@ -210,8 +217,9 @@ def pack(obj) -> bytes:
     return _HEADER.pack(len(header), len(body)) + body
 
 
-def read_message(read_exact, max_bytes: int):
-    """Read one framed message with ``read_exact(n) -> bytes`` and decode it."""
+def read_message(read_exact, max_bytes: int, tensors: str = "torch"):
+    """Read one framed message with ``read_exact(n) -> bytes`` and decode it
+    (``tensors``: see ``decode``)."""
     head_len, body_len = _HEADER.unpack(read_exact(_HEADER.size))
     if body_len > max_bytes or head_len > body_len:
         raise CodecError(f"message of {body_len} bytes is over the limit of {max_bytes}")
@@ -224,10 +232,10 @@ def read_message(read_exact, max_bytes: int):
     for n in lengths:
         buffers.append(body[pos:pos + int(n)])
         pos += int(n)
-    return decode(tree, buffers)
+    return decode(tree, buffers, tensors=tensors)
 
 
-def unpack(data: bytes, max_bytes: int | None = None):
+def unpack(data: bytes, max_bytes: int | None = None, tensors: str = "torch"):
     """Decode one message held in memory (the inverse of ``pack``)."""
     pos = 0
 
@@ -237,4 +245,4 @@ def unpack(data: bytes, max_bytes: int | None = None):
         pos += n
         return chunk
 
-    return read_message(read_exact, len(data) if max_bytes is None else max_bytes)
+    return read_message(read_exact, len(data) if max_bytes is None else max_bytes, tensors)
