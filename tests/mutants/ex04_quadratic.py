@@ -18,6 +18,11 @@ MUTANTS = [
            "    for _ in range(warmup):\n        fn(*args, **kwargs)\n    times = []",
            "    times = []",
            "timing without warm-up"),
+    Mutant("no_synchronization",
+           "        if torch.cuda.is_available() and torch.cuda.is_initialized():\n"
+           "            torch.cuda.synchronize()",
+           "        pass",
+           "timing without synchronization"),
     Mutant("mean_not_median",
            "return statistics.median(times)",
            "return sum(times) / len(times)",
@@ -61,3 +66,4 @@ _NOT_MEASURED = "not measure_scaling"
 ONLY = {name: _NOT_MEASURED for name in (
     "no_scale", "softmax_over_queries", "diagonal_masked", "slope_from_endpoints",
     "scores_without_batch", "max_len_off_by_one", "plot_linear_axes")}
+ONLY["no_synchronization"] = "synchronizes"

@@ -83,6 +83,124 @@ def time_cuda(module, target_s=0.05):
     return {"result": _number(result), "kernel_s": sorted(events)[1]}
 
 
+class _StandinGPU:
+    """A CPU stand-in for a GPU's asynchrony, for grading ``time_fn`` on a
+    CPU-only machine.
+
+    ``launch(seconds)`` queues work and returns at once, as a CUDA kernel
+    launch does; the queue drains in real time, one item after another.
+    ``synchronize()`` (installed as ``torch.cuda.synchronize`` and friends)
+    blocks until everything queued is done.  A timer that synchronizes sees
+    each call take ``seconds``; one that does not sees microseconds."""
+
+    def __init__(self):
+        self.done_at = 0.0          # perf_counter time when the queue is empty
+        self.syncs = 0
+
+    def launch(self, seconds: float) -> None:
+        self.done_at = max(time.perf_counter(), self.done_at) + seconds
+
+    def synchronize(self, *args, **kwargs) -> None:
+        self.syncs += 1
+        while (left := self.done_at - time.perf_counter()) > 0:
+            time.sleep(left)
+
+    def stream(self, *args, **kwargs):
+        gpu = self
+
+        class Stream:
+            def synchronize(self):
+                gpu.synchronize()
+
+            def query(self):
+                return time.perf_counter() >= gpu.done_at
+        return Stream()
+
+    def event_class(self):
+        gpu = self
+
+        class Event:
+            """Records when the queue reaches it; times in ms, as CUDA's do."""
+            def __init__(self, *args, **kwargs):
+                self.at = None
+
+            def record(self, *args, **kwargs):
+                self.at = max(time.perf_counter(), gpu.done_at)
+
+            def synchronize(self):
+                while self.at is not None and (left := self.at - time.perf_counter()) > 0:
+                    time.sleep(left)
+
+            wait = synchronize
+
+            def query(self):
+                return self.at is None or time.perf_counter() >= self.at
+
+            def elapsed_time(self, end):
+                return (end.at - self.at) * 1e3
+        return Event
+
+    def patches(self) -> list:
+        """(object, attribute, stand-in) for what a timer may call."""
+        out = [(torch.cuda, "is_available", lambda: True),
+               (torch.cuda, "is_initialized", lambda: True),
+               (torch.cuda, "init", lambda: None),
+               (torch.cuda, "synchronize", self.synchronize),
+               (torch.cuda, "current_stream", self.stream),
+               (torch.cuda, "default_stream", self.stream),
+               (torch.cuda, "Event", self.event_class()),
+               (torch.cuda, "device_count", lambda: 1),
+               (torch.cuda, "current_device", lambda: 0)]
+        acc = getattr(torch, "accelerator", None)
+        if acc is not None:
+            out += [(acc, name, fn) for name, fn in (
+                ("is_available", lambda: True), ("synchronize", self.synchronize),
+                ("current_accelerator", lambda *a, **k: torch.device("cuda")))
+                if hasattr(acc, name)]
+        return out
+
+
+def time_standin_gpu(module, work_s=0.05, warmup=1, repeats=3):
+    """``time_fn`` of a kernel on ``_StandinGPU``: each call queues ``work_s``
+    seconds of work and returns at once.
+
+    The student's module is executed afresh while the stand-in is installed,
+    so that a device chosen at import (``DEVICE = "cuda" if
+    torch.cuda.is_available() else "cpu"``) sees it too.  Returns the result,
+    the work per call and the synchronizations seen; ``{"unsupported": why}``
+    when the module or its timer could not run on the stand-in (it then
+    cannot be judged here: a real GPU can)."""
+    gpu = _StandinGPU()
+    saved = []
+    try:
+        for obj, name, value in gpu.patches():
+            saved.append((obj, name, getattr(obj, name)))
+            setattr(obj, name, value)
+        try:
+            path = getattr(module, "__file__", None)
+            spec = importlib.util.spec_from_file_location(f"_standin_{module.__name__}", path)
+            fresh = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(fresh)
+        except Exception as exc:
+            return {"unsupported": f"importing it with a GPU present raised "
+                                   f"{type(exc).__name__}: {str(exc)[:200]}"}
+        calls = []
+
+        def kernel():
+            calls.append(1)
+            gpu.launch(work_s)
+
+        try:
+            result = fresh.time_fn(kernel, warmup=warmup, repeats=repeats)
+        except Exception as exc:
+            return {"unsupported": f"time_fn raised {type(exc).__name__}: {str(exc)[:200]}"}
+    finally:
+        for obj, name, value in reversed(saved):
+            setattr(obj, name, value)
+    return {"result": _number(result), "work_s": work_s, "syncs": gpu.syncs,
+            "calls": len(calls)}
+
+
 # -- the scaling run ----------------------------------------------------------
 
 def _naive(q, k, v):
