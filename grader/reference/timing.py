@@ -16,13 +16,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 PASS, FAIL, RETRY_STUDENT, RETRY_NOISY = "pass", "fail", "student_out", "noisy"
-ATTEMPTS = 3     # runs of the student's measurement before giving up
+ATTEMPTS = 3     # attempts with a steady control and a slope out of the band: a failure
+MAX_ATTEMPTS = 6  # runs of the student's measurement before "not graded"
 
 # A control slope outside this range means the machine did not show the
 # quadratic at all during the run (a stall, a neighbour's burst): on the
 # 2-core machine the control ranged 1.9-2.6 at one thread over many runs,
-# and a GPU or a bigger CPU lands nearer 2.
-CONTROL_RANGE = (1.4, 3.2)
+# and a GPU or a bigger CPU lands nearer 2.  On a loaded machine wall-clock
+# slopes rise above that, for everyone at once: a 20 ms call is preempted
+# by the other processes more often than a 1 ms one (with 3-4 busy
+# processes per core the control measured 3.0-3.4).  The control is measured
+# at the same moments as the student's times (``probes.ex04.scaling_run``
+# interleaves them length by length), so such a run is still judged, against
+# the slope the machine showed then.
+CONTROL_RANGE = (1.4, 4.0)
 # Two control runs, before and after the student's, that disagree by more
 # than this were disturbed: the student's run in between cannot be judged.
 CONTROL_AGREEMENT = 0.5
@@ -75,8 +82,9 @@ def judge_scaling(seq_lens, attempt: dict, repeats_hint: int = 5) -> Verdict:
             return Verdict(FAIL, f"measure_scaling returned a {t['not_a_number']} for S={s}; "
                                  "expected seconds as a float")
         got[int(s)] = float(t)
-    if sorted(got) != sorted(seq_lens):
-        return Verdict(FAIL, f"measure_scaling was asked for lengths {seq_lens} and returned "
+    asked = attempt.get("asked", seq_lens)     # the probe asks for one length at a time
+    if "asked" in attempt or sorted(got) != sorted(seq_lens):
+        return Verdict(FAIL, f"measure_scaling was asked for lengths {asked} and returned "
                              f"times for {sorted(got)}")
     bad = [s for s in seq_lens if not (math.isfinite(got[s]) and got[s] > 0)]
     if bad:
@@ -155,6 +163,14 @@ def final_scaling_verdict(verdicts: list[Verdict]) -> str:
     if len(verdicts) >= ATTEMPTS and all(v.status == RETRY_STUDENT for v in verdicts):
         return FAIL
     return RETRY_NOISY
+
+
+def scaling_decided(verdicts: list[Verdict]) -> bool:
+    """Whether to stop measuring: a verdict is reached, or ``MAX_ATTEMPTS``
+    were made.  A disturbed run (noisy control) is measured again rather
+    than counted: on a loaded machine the next run is often a steady one."""
+    return (final_scaling_verdict(verdicts) != RETRY_NOISY
+            or len(verdicts) >= MAX_ATTEMPTS)
 
 
 def scaling_table(verdict: Verdict, device: str, threads: str) -> str:

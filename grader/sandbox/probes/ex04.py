@@ -216,13 +216,13 @@ def _threads(device):
         else contextlib.nullcontext()
 
 
-def _ref_times(seq_lens, device, batch, n_heads, d_head, dtype, repeats=5):
+def _ref_times(seq_lens, device, batch, n_heads, d_head, dtype, repeats=5, clock=None):
     out = []
     for s in seq_lens:
         q, k, v = (torch.randn(batch, n_heads, s, d_head, device=device, dtype=dtype)
                    for _ in range(3))
         out.append(measure.time_call(_naive, q, k, v, warmup=1, repeats=repeats,
-                                     device=device).median)
+                                     device=device, clock=clock).median)
         del q, k, v
     return out
 
@@ -250,8 +250,10 @@ def pick_lengths(module, device="cpu", batch=1, n_heads=4, d_head=64, target_s=N
     s = 128
     with _threads(device):
         while True:
+            # CPU time on a CPU: the lengths are the machine's, not the moment's
+            # (a loaded machine would otherwise pick shorter, overhead-bound ones).
             pilot[s] = _ref_times([s], device, batch, n_heads, d_head, torch.float32,
-                                  repeats=3)[0]
+                                  repeats=3, clock=measure.cpu_clock(device))[0]
             if pilot[s] >= target_s or 2 * s > max_len:
                 break
             s *= 2
@@ -260,7 +262,14 @@ def pick_lengths(module, device="cpu", batch=1, n_heads=4, d_head=64, target_s=N
 
 
 def scaling_run(module, seq_lens, device="cpu", batch=1, n_heads=4, d_head=64):
-    """One attempt: control, the student's ``measure_scaling``, control again.
+    """One attempt: for each length, the grader's control, the student's
+    ``measure_scaling([S])``, the control again.
+
+    Interleaved length by length so that each of the student's times has a
+    control measured within a fraction of a second of it, under the same
+    load: on a busy machine a long call is preempted more often than a short
+    one, which raises the slope of every wall-clock measurement made at that
+    moment, the grader's as much as the student's.
 
     While the student's code runs, ``module.naive_attention`` is wrapped so
     that every call it makes is timed here too (with the device
@@ -279,30 +288,35 @@ def scaling_run(module, seq_lens, device="cpu", batch=1, n_heads=4, d_head=64):
         observed.append([list(getattr(q, "shape", ())), time.perf_counter() - start])
         return out
 
-    # Each run gets its own pin: the student's code may change the thread count.
-    with _threads(device):
-        ref_before = _ref_times(seq_lens, device, batch, n_heads, d_head, dtype)
-    if original is not None:
-        module.naive_attention = watched
-    try:
+    ref_before, ref_after, pairs, wall = [], [], [], 0.0
+    for s in seq_lens:
+        # Each run gets its own pin: the student's code may change the thread count.
         with _threads(device):
-            start = time.perf_counter()
-            result = module.measure_scaling(list(seq_lens), batch=batch, n_heads=n_heads,
-                                            d_head=d_head, device=device)
-            wall = time.perf_counter() - start
-    finally:
+            ref_before += _ref_times([s], device, batch, n_heads, d_head, dtype)
         if original is not None:
-            module.naive_attention = original
-    with _threads(device):
-        ref_after = _ref_times(seq_lens, device, batch, n_heads, d_head, dtype)
-    if not isinstance(result, dict):
-        return {"bad_result": type(result).__name__}
-    pairs = []
-    for key, value in result.items():
+            module.naive_attention = watched
         try:
-            pairs.append([int(key), _number(value)])
-        except (TypeError, ValueError):
-            return {"bad_key": repr(key)[:60]}
+            with _threads(device):
+                start = time.perf_counter()
+                result = module.measure_scaling([s], batch=batch, n_heads=n_heads,
+                                                d_head=d_head, device=device)
+                wall += time.perf_counter() - start
+        finally:
+            if original is not None:
+                module.naive_attention = original
+        with _threads(device):
+            ref_after += _ref_times([s], device, batch, n_heads, d_head, dtype)
+        if not isinstance(result, dict):
+            return {"bad_result": type(result).__name__}
+        got = []
+        for key, value in result.items():
+            try:
+                got.append([int(key), _number(value)])
+            except (TypeError, ValueError):
+                return {"bad_key": repr(key)[:60]}
+        if [k for k, _ in got] != [s]:
+            return {"student": got[:20], "asked": [s]}
+        pairs += got
     return {"student": pairs, "ref_before": ref_before, "ref_after": ref_after,
             "observed": observed[:500], "wall": wall}
 
