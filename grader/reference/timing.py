@@ -18,6 +18,9 @@ import numpy as np
 PASS, FAIL, RETRY_STUDENT, RETRY_NOISY = "pass", "fail", "student_out", "noisy"
 ATTEMPTS = 3     # attempts with a steady control and a slope out of the band: a failure
 MAX_ATTEMPTS = 6  # runs of the student's measurement before "not graded"
+# Checks of a timer on sleeps: a run whose sleeps overran (a busy machine)
+# decides nothing and is run again, up to this many times.
+SLEEP_TRIES = 5
 
 # A control slope outside this range means the machine did not show the
 # quadratic at all during the run (a stall, a neighbour's burst): on the

@@ -46,7 +46,7 @@ def test_naive_attention_small(student):
 @pytest.mark.points(1)
 def test_time_fn_times_a_slow_function(student):
     """time_fn of a function that sleeps 50 ms"""
-    for _ in range(3):
+    for _ in range(timing.SLEEP_TRIES):
         run = student.probe("ex04.run_timer", [0.05])
         got = timer_result(run, "time_fn(f) where f sleeps 0.05 s per call", 0.05)
         if got <= 0.2:
