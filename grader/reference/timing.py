@@ -1,8 +1,9 @@
 """Judging measurements made on a noisy machine (exercises D and E).
 
 Pure functions of the data a probe returns, so that they can be tested
-without a machine: given one attempt of a student's scaling run bracketed by
-two control runs of the grader's own naive attention, say whether it passes,
+without a machine: given one attempt of a student's scaling run, each length
+bracketed by two control runs of the grader's own naive attention (see
+``probes.ex04.scaling_run``), say whether it passes,
 fails for a reason that noise cannot explain, or cannot be judged because the
 machine was too noisy.  The rules never fail a correct submission because of
 noise: noise can only ever lead to a retry or to "not graded".
