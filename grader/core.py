@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import secrets
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -80,9 +81,40 @@ class GradingPlugin:
         self.options = options
         self.report = report
         self.workers: dict[str, Worker] = {}
+        self._started: dict[str, threading.Event] = {}
+        self._starter: threading.Thread | None = None
+        self._closing = threading.Event()
 
     # -- used by the suites' fixtures --------------------------------------
+    def prestart(self, exercises: list[str]) -> None:
+        """Start these exercises' workers in the background, one after another.
+
+        A worker's start is mostly its imports (PyTorch alone is over a
+        second): begun here, before pytest starts and collects, it overlaps
+        with the grading process's own start-up instead of following it.
+        One at a time, in course order, so that no two starts run at once
+        (each may take a fresh user id).  ``worker()`` waits for its own."""
+        for exercise in exercises:
+            self.worker(exercise)
+            self._started[exercise] = threading.Event()
+
+        def run():
+            for exercise in exercises:
+                try:
+                    if not self._closing.is_set():
+                        self.workers[exercise].start()
+                except Exception:       # the test's own call starts it again and reports
+                    self.workers[exercise].kill()
+                finally:
+                    self._started[exercise].set()
+
+        self._starter = threading.Thread(target=run, name="attn-grade-prestart", daemon=True)
+        self._starter.start()
+
     def worker(self, exercise: str) -> Worker:
+        started = self._started.get(exercise)
+        if started is not None:
+            started.wait()
         if exercise not in self.workers:
             ex = EXERCISES[exercise]
             limits = Limits(call_timeout=self.options.call_timeout or ex.call_timeout,
@@ -96,6 +128,9 @@ class GradingPlugin:
         return StudentModule(self.worker(exercise), timeout)
 
     def close(self) -> None:
+        self._closing.set()
+        if self._starter is not None:
+            self._starter.join()     # never a worker started after its clean-up
         for w in self.workers.values():
             w.close()
 
@@ -233,6 +268,7 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
     if options.keyword:
         args[-len(files):-len(files)] = ["-k", options.keyword]
     try:
+        plugin.prestart(names)
         code = pytest.main(args, plugins=[plugin])
         if code not in (0, 1, 5) and not report.errors:
             report.errors.append(f"pytest stopped with exit code {int(code)}")
