@@ -167,7 +167,7 @@ def read_roster(path: Path) -> dict[str, str]:
 def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float | None,
               submission_timeout: float, force: bool,
               exercises: list[str] | None = None, seed: int | None = None,
-              student_id: str | None = None) -> Outcome:
+              student_id: str | None = None, deduct_once: bool = False) -> Outcome:
     result_path = results_dir / f"{_safe(sub.name)}.json"
     outcome = Outcome(sub, result_path)
     if not force and result_path.is_file() and \
@@ -195,6 +195,8 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
         cmd += ["--seed", str(seed)]
     if student_id is not None:
         cmd += ["--student-id", student_id]
+    if deduct_once:
+        cmd.append("--deduct-once")
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=submission_timeout,
@@ -258,14 +260,14 @@ def run_batch(subs: list[Submission], results_dir: Path, *, jobs: int = 1, suite
               timeout: float | None = None, submission_timeout: float = 1800.0,
               force: bool = False, exercises: list[str] | None = None,
               seed: int | None = None, roster: dict[str, str] | None = None,
-              on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+              deduct_once: bool = False, on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     results_dir.mkdir(parents=True, exist_ok=True)
     outcomes = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = [pool.submit(grade_one, s, results_dir, suite=suite, timeout=timeout,
                                submission_timeout=submission_timeout, force=force,
                                exercises=exercises, seed=seed,
-                               student_id=(roster or {}).get(s.name))
+                               student_id=(roster or {}).get(s.name), deduct_once=deduct_once)
                    for s in subs]
         for future in as_completed(futures):
             outcome = future.result()

@@ -181,14 +181,18 @@ def check(exercise, path, timeout, no_fail):
 @click.option("--fail-on-lost-points", is_flag=True,
               help="Exit with status 1 when any point was lost or a test errored "
                    "(for CI jobs that grade the reference solution).")
+@click.option("--deduct-once", is_flag=True,
+              help="A mistake named in an upstream function costs points once per exercise: "
+                   "downstream tests that fail only because of it keep their points.")
 def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, keyword, seed,
-              student_id, fail_on_lost_points):
+              student_id, fail_on_lost_points, deduct_once):
     """Grade a submission: a folder of exercise modules, a notebook, or a zip."""
     if not path.exists():
         raise click.BadParameter(f"{path} does not exist.", param_hint="SUBMISSION")
     options = Options(suite=suite, exercises=_exercise_names(exercises, "--exercise"),
                       call_timeout=timeout, require_gpu=require_gpu, keyword=keyword,
-                      seed=seed, student_id=_student_id(student_id, "--student-id"))
+                      seed=seed, student_id=_student_id(student_id, "--student-id"),
+                      deduct_once=deduct_once)
     report = _run(path, options)
     _emit(report, out_format, out, public_only=suite == "public")
     if fail_on_lost_points and _lost_points(report):
@@ -253,8 +257,11 @@ def _plural(n: int, word: str) -> str:
 @click.option("--fail-on-lost-points", is_flag=True,
               help="Exit with status 1 when any submission lost a point or could not "
                    "be graded.")
+@click.option("--deduct-once", is_flag=True,
+              help="A mistake named in an upstream function costs points once per exercise: "
+                   "downstream tests that fail only because of it keep their points.")
 def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, exercises, force,
-          roster, seed, shard, fail_on_lost_points):
+          roster, seed, shard, fail_on_lost_points, deduct_once):
     """Grade every submission in FOLDER: each sub-folder, notebook and zip, or an
     LMS bulk download (Canvas's name_id_submissionid_file, grouped by student)."""
     import tempfile
@@ -292,6 +299,7 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
             outcomes = run_batch(subs, results_dir, jobs=jobs, suite=suite, timeout=timeout,
                                  submission_timeout=submission_timeout, force=force,
                                  exercises=only, seed=seed, roster=ids,
+                                 deduct_once=deduct_once,
                                  on_done=lambda o: bar.update(1, o))
     text = to_csv(outcomes, columns(outcomes))
     write_private(out, text)

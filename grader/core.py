@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from grader import rootcause
 from grader.exercises import EXERCISES, SUITES_DIR, suite_files
 from grader.feedback import Feedback
 from grader.report import FAILED, NOT_RUN, PASSED, Report, TestResult
@@ -44,6 +45,7 @@ class Options:
     keyword: str | None = None            # a pytest -k expression: only these tests
     seed: int | None = None               # hidden suites' random cases; None: a fresh secret
     student_id: str | None = None         # exercise A's identifier from a roster (batch)
+    deduct_once: bool = False             # a named root cause costs points once per exercise
     extra: dict = field(default_factory=dict)
 
 
@@ -81,6 +83,7 @@ class GradingPlugin:
         self.options = options
         self.report = report
         self.workers: dict[str, Worker] = {}
+        self.called: dict[int, list[str]] = {}   # id(TestResult) -> functions it called
         self._started: dict[str, threading.Event] = {}
         self._starter: threading.Thread | None = None
         self._closing = threading.Event()
@@ -199,6 +202,9 @@ class GradingPlugin:
                     and not isinstance(call.excinfo.value, pytest.fail.Exception):
                 self.report.errors.append(
                     f"{item.nodeid}: {type(call.excinfo.value).__name__}: {call.excinfo.value}")
+        student = item.funcargs.get("student") if hasattr(item, "funcargs") else None
+        if isinstance(student, StudentModule):
+            self.called[id(result)] = list(student.called)
         self.report.tests.append(result)
 
     def pytest_collectreport(self, report):
@@ -272,6 +278,7 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
         code = pytest.main(args, plugins=[plugin])
         if code not in (0, 1, 5) and not report.errors:
             report.errors.append(f"pytest stopped with exit code {int(code)}")
+        rootcause.attribute(report, plugin.called, deduct_once=options.deduct_once)
     except BaseException as exc:  # the report is written whatever happens
         report.errors.append(f"the grader failed: {type(exc).__name__}: {exc}")
         if isinstance(exc, KeyboardInterrupt):

@@ -26,6 +26,10 @@ TOLERANCES = {
 }
 
 
+# The line that names a known mistake; ``grader.rootcause`` reads it back.
+LOOKS_LIKE = "This looks like: "
+
+
 class Feedback(AssertionError):
     """A wrong answer, explained.  ``str()`` is shown to the student."""
 
@@ -78,8 +82,13 @@ def matching_mistake(got: np.ndarray, mistakes: Mapping[str, object] | None,
 
 def check_close(got, expected, *, what: str, atol: float, rtol: float,
                 mistakes: Mapping[str, object] | None = None, hint: str | None = None,
-                check_dtype: bool = False) -> None:
-    """Raise ``Feedback`` unless ``got`` is close to ``expected`` elementwise."""
+                hint_where=None, check_dtype: bool = False) -> None:
+    """Raise ``Feedback`` unless ``got`` is close to ``expected`` elementwise.
+
+    ``hint`` is shown only when no known mistake matches and, when
+    ``hint_where`` (a boolean array broadcastable to the answer) is given,
+    only when the first mismatch lies where it is True: a hint about rows
+    that see no key must not appear on a failure elsewhere."""
     exp = to_numpy(expected, "reference").astype(np.float64)
     got_raw = got
     got = to_numpy(got, what)
@@ -97,32 +106,54 @@ def check_close(got, expected, *, what: str, atol: float, rtol: float,
     if got.shape != exp.shape:
         lines.append(f"{what}: expected shape {tuple(exp.shape)}, got shape {tuple(got.shape)}")
         raise _explained(lines, got, mistakes, atol, rtol, hint)
-    finite_exp = np.isfinite(exp)
-    bad_nan = ~np.isfinite(got) & finite_exp
     close = np.isclose(got, exp, atol=atol, rtol=rtol, equal_nan=True)
     if close.all():
         return
-    idx = tuple(int(i) for i in np.argwhere(~close)[0])
+    first = tuple(int(i) for i in np.argwhere(~close)[0])
     lines.append(f"{what} is wrong: {int((~close).sum())} of {close.size} values differ.")
-    lines.append(f"  first mismatch at index {idx}: expected {_fmt(exp[idx])}, "
-                 f"got {_fmt(got[idx])}")
-    if bad_nan.any():
-        nidx = tuple(int(i) for i in np.argwhere(bad_nan)[0])
-        lines.append(f"  got {_fmt(got[nidx])} at index {nidx} where a finite value was "
-                     "expected")
-    both = finite_exp & np.isfinite(got)
-    if both.any():
-        err = np.where(both, np.abs(got - exp), 0.0)
+    lines.append(f"  first mismatch at index {first}: expected {_fmt(exp[first])}, "
+                 f"got {_fmt(got[first])}")
+    lines.extend(_non_finite_lines(got, exp))
+    # The error is measured where both are finite and they differ; a NaN or
+    # inf answer is named above, never summarized as "max abs error 0".
+    finite_miss = ~close & np.isfinite(exp) & np.isfinite(got)
+    if finite_miss.any():
+        err = np.where(finite_miss, np.abs(got - exp), 0.0)
         lines.append(f"  max abs error {float(err.max()):.3g} "
                      f"(allowed: atol={atol:g}, rtol={rtol:g})")
+    if hint is not None and hint_where is not None:
+        where = np.broadcast_to(np.asarray(hint_where, dtype=bool), got.shape)
+        hint = hint if where[first] else None
     raise _explained(lines, got, mistakes, atol, rtol, hint)
+
+
+def _non_finite_lines(got: np.ndarray, exp: np.ndarray) -> list[str]:
+    """"k values are NaN" / "k values are infinite" where finite ones were expected."""
+    out = []
+    for kind, bad in (("NaN", np.isnan(got)), ("infinite", np.isinf(got))):
+        bad = bad & np.isfinite(exp)
+        if bad.any():
+            n = int(bad.sum())
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            verb = "value is" if n == 1 else "values are"
+            out.append(f"  {n} {verb} {kind} where finite values were expected "
+                       f"(the first at index {idx})")
+    return out
+
+
+def named_mistake(text: str) -> str | None:
+    """The mistake a feedback text names ("This looks like: X." gives X)."""
+    for line in reversed(text.splitlines()):
+        if line.startswith(LOOKS_LIKE) and line.endswith("."):
+            return line[len(LOOKS_LIKE):-1]
+    return None
 
 
 def _explained(lines, got, mistakes, atol, rtol, hint) -> Feedback:
     """The feedback, ending with the known mistake it looks like (or the hint)."""
     mistake = matching_mistake(got, mistakes, atol, rtol)
     if mistake:
-        lines.append(f"This looks like: {mistake}.")
+        lines.append(f"{LOOKS_LIKE}{mistake}.")
     elif hint:
         lines.append(hint)
     return Feedback("\n".join(lines))
@@ -141,13 +172,15 @@ def check_equal(got, expected, *, what: str, mistakes: Mapping[str, object] | No
     if same:
         return
     lines = [f"{what}: expected {_fmt(expected)}, got {_fmt(got)}"]
+    if isinstance(got, float) and not math.isfinite(got):
+        lines.append(f"  the answer is {'NaN' if math.isnan(got) else 'infinite'}")
     for description, candidate in (mistakes or {}).items():
         if isinstance(got, (int, float)) and isinstance(candidate, (int, float)) \
                 and not isinstance(got, bool) and math.isclose(got, candidate, rel_tol=1e-9):
-            lines.append(f"This looks like: {description}.")
+            lines.append(f"{LOOKS_LIKE}{description}.")
             break
         if got == candidate:
-            lines.append(f"This looks like: {description}.")
+            lines.append(f"{LOOKS_LIKE}{description}.")
             break
     else:
         if hint:

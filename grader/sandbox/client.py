@@ -345,16 +345,19 @@ class StudentModule:
     with another time limit; ``student.probe(name, ...)`` runs a trusted probe
     on the module inside the worker."""
 
-    def __init__(self, worker: Worker, timeout: float | None = None):
+    def __init__(self, worker: Worker, timeout: float | None = None,
+                 called: list[str] | None = None):
         self._worker = worker
         self._timeout = timeout
+        # The functions a test called, in order (``grader.rootcause`` reads them).
+        self.called: list[str] = [] if called is None else called
 
     @property
     def module_name(self) -> str:
         return self._worker.module
 
     def with_timeout(self, seconds: float) -> "StudentModule":
-        return StudentModule(self._worker, seconds)
+        return StudentModule(self._worker, seconds, self.called)
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -373,6 +376,7 @@ class StudentModule:
 
     def call(self, name: str, *args, **kwargs):
         what = _call_text(f"{self._worker.module}.{name}", args, kwargs)
+        self.called.append(name)
         try:
             return self._worker.request({"op": "call", "name": name, "args": list(args),
                                          "kwargs": kwargs}, what, self._timeout)
