@@ -49,6 +49,22 @@ MISTAKES = {
     "merge_without_transpose": "the heads were merged by a reshape without the transpose "
                                "((B, h, S, d_head) -> (B, S, h, d_head) needs a transpose "
                                "first)",
+    "mask_neg_1e4": "the causal mask holds -1e4 where it must hold -inf (a finite "
+                    "penalty still leaks weight to later keys when scores are large, and "
+                    "a row that may see no key averages them)",
+    "rope_positions_off_by_one": "the RoPE positions are off by one (the first token "
+                                 "sits at position 0)",
+    "scale_by_d_model": "the scores were scaled by 1/sqrt(d_model) instead of "
+                        "1/sqrt(d_head) (the width of one head)",
+    "softmax_ignores_axis": "the softmax ignored its axis argument (it always ran over "
+                            "the last axis)",
+    "softmax_base_2": "the softmax used 2**x instead of exp(x) (the base of the "
+                      "exponent is e)",
+    "empty_row_nan": "a row that may see no key came out NaN (0/0): give it zeros "
+                     "(guard the sum before dividing)",
+    "rope_inverse_frequency": "the RoPE frequencies use base ** (+2j / d_head): the "
+                              "exponent's sign is flipped (frequencies must fall with j)",
+    "rope_base_ignored": "RoPE ignored the base argument (it always used 10000)",
 }
 
 
@@ -62,14 +78,18 @@ def softmax(x, dim=-1, mistake=None) -> torch.Tensor:
     x = t64(x)
     if mistake == "softmax_over_queries":
         dim = -2 if x.dim() >= 2 else dim
+    if mistake == "softmax_ignores_axis":
+        dim = -1
     if mistake == "softmax_unstable":
         with torch.no_grad():
             e = torch.exp(x.float()).double()   # float32 exp overflows past ~88
         return e / e.sum(dim=dim, keepdim=True)
     m = torch.amax(x, dim=dim, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    e = torch.exp(x - m)
+    e = torch.pow(2.0, x - m) if mistake == "softmax_base_2" else torch.exp(x - m)
     s = e.sum(dim=dim, keepdim=True)
+    if mistake == "empty_row_nan":
+        return e / s                                  # 0/0 on a row of only -inf
     return torch.where(s > 0, e / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(e))
 
 
@@ -92,7 +112,8 @@ def causal_allowed(s_q: int, s_k: int, mistake=None) -> torch.Tensor:
 def causal_mask(s_q: int, s_k: int | None = None, mistake=None) -> torch.Tensor:
     s_k = s_q if s_k is None else s_k
     allowed = causal_allowed(s_q, s_k, mistake)
-    return torch.where(allowed, 0.0, -math.inf).to(torch.float64)
+    blocked = -1e4 if mistake == "mask_neg_1e4" else -math.inf
+    return torch.where(allowed, 0.0, blocked).to(torch.float64)
 
 
 def rope(x, positions, base=10000.0, mistake=None) -> torch.Tensor:
@@ -104,8 +125,14 @@ def rope(x, positions, base=10000.0, mistake=None) -> torch.Tensor:
     pos = t64(positions)
     if mistake == "rope_positions_ignored":
         pos = torch.arange(x.shape[-2], dtype=torch.float64)
+    if mistake == "rope_positions_off_by_one":
+        pos = pos + 1
+    if mistake == "rope_base_ignored":
+        base = 10000.0
     exponent = -torch.arange(half, dtype=torch.float64) * (1.0 if mistake ==
                                                            "rope_wrong_frequency" else 2.0) / d
+    if mistake == "rope_inverse_frequency":
+        exponent = -exponent
     theta = torch.outer(pos, torch.pow(torch.tensor(float(base), dtype=torch.float64),
                                        exponent))                        # (S, half)
     cos, sin = torch.cos(theta), torch.sin(theta)
@@ -185,7 +212,9 @@ def gqa(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads=None, *, causal=True, positio
     if n_kv_heads != n_heads:
         rep = n_heads // n_kv_heads
         k, v = repeat_kv(k, rep, mistake), repeat_kv(v, rep, mistake)
-    out = merge_heads(attention(q, k, v, causal=causal, mistake=mistake), mistake)
+    # 1/sqrt(d_model) uses x's width, which need not be h * d_head.
+    scale = 1.0 / math.sqrt(x.shape[-1]) if mistake == "scale_by_d_model" else None
+    out = merge_heads(attention(q, k, v, causal=causal, scale=scale, mistake=mistake), mistake)
     if mistake == "no_output_projection":
         return out
     return out @ t64(w_o).T

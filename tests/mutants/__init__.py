@@ -12,6 +12,7 @@ a mistake in a formula need not wait for a timing run.
 """
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 from dataclasses import dataclass
@@ -46,3 +47,45 @@ def all_mutants() -> list[Mutant]:
             out.append(Mutant(m.name, m.find, m.replace, m.expect, file=info.name,
                               only=only.get(m.name, "")))
     return out
+
+
+def _top_level_spans(source: str) -> list[tuple[str, int, int]]:
+    """(name, first offset, end offset) of each top-level function and constant."""
+    tree = ast.parse(source)
+    starts = [0]
+    for line in source.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    spans = []
+    for node in tree.body:
+        names = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names = [node.name]
+        elif isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names = [node.target.id]
+        first = node.decorator_list[0].lineno if getattr(node, "decorator_list", None) \
+            else node.lineno
+        for name in names:
+            spans.append((name, starts[first - 1], starts[node.end_lineno]))
+    return spans
+
+
+def covered(mutant: Mutant, source: str) -> set[str]:
+    """The solution's top-level functions and constants the mutant's snippet
+    touches: what the mutant covers of the contract.  A snippet in a private
+    helper (``_attend``) covers the functions that call that helper."""
+    at = source.index(mutant.find)
+    end = at + len(mutant.find)
+    spans = _top_level_spans(source)
+    hit = {name for name, lo, hi in spans if lo < end and at < hi}
+    uses = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            uses[node.name] = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    private = {n for n in hit if n.startswith("_")}
+    while private:
+        callers = {f for f, names in uses.items() if names & private} - hit
+        hit |= callers
+        private = {f for f in callers if f.startswith("_")}
+    return hit

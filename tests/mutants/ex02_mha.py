@@ -14,7 +14,7 @@ MUTANTS = [
     Mutant("softmax_unstable", "m = np.where(np.isfinite(m), m, 0.0)", "m = np.zeros_like(m)",
            "not stabilized"),
     Mutant("nan_on_empty_row", "return np.divide(e, s, out=np.zeros_like(e), where=s > 0)",
-           "return e / s", "zeros"),
+           "return e / s", "came out NaN (0/0)"),
     Mutant("diagonal_masked", MASK_TEST, "np.where(j < s_k - s_q + i, 0.0, -np.inf)",
            "also hides the diagonal"),
     Mutant("top_left_mask", MASK_TEST, "np.where(j <= i, 0.0, -np.inf)", "top-left"),
@@ -55,4 +55,39 @@ MUTANTS = [
            "return x.reshape(b, s, h * d_head)", "merged by a reshape without the transpose"),
     Mutant("no_output_projection", "return out @ w_o.T                             # (B, S, d)",
            "return out", "output projection"),
+    # -- slips named since issue 15
+    Mutant("mask_neg_1e4", MASK_TEST, "np.where(j <= s_k - s_q + i, 0.0, -1e4)",
+           "-1e4 where it must hold -inf"),
+    Mutant("rope_positions_off_by_one",
+           "angle = np.asarray(positions, dtype=np.float64)[:, None] * freq",
+           "angle = (np.asarray(positions, dtype=np.float64)[:, None] + 1) * freq",
+           "positions are off by one"),
+    Mutant("rope_inverse_frequency", "freq = base ** (-2.0 * np.arange(half) / d_head)",
+           "freq = base ** (2.0 * np.arange(half) / d_head)", "exponent's sign is flipped"),
+    Mutant("rope_base_ignored", "freq = base ** (-2.0 * np.arange(half) / d_head)",
+           "freq = 10000.0 ** (-2.0 * np.arange(half) / d_head)", "ignored the base argument"),
+    Mutant("softmax_ignores_axis", "    x = np.asarray(x)\n    m = np.max(x, axis=axis",
+           "    x = np.asarray(x)\n    axis = -1\n    m = np.max(x, axis=axis",
+           "ignored its axis argument"),
+    Mutant("softmax_base_2", "e = np.exp(x - m)", "e = 2.0 ** (x - m)", "2**x instead of exp(x)"),
+    # attention written out inside multi_head_attention, scaled by the model width
+    Mutant("scale_by_d_model",
+           "out = merge_heads(attention(q, k, v, mask))    # (B, S, h*d_head)",
+           "scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(x.shape[-1])\n"
+           "    if mask is not None:\n        scores = scores + mask\n"
+           "    out = merge_heads(softmax(scores, axis=-1) @ v)",
+           "1/sqrt(d_model) instead of 1/sqrt(d_head)"),
 ]
+
+# Each mistake is caught by the tests of the function it sits in (and, for
+# the attention mistakes, multi-head attention's): no need for the whole suite.
+ONLY = {
+    "mask_neg_1e4": "causal_mask",
+    "rope_positions_off_by_one": "rope",
+    "rope_inverse_frequency": "rope",
+    "rope_base_ignored": "rope",
+    "softmax_ignores_axis": "softmax",
+    "softmax_base_2": "softmax",
+    "nan_on_empty_row": "softmax or sees_nothing",
+    "scale_by_d_model": "mha",
+}

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from grader.feedback import TOLERANCES, Feedback, check_close, expect_raises
+from grader.feedback import TOLERANCES, Feedback, check_close, expect_raises, named_mistake
 from grader.reference import attention as ref
 from grader.reference.cases import heads, mha_case, rng_for
 
@@ -10,11 +10,14 @@ pytestmark = [pytest.mark.exercise("ex02_mha"), pytest.mark.hidden]
 N_CASES = 8
 ATTN_MISTAKES = ["no_scale", "scale_by_d", "scale_multiplied", "softmax_over_queries",
                  "no_mask", "diagonal_masked", "top_left_mask", "mask_wrong_triangle",
-                 "mask_after_softmax"]
+                 "mask_after_softmax", "softmax_base_2"]
 MHA_MISTAKES = ATTN_MISTAKES + ["rope_on_values", "no_rope", "rope_interleaved",
                                 "rope_positions_ignored", "rope_wrong_frequency",
                                 "rope_wrong_direction", "split_without_transpose",
-                                "merge_without_transpose", "no_output_projection"]
+                                "merge_without_transpose", "no_output_projection",
+                                "scale_by_d_model", "rope_inverse_frequency",
+                                "rope_base_ignored"]
+SOFTMAX_MISTAKES = ["softmax_base_2", "empty_row_nan", "softmax_unstable"]
 
 
 def tol(dtype):
@@ -27,6 +30,22 @@ def for_cases(case_text, check):
         check()
     except Feedback as exc:
         raise Feedback(f"on a case with {case_text}:\n{exc}") from None
+
+
+def direct_before_property(prop, direct, what):
+    """Run the property check ``prop()``; when it fails, check the direct answer
+    first (``direct()``): a mistake named there (a softmax over queries) also
+    breaks the property, and blaming the mask for it would mislead."""
+    try:
+        prop()
+    except Feedback as prop_failure:
+        try:
+            direct()
+        except Feedback as exc:
+            if named_mistake(str(exc)):
+                raise Feedback(f"{what} fails, and so does the output itself:\n{exc}") \
+                    from None
+        raise prop_failure from None
 
 
 # -- softmax ----------------------------------------------------------------
@@ -43,8 +62,9 @@ def test_softmax_random(student, dtype):
         for_cases(f"shape {shape}, axis={axis}, {dtype}", lambda: check_close(
             student.softmax(x, axis=axis), ref.softmax(x, axis), what=f"softmax(x, axis={axis})",
             atol=atol, rtol=rtol,
-            mistakes={ref.MISTAKES["softmax_over_queries"]: ref.softmax(x, -1)}
-            if axis not in (-1, len(shape) - 1) else None))
+            mistakes=ref.mistakes_of(ref.softmax, SOFTMAX_MISTAKES + (
+                ["softmax_ignores_axis"] if axis not in (-1, len(shape) - 1) else []),
+                x, axis)))
 
 
 @pytest.mark.points(1)
@@ -53,7 +73,7 @@ def test_softmax_large_logits(student):
     x = np.array([[1e4, 0.0, -1e4], [1e4, 1e4 - 1.0, 5.0]])
     check_close(student.softmax(x), ref.softmax(x), what="softmax of logits near 1e4",
                 atol=1e-9, rtol=1e-7,
-                mistakes=ref.mistakes_of(ref.softmax, ["softmax_unstable"], x))
+                mistakes=ref.mistakes_of(ref.softmax, SOFTMAX_MISTAKES, x))
 
 
 @pytest.mark.points(1)
@@ -63,7 +83,9 @@ def test_softmax_masked_entries(student):
     x = np.array([[0.0, -inf, 1.0], [-inf, -inf, -inf]])
     check_close(student.softmax(x), ref.softmax(x), what="softmax with -inf entries",
                 atol=1e-12, rtol=1e-9,
-                hint="A row that may see nothing must give zeros: guard the max and the sum.")
+                mistakes=ref.mistakes_of(ref.softmax, SOFTMAX_MISTAKES, x),
+                hint="A row that may see nothing must give zeros: guard the max and the sum.",
+                hint_where=np.array([[False], [True]]))       # row 1 is all -inf
 
 
 # -- causal mask --------------------------------------------------------------
@@ -72,7 +94,8 @@ def test_softmax_masked_entries(student):
 def test_causal_mask_end_aligned(student, s_q, s_k):
     """causal_mask(s_q, s_k) is end-aligned"""
     got = student.causal_mask(s_q, s_k)
-    names = ["top_left_mask", "diagonal_masked", "mask_wrong_triangle", "no_mask"]
+    names = ["top_left_mask", "diagonal_masked", "mask_wrong_triangle", "no_mask",
+             "mask_neg_1e4"]
     check_close(got, ref.causal_mask(s_q, s_k), what=f"causal_mask({s_q}, {s_k})", atol=0,
                 rtol=0, mistakes=ref.mistakes_of(ref.causal_mask, names, s_q, s_k))
 
@@ -81,7 +104,7 @@ def test_causal_mask_end_aligned(student, s_q, s_k):
 def test_causal_mask_default_s_k(student):
     """causal_mask(s_q) defaults s_k to s_q"""
     check_close(student.causal_mask(6), ref.causal_mask(6), what="causal_mask(6)", atol=0,
-                rtol=0)
+                rtol=0, mistakes=ref.mistakes_of(ref.causal_mask, ["mask_neg_1e4"], 6))
 
 
 # -- RoPE ---------------------------------------------------------------------
@@ -97,7 +120,8 @@ def test_rope_random(student, dtype):
         pos = np.sort(rng.choice(np.arange(3 * s + 20), size=s, replace=False))
         base = [10000.0, 500000.0, 100.0][i % 3]
         names = ["rope_interleaved", "rope_positions_ignored", "rope_wrong_frequency",
-                 "rope_wrong_direction"]
+                 "rope_wrong_direction", "rope_positions_off_by_one",
+                 "rope_inverse_frequency", "rope_base_ignored"]
         for_cases(f"x of shape {q.shape}, base={base}, {dtype}", lambda: check_close(
             student.rope(q, pos, base), ref.rope(q, pos, base), what="rope(x, positions, base)",
             atol=atol * 10, rtol=rtol * 10,
@@ -179,8 +203,8 @@ def test_attention_large_logits(student):
     q = q * 300.0
     check_close(student.attention(q, k, v, None), ref.attention(q, k, v),
                 what="attention with scores near 1e4", atol=1e-8, rtol=1e-6,
-                mistakes={ref.MISTAKES["softmax_unstable"]:
-                          ref.attention(q, k, v, mistake="softmax_unstable")})
+                mistakes=ref.mistakes_of(ref.attention, ["softmax_unstable"] + ATTN_MISTAKES,
+                                         q, k, v))
 
 
 @pytest.mark.points(1)
@@ -191,7 +215,10 @@ def test_attention_query_that_sees_nothing(student):
     mask = ref.causal_mask(5, 3).numpy()
     check_close(student.attention(q, k, v, mask), ref.attention(q, k, v, causal=True),
                 what="attention with 5 queries, 3 keys, causal mask", atol=1e-9, rtol=1e-7,
-                hint="Rows 0 and 1 see no key (end-aligned): their weights and output are 0.")
+                mistakes=ref.mistakes_of(ref.attention, ["empty_row_nan"] + ATTN_MISTAKES,
+                                         q, k, v, causal=True),
+                hint="Rows 0 and 1 see no key (end-aligned): their weights and output are 0.",
+                hint_where=(np.arange(5) < 2)[:, None])      # (S_q, 1): rows 0 and 1
 
 
 # -- multi-head attention -----------------------------------------------------
@@ -242,13 +269,19 @@ def test_mha_is_causal(student):
         t = int(rng.integers(1, s))
         x2 = c.x.copy()
         x2[:, t:] = rng.standard_normal(x2[:, t:].shape)
-        a = student.multi_head_attention(c.x, c.w_q, c.w_k, c.w_v, c.w_o, c.n_heads)
-        b = student.multi_head_attention(x2, c.w_q, c.w_k, c.w_v, c.w_o, c.n_heads)
-        for_cases(c.shape_text + f", tokens {t}.. changed", lambda: check_close(
-            np.asarray(b)[:, :t], np.asarray(a)[:, :t],
-            what=f"outputs at positions 0..{t - 1}", atol=1e-10, rtol=1e-8,
-            hint="Earlier outputs changed when later tokens did: the causal mask is missing "
-                 "or lets queries see later keys."))
+        args = (c.x, c.w_q, c.w_k, c.w_v, c.w_o, c.n_heads)
+        a = student.multi_head_attention(*args)
+        b = student.multi_head_attention(x2, *args[1:])
+        for_cases(c.shape_text + f", tokens {t}.. changed", lambda: direct_before_property(
+            lambda: check_close(
+                np.asarray(b)[:, :t], np.asarray(a)[:, :t],
+                what=f"outputs at positions 0..{t - 1}", atol=1e-10, rtol=1e-8,
+                hint="Earlier outputs changed when later tokens did: the causal mask is "
+                     "missing or lets queries see later keys."),
+            lambda: check_close(a, ref.gqa(*args), what="multi_head_attention", atol=1e-8,
+                                rtol=1e-6, mistakes=ref.mistakes_of(ref.gqa, MHA_MISTAKES,
+                                                                    *args)),
+            "the causality check (later tokens changed earlier outputs)"))
 
 
 @pytest.mark.points(1)
@@ -260,7 +293,11 @@ def test_mha_shift_invariance(student):
     s = c.x.shape[1]
     base = student.multi_head_attention(*args)
     shifted = student.multi_head_attention(*args, positions=np.arange(s) + 37)
-    check_close(shifted, base, what="output with positions 37..", atol=1e-8, rtol=1e-6,
-                hint="With RoPE, attention depends only on relative positions, so a common "
-                     "shift must not change the output. Is RoPE applied to both q and k (and "
-                     "not to v)?")
+    direct_before_property(
+        lambda: check_close(shifted, base, what="output with positions 37..", atol=1e-8,
+                            rtol=1e-6, hint="With RoPE, attention depends only on relative "
+                            "positions, so a common shift must not change the output. Is RoPE "
+                            "applied to both q and k (and not to v)?"),
+        lambda: check_close(base, ref.gqa(*args), what="multi_head_attention", atol=1e-8,
+                            rtol=1e-6, mistakes=ref.mistakes_of(ref.gqa, MHA_MISTAKES, *args)),
+        "the shift check (positions 37.. changed the output)")
