@@ -10,7 +10,13 @@ pytestmark = [pytest.mark.exercise("ex03_gqa"), pytest.mark.hidden]
 N_CASES = 8
 GQA_MISTAKES = ["kv_tile", "no_scale", "softmax_over_queries", "no_mask", "diagonal_masked",
                 "rope_on_values", "no_rope", "rope_interleaved", "rope_positions_ignored",
-                "split_without_transpose", "no_output_projection"]
+                "split_without_transpose", "no_output_projection", "scale_by_d_model",
+                "softmax_base_2"]
+# Sizing slips, in the same words for kv_cache_bytes and for the functions built
+# on it: a slip in kv_cache_bytes is then named once as the root cause.
+ONLY_K = "only K (or only V) was counted: the cache holds both K and V"
+NO_LAYERS = "the layers were not counted (every layer keeps its own K and V)"
+NO_BYTES = "bytes_per_elem was ignored (sizes are in bytes: multiply by the element size)"
 
 
 def _case_args(c):
@@ -119,16 +125,19 @@ def test_gqa_value_errors(student, problem):
 @pytest.mark.points(2)
 def test_kv_cache_bytes_hidden(student):
     """kv_cache_bytes on other models, batches and precisions"""
-    for n_layers, h_kv, d_head, s, b, bpe in [(80, 8, 128, 8192, 1, 2), (32, 8, 128, 131072, 1, 2),
-                                              (40, 40, 128, 4096, 8, 2), (2, 1, 64, 7, 3, 4),
+    # The first case tells the slips apart (with 2 bytes and batch 1, leaving out
+    # bytes_per_elem looks like counting only K).
+    for n_layers, h_kv, d_head, s, b, bpe in [(2, 1, 64, 7, 3, 4), (80, 8, 128, 8192, 1, 2),
+                                              (32, 8, 128, 131072, 1, 2),
+                                              (40, 40, 128, 4096, 8, 2),
                                               (61, 1, 576, 1000, 2, 1)]:
         want = 2 * n_layers * h_kv * d_head * s * b * bpe
         check_equal(student.kv_cache_bytes(n_layers, h_kv, d_head, s, b, bpe), want,
                     what=f"kv_cache_bytes({n_layers}, {h_kv}, {d_head}, {s}, {b}, {bpe})",
-                    mistakes={"only K (or only V) was counted: the cache holds both K and V":
-                              want // 2,
+                    mistakes={ONLY_K: want // 2,
                               "the batch was ignored": want // b if b > 1 else -1,
-                              "bytes_per_elem was ignored": want // bpe if bpe > 1 else -1})
+                              NO_BYTES: want // bpe if bpe > 1 else -1,
+                              NO_LAYERS: want // n_layers if n_layers > 1 else -1})
     check_equal(student.kv_cache_bytes(80, 8, 128, 8192), 2 * 80 * 8 * 128 * 8192 * 2,
                 what="kv_cache_bytes(80, 8, 128, 8192) with default batch and bytes")
 
@@ -156,9 +165,11 @@ def test_llama3_70b_saving(student):
 @pytest.mark.points(2)
 def test_kv_exceeds_weights_at_hidden(student):
     """kv_exceeds_weights_at on other models (strictly larger)"""
-    cases = [(32, 8, 128, 16e9, 2), (80, 8, 128, 140e9, 2), (32, 32, 128, 14e9, 2),
-             (28, 4, 128, 14e9, 2), (16, 8, 64, 2 * 16 * 8 * 64 * 2 * 1000, 2),
-             (16, 8, 64, 1e9, 1)]
+    # 1 and 4 bytes first: with 2 bytes, a slip in the element size looks like
+    # counting only K.
+    cases = [(16, 8, 64, 1e9, 1), (24, 8, 128, 30e9, 4),
+             (32, 8, 128, 16e9, 2), (80, 8, 128, 140e9, 2), (32, 32, 128, 14e9, 2),
+             (28, 4, 128, 14e9, 2), (16, 8, 64, 2 * 16 * 8 * 64 * 2 * 1000, 2)]
     for n_layers, h_kv, d_head, weights, bpe in cases:
         per_token = 2 * n_layers * h_kv * d_head * bpe
         want = int(weights // per_token) + 1
@@ -171,10 +182,17 @@ def test_kv_exceeds_weights_at_hidden(student):
                            f"got {got!r}")
         check_equal(got, want, what=f"kv_exceeds_weights_at({n_layers}, {h_kv}, {d_head}, "
                                     f"{weights:g}, {bpe})",
-                    mistakes={"the cache only equals the weights there; it must be strictly "
-                              "larger (one more token)": want - 1
-                              if weights % per_token == 0 else -1,
-                              "only K (or only V) was counted": int(weights // (per_token // 2))
-                              + 1,
+                    mistakes={"the answer is one token short: the cache must be strictly "
+                              "larger than the weights, which it first is at "
+                              "weight_bytes // per_token + 1 tokens": want - 1,
+                              "the answer is one token too long: weight_bytes // per_token + 1 "
+                              "is already the first length where the cache is larger": want + 1,
+                              ONLY_K: int(weights // (per_token // 2)) + 1,
+                              NO_LAYERS: int(weights // (per_token // n_layers)) + 1,
+                              NO_BYTES: int(weights // (per_token // bpe)) + 1
+                              if bpe > 1 else -1,
+                              "bytes_per_elem was not passed on to the cache size (the default "
+                              "2 bytes was used)": int(weights // (per_token // bpe * 2)) + 1
+                              if bpe != 2 else -1,
                               "the weights were taken in GiB (2**30) instead of decimal GB":
                               int(weights / 1e9 * 2**30 // per_token) + 1})

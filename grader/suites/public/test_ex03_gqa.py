@@ -34,7 +34,8 @@ def test_kv_cache_bytes_small(student):
     """kv_cache_bytes counts K and V"""
     check_equal(student.kv_cache_bytes(1, 1, 4, 10), 2 * 4 * 10 * 2,
                 what="kv_cache_bytes(n_layers=1, n_kv_heads=1, d_head=4, seq_len=10)",
-                mistakes={"only K (or only V) was counted: the cache holds both": 4 * 10 * 2})
+                mistakes={"only K (or only V) was counted: the cache holds both K and V":
+                          4 * 10 * 2})
 
 
 @pytest.mark.points(1)
