@@ -40,6 +40,12 @@ MISTAKES = {
     "max_len_off_by_one": "the largest length is off by one (it must be the largest S whose "
                           "score tensor fits, exactly: S*S*B*h*bytes <= memory)",
     "max_len_float": "the length is not a whole number (return an int)",
+    "scores_no_elem_size": "the element size was left out of the score tensor's bytes "
+                           "(multiply the element count by bytes_per_elem)",
+    "max_len_no_elem_size": "the element size was left out: the score tensor of length S "
+                            "takes S*S*B*h*bytes_per_elem bytes",
+    "max_len_one_short": "the largest length is one short (S itself still fits: "
+                         "S*S*B*h*bytes <= memory)",
     "slope_endpoints": "the slope came from the first and last points only, not from a "
                        "least-squares fit over all points",
     "slope_inverted": "the fit is of log(S) on log(time) instead of log(time) on log(S)",
@@ -150,11 +156,13 @@ def score_matrix_bytes(batch, n_heads, seq_len, bytes_per_elem=2, mistake=None) 
         return batch * n_heads * seq_len * bytes_per_elem
     if mistake == "scores_double":
         return 2 * batch * n_heads * seq_len ** 2 * bytes_per_elem
+    if mistake == "scores_no_elem_size":
+        return batch * n_heads * seq_len ** 2
     return batch * n_heads * seq_len ** 2 * bytes_per_elem
 
 
 def max_naive_seq_len(memory_bytes, batch, n_heads, bytes_per_elem=2, mistake=None) -> int:
-    per = batch * n_heads * bytes_per_elem
+    per = batch * n_heads * (1 if mistake == "max_len_no_elem_size" else bytes_per_elem)
     # Exact integer search (no float square root): largest s with s*s*per <= memory.
     lo, hi = 0, 1
     while hi * hi * per <= memory_bytes:
@@ -167,6 +175,8 @@ def max_naive_seq_len(memory_bytes, batch, n_heads, bytes_per_elem=2, mistake=No
             hi = mid
     if mistake == "max_len_off_by_one":
         return lo + 1
+    if mistake == "max_len_one_short":
+        return lo - 1
     if mistake == "max_len_float":
         return math.sqrt(memory_bytes / per)
     return lo

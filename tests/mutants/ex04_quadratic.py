@@ -59,6 +59,18 @@ MUTANTS = [
            'ax.plot(lens, times, "o-", label="naive attention")\n'
            '    ax.plot(lens, [times[0] * (s / lens[0]) ** 2 for s in lens], "--"',
            "log-log axes"),
+    Mutant("scores_without_element_size",
+           "return batch * n_heads * seq_len * seq_len * bytes_per_elem",
+           "return batch * n_heads * seq_len * seq_len",
+           "element size was left out"),
+    Mutant("max_len_without_element_size",
+           "return math.isqrt(int(memory_bytes) // (batch * n_heads * bytes_per_elem))",
+           "return math.isqrt(int(memory_bytes) // (batch * n_heads))",
+           "element size was left out"),
+    Mutant("max_len_one_short",
+           "return math.isqrt(int(memory_bytes) // (batch * n_heads * bytes_per_elem))",
+           "return math.isqrt(int(memory_bytes) // (batch * n_heads * bytes_per_elem)) - 1",
+           "one short"),
 ]
 
 # Mistakes outside the timer and the scaling run need not wait for a measurement.
@@ -67,3 +79,6 @@ ONLY = {name: _NOT_MEASURED for name in (
     "no_scale", "softmax_over_queries", "diagonal_masked", "slope_from_endpoints",
     "scores_without_batch", "max_len_off_by_one", "plot_linear_axes")}
 ONLY["no_synchronization"] = "synchronizes"
+# The sizes need nothing but their own tests.
+ONLY.update({name: "score_matrix_bytes or max_naive" for name in (
+    "scores_without_element_size", "max_len_without_element_size", "max_len_one_short")})

@@ -196,7 +196,7 @@ def test_score_matrix_bytes_hidden(student):
                     what=f"score_matrix_bytes{args}",
                     mistakes=rl.mistakes_of(rl.score_matrix_bytes,
                                             ["scores_no_batch", "scores_linear",
-                                             "scores_double"], *args))
+                                             "scores_double", "scores_no_elem_size"], *args))
 
 
 @pytest.mark.points(1)
@@ -217,7 +217,8 @@ def test_max_naive_seq_len_hidden(student):
                            "an int (the largest whole S that fits)")
         check_equal(got, rl.max_naive_seq_len(*args), what=f"max_naive_seq_len{args}",
                     mistakes=rl.mistakes_of(rl.max_naive_seq_len,
-                                            ["max_len_off_by_one"], *args))
+                                            ["max_len_off_by_one", "max_len_one_short",
+                                             "max_len_no_elem_size"], *args))
 
 
 @pytest.mark.points(1)
