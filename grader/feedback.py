@@ -67,7 +67,10 @@ def to_numpy(value, what: str) -> np.ndarray:
 
 def matching_mistake(got: np.ndarray, mistakes: Mapping[str, object] | None,
                      atol: float, rtol: float) -> str | None:
-    """The first known mistake whose answer ``got`` matches, if any."""
+    """The known mistake whose answer ``got`` matches, if any.  When two
+    mistakes give the same answer on this case, both are named (a tile of one
+    key hides the difference between no mask and tile-local indices)."""
+    found = []
     for description, candidate in (mistakes or {}).items():
         try:
             cand = to_numpy(candidate, description).astype(np.float64)
@@ -76,8 +79,10 @@ def matching_mistake(got: np.ndarray, mistakes: Mapping[str, object] | None,
         if cand.shape != got.shape:
             continue
         if np.allclose(got, cand, atol=max(atol, 1e-6), rtol=max(rtol, 1e-4), equal_nan=True):
-            return description
-    return None
+            found.append(description)
+    if not found:
+        return None
+    return found[0] if len(found) == 1 else f"{found[0]} (or: {found[1]})"
 
 
 def check_close(got, expected, *, what: str, atol: float, rtol: float,

@@ -55,6 +55,17 @@ FLASH_MISTAKES = {
                        "give rows that see no key a zero output",
     "sm_scale_ignored": "the sm_scale argument was ignored (1/sqrt(d_head) was used instead)",
     "kv_tile": None,  # the same words as grader.reference.attention's
+    "no_rescale_l": "the online softmax rescales acc but not l: when a tile raises the row "
+                    "maximum from m to m_new, the running sum l must be multiplied by "
+                    "exp(m - m_new) too",
+    "exp2_no_log2e": "the online softmax used exp2 (2**x) without multiplying by log2(e): "
+                     "exp(x) == exp2(x * 1.4427)",
+    "tile_local_cols": "the causal mask compared the queries' positions with tile-local key "
+                       "indices (0..block_size-1) instead of the keys' absolute indices "
+                       "(the tile's start + j)",
+    "ragged_tail_dropped": "the last, shorter tile of keys was skipped: when S_k is not a "
+                           "multiple of block_size, the last tile holds the S_k % block_size "
+                           "keys that remain",
 }
 # Key-tile widths tried when naming the no-rescale mistake of a kernel whose
 # tile size is unknown.
@@ -191,15 +202,50 @@ def step_reference(m, l, acc, scores, v, mistake=None):
     scores, v = np.asarray(scores, dtype=np.float64), np.asarray(v, dtype=np.float64)
     m_new = np.maximum(m, scores.max(axis=-1))
     shift = m_new if mistake == "nan_masked_tile" else np.where(np.isinf(m_new), 0.0, m_new)
+    exp = np.exp2 if mistake == "exp2_no_log2e" else np.exp
     with np.errstate(invalid="ignore"):
-        alpha = np.exp(m - shift)
-        p = np.exp(scores - shift[..., None])
-    l_new = alpha * l + p.sum(-1)
+        alpha = exp(m - shift)
+        p = exp(scores - shift[..., None])
+    l_new = (l if mistake == "no_rescale_l" else alpha * l) + p.sum(-1)
     if mistake == "no_rescale":
         acc_new = acc + p @ v
     else:
         acc_new = alpha[..., None] * acc + p @ v
     return m_new, l_new, acc_new
+
+
+def blockwise_reference(q, k, v, block_size: int, causal: bool = True, mistake=None):
+    """``blockwise_attention`` done right (or with one mistake), in float64 NumPy:
+    ``q`` ``(..., S_q, d)``, ``k``/``v`` ``(..., S_k, d)``.  Step mistakes
+    (``no_rescale``, ``no_rescale_l``, ``exp2_no_log2e``) go to
+    ``step_reference``; ``tile_local_cols`` and ``ragged_tail_dropped`` are
+    mistakes of the walk over the tiles."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    s_q, s_k, d_head = q.shape[-2], k.shape[-2], q.shape[-1]
+    m = np.full(q.shape[:-1], -np.inf)                               # (..., S_q)
+    l = np.zeros(q.shape[:-1])
+    acc = np.zeros(q.shape[:-1] + (v.shape[-1],))                    # (..., S_q, d_v)
+    rows = (s_k - s_q + np.arange(s_q))[:, None]                     # absolute positions
+    stop_at = s_k - s_k % block_size if mistake == "ragged_tail_dropped" else s_k
+    for start in range(0, stop_at, block_size):
+        stop = min(start + block_size, s_k)
+        scores = q @ np.swapaxes(k[..., start:stop, :], -1, -2) / math.sqrt(d_head)
+        if causal:
+            cols = np.arange(stop - start) if mistake == "tile_local_cols" else \
+                np.arange(start, stop)
+            scores = np.where(cols[None, :] <= rows, scores, -np.inf)
+        m, l, acc = step_reference(m, l, acc, scores, v[..., start:stop, :], mistake)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(l[..., None] > 0, acc / np.where(l > 0, l, 1.0)[..., None], 0.0)
+
+
+def blockwise_mistakes(q, k, v, block_size: int, causal: bool = True) -> dict:
+    """``{description: wrong answer}`` of ``blockwise_attention`` for the mistakes
+    of the walk over tiles and of the online-softmax step (NumPy, float64)."""
+    names = ["no_rescale", "no_rescale_l", "exp2_no_log2e", "ragged_tail_dropped"]
+    if causal:
+        names.append("tile_local_cols")
+    return {describe(n): blockwise_reference(q, k, v, block_size, causal, n) for n in names}
 
 
 # -- FLOPs -----------------------------------------------------------------------

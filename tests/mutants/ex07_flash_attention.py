@@ -52,6 +52,17 @@ MUTANTS = [
            "rows = np.arange(s_q)[:, None]", "top-left"),
     Mutant("blockwise_wrong_triangle", "np.where(cols <= rows, scores, -np.inf)",
            "np.where(cols >= rows, scores, -np.inf)", "wrong triangle"),
+    Mutant("numpy_rescale_acc_only", "l_new = alpha * l + np.sum(p, axis=-1)",
+           "l_new = l + np.sum(p, axis=-1)", "rescales acc but not l"),
+    Mutant("numpy_exp2_without_log2e", "    alpha = np.exp(m - shift)                                    # rescales the past\n"
+           "    p = np.exp(scores - shift[..., None])",
+           "    alpha = np.exp2(m - shift)\n    p = np.exp2(scores - shift[..., None])",
+           "exp2 (2**x) without multiplying by log2(e)"),
+    Mutant("blockwise_tile_local_cols", "cols = np.arange(start, stop)[None, :]",
+           "cols = np.arange(stop - start)[None, :]", "tile-local key indices"),
+    Mutant("blockwise_ragged_tail_dropped", "for start in range(0, s_k, block_size):",
+           "for start in range(0, s_k - s_k % block_size, block_size):",
+           "last, shorter tile of keys was skipped"),
     # -- the Triton kernel
     Mutant("kernel_no_rescale", "acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)",
            "acc = acc + tl.dot(p.to(v.dtype), v)", "does not rescale the accumulator"),
@@ -78,7 +89,8 @@ MUTANTS = [
 # The NumPy mistakes need not wait for the Triton interpreter.
 ONLY = {name: "step or blockwise" for name in (
     "numpy_no_rescale", "numpy_nan_masked_tile", "blockwise_no_scale", "blockwise_top_left",
-    "blockwise_wrong_triangle")}
+    "blockwise_wrong_triangle", "numpy_rescale_acc_only", "numpy_exp2_without_log2e",
+    "blockwise_tile_local_cols", "blockwise_ragged_tail_dropped")}
 
 
 # -- kernels that run in Triton's interpreter but do not compile for a GPU

@@ -19,6 +19,7 @@ from grader.reference.cases import rng_for
 pytestmark = [pytest.mark.exercise("ex07_flash_attention"), pytest.mark.hidden,
               pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)]
 STEP_TOL = (1e-9, 1e-7)            # float64 NumPy
+STEP_MISTAKES = ("no_rescale", "no_rescale_l", "exp2_no_log2e", "nan_masked_tile")
 
 
 def _on_case(text, check):
@@ -49,7 +50,7 @@ def _check_step(student, args, text):
     got = student.online_softmax_step(*args)
     want = flash.step_reference(*args)
     wrong = {name: flash.step_reference(*args, mistake=name)
-             for name in ("no_rescale", "nan_masked_tile")}
+             for name in STEP_MISTAKES}
     if not isinstance(got, (tuple, list)) or len(got) != 3:
         raise Feedback(f"online_softmax_step must return (m, l, acc), got {type(got).__name__}")
     for i, name in enumerate(("m", "l", "acc")):
@@ -99,16 +100,26 @@ def test_step_chain_is_attention(student):
         m, l, acc = (np.asarray(x) for x in out)
     e = np.exp(scores - scores.max(-1, keepdims=True))
     want = (e / e.sum(-1, keepdims=True)) @ v
+    wrong = {}
+    for name in STEP_MISTAKES:
+        wm, wl, wacc = np.full(3, -np.inf), np.zeros(3), np.zeros((3, 5))
+        for j0, j1 in ((0, 1), (1, 9), (9, 10), (10, 23)):
+            wm, wl, wacc = flash.step_reference(wm, wl, wacc, scores[:, j0:j1], v[j0:j1],
+                                                mistake=name)
+        wrong[flash.describe(name)] = wacc / wl[:, None]
     check_close(acc / l[:, None], want, what="acc / l after tiles of 1, 8, 1 and 13 keys",
-                atol=1e-9, rtol=1e-7,
+                atol=1e-9, rtol=1e-7, mistakes=wrong,
                 hint="When a tile raises the maximum, rescale both l and acc by "
                      "exp(m_old - m_new).")
 
 
 # -- blockwise_attention --------------------------------------------------------------
 BLOCKWISE_CASES = [  # (S_q, S_k, block_size, causal)
-    (9, 9, 1, True), (5, 13, 4, True), (8, 20, 7, False), (1, 17, 5, True),
-    (6, 6, 6, True), (6, 10, 32, False), (12, 12, 5, True),
+    # First a case where tile-local key indices differ from no mask at all (a
+    # query before position block_size - 1 with several tiles), so that the
+    # first failure names the one mistake.
+    (12, 12, 5, True), (9, 9, 1, True), (5, 13, 4, True), (8, 20, 7, False),
+    (1, 17, 5, True), (6, 6, 6, True), (6, 10, 32, False),
 ]
 
 
@@ -127,6 +138,8 @@ def test_blockwise_any_block_size(student):
         if s_k > block:
             mistakes[flash.describe("no_rescale")] = flash.reference(
                 q[None], k[None], v[None], causal, None, ("no_rescale", block))[0]
+        for description, wrong in flash.blockwise_mistakes(q, k, v, block, causal).items():
+            mistakes.setdefault(description, wrong)
         _on_case(f"S_q={s_q}, S_k={s_k}, block_size={block}, causal={causal}",
                  lambda: check_close(
                      student.blockwise_attention(q, k, v, block, causal=causal), want,
@@ -148,7 +161,8 @@ def test_blockwise_rows_that_see_nothing(student):
     check_close(student.blockwise_attention(q, k, v, 2, causal=True), want,
                 what="blockwise_attention(q, k, v, 2) with S_q=7, S_k=3", atol=1e-9, rtol=1e-7,
                 mistakes={flash.describe("nan_masked_tile"): flash.reference(
-                    q[None], k[None], v[None], True, None, "nan_masked_tile")[0]})
+                    q[None], k[None], v[None], True, None, "nan_masked_tile")[0],
+                    **flash.blockwise_mistakes(q, k, v, 2, causal=True)})
 
 
 @pytest.mark.points(1)
