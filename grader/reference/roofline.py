@@ -64,6 +64,11 @@ MISTAKES = {
     "rope_on_values": "RoPE was also applied to the values (it goes on q and k only)",
     "cache_not_grown": "the query attended only to the newest key instead of the whole "
                        "cache",
+    "decode_top_left": "each step's query saw only the first cached key: its causal mask was "
+                       "aligned to the top-left, but the one decode query is the newest "
+                       "position and sees the whole cache (align the mask to the end)",
+    "decode_positions_off_by_one": "the RoPE positions are off by one (the first token sits "
+                                   "at position 0)",
     # ex06
     "intensity_float_bytes": "the intensity used 4 bytes per element; the default is 2 "
                              "(fp16)",
@@ -213,7 +218,7 @@ def decode_with_cache(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, *, rope_base=1
     """``(out, k_cache, v_cache)`` computed all at once (full causal attention)."""
     x = ref.t64(x)
     s = x.shape[1]
-    pos = torch.arange(s)
+    pos = torch.arange(s) + (1 if mistake == "decode_positions_off_by_one" else 0)
     k_raw = ref.split_heads(x @ ref.t64(w_k).T, n_kv_heads)
     v_raw = ref.split_heads(x @ ref.t64(w_v).T, n_kv_heads)
     k_rot = ref.rope(k_raw, pos, rope_base)
@@ -234,6 +239,9 @@ def decode_with_cache(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, *, rope_base=1
     if mistake == "cache_not_grown":
         rep = n_heads // n_kv_heads
         out = ref.repeat_kv(v_cache, rep)          # each query sees only its own key
+    elif mistake == "decode_top_left":
+        rep = n_heads // n_kv_heads                # each query sees only key 0
+        out = ref.repeat_kv(v_cache[:, :, :1].expand(-1, -1, s, -1), rep)
     else:
         out = grouped(q, k_att, v_cache, causal=True)
     out = ref.merge_heads(out) @ ref.t64(w_o).T

@@ -64,7 +64,25 @@ MUTANTS = [
            "o = decode_attention(q, k_cache[:, :, :t + 1], v_cache[:, :, :t + 1])",
            "o = decode_attention(q, k_cache[:, :, t:t + 1], v_cache[:, :, t:t + 1])",
            "only to the newest key"),
+    # Each step's one query masked as if it were query 0 of t + 1 (top-left).
+    Mutant("decode_with_cache_top_left",
+           "o = decode_attention(q, k_cache[:, :, :t + 1], v_cache[:, :, :t + 1])",
+           "top_left = torch.ones(1, t + 1, dtype=torch.bool, device=x.device).tril()\n"
+           "        qg = q.reshape(b, n_kv_heads, n_heads // n_kv_heads, d_head)\n"
+           "        sc = qg @ k_cache[:, :, :t + 1].transpose(-2, -1) / math.sqrt(d_head)\n"
+           "        sc = sc.masked_fill(~top_left, float('-inf'))\n"
+           "        o = (torch.softmax(sc, -1) @ v_cache[:, :, :t + 1]).reshape("
+           "b, n_heads, 1, d_head)",
+           "aligned to the top-left, but the one decode query"),
+    Mutant("decode_positions_off_by_one", "pos = torch.tensor([t], device=x.device)",
+           "pos = torch.tensor([t + 1], device=x.device)", "positions are off by one"),
+    Mutant("bytes_without_element_size", "return (q_and_o + k_and_v) * bytes_per_elem",
+           "return q_and_o + k_and_v", "bytes_per_elem was not used"),
 ]
 
 # None of these needs the roofline run on the machine's measured peaks.
 ONLY = {m.name: "not prefill_compute_bound" for m in MUTANTS}
+# The newer mistakes need only the tests of their own function.
+ONLY.update({"decode_with_cache_top_left": "decode_with_cache",
+             "decode_positions_off_by_one": "decode_with_cache",
+             "bytes_without_element_size": "attention_bytes"})
