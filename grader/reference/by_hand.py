@@ -132,6 +132,12 @@ def carry(step: str, answers: dict, inputs: Inputs = COMMON):
     return None
 
 
+# Rows are queries and columns keys (the exercise's layout): a softmax down the
+# columns normalizes over the queries.
+COLUMN_SOFTMAX = ("the softmax ran down each column (over the queries) instead of along each "
+                  "row (over the keys): rows are queries, and each row of weights sums to 1")
+
+
 def slips(step: str, inputs: Inputs = COMMON) -> dict:
     """{description: the wrong answer it gives} for a step's common slips."""
     out = _own_slips(step, inputs)
@@ -157,8 +163,7 @@ def _own_slips(step: str, inputs: Inputs) -> dict:
                 "the scores were multiplied by sqrt(d_head) instead of divided":
                     scores * math.sqrt(D_HEAD)}
     if step == "WEIGHTS_FULL":
-        return {"the softmax ran over columns (queries) instead of rows (keys)":
-                    softmax_rows(scaled.T).T,
+        return {COLUMN_SOFTMAX: softmax_rows(scaled.T).T,
                 "the softmax used the unscaled scores (1/sqrt(d_head) forgotten)":
                     softmax_rows(scores),
                 "the scores were normalized without exp (x / sum x instead of softmax)":
@@ -182,8 +187,7 @@ def _own_slips(step: str, inputs: Inputs) -> dict:
                 "the mask zeroed the full weights after the softmax without renormalizing "
                 "(mask the scores with -inf before the softmax)": tril_only,
                 "no causal mask was applied": e["WEIGHTS_FULL"],
-                "the softmax ran over columns (queries) instead of rows (keys)":
-                    softmax_rows(scaled.T, CAUSAL.T).T}
+                COLUMN_SOFTMAX: softmax_rows(scaled.T, CAUSAL.T).T}
     if step == "OUT_CAUSAL":
         return {"the output used the transposed weights (weights.T @ V)":
                     e["WEIGHTS_CAUSAL"].T @ V,

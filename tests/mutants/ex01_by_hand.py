@@ -11,7 +11,7 @@ MUTANTS = [
            "                [0.248, 0.248, 0.503]]",
            "WEIGHTS_FULL = [[0.401, 0.198, 0.248],\n                [0.198, 0.401, 0.248],\n"
            "                [0.401, 0.401, 0.503]]",
-           "softmax ran over columns"),
+           "softmax ran down each column (over the queries)"),
     Mutant("mask_wrong_triangle",
            "WEIGHTS_CAUSAL = [[1.0, 0.0, 0.0],\n                  [0.33, 0.67, 0.0],\n"
            "                  [0.248, 0.248, 0.503]]",
@@ -32,4 +32,13 @@ MUTANTS = [
            "[0.25, 0.25, 0.50]]\nOUT_FULL = [[3.0, 4.0],\n            [3.407, 4.407],\n"
            "            [3.5, 4.5]]",
            "rounded to two decimals"),
+    Mutant("scores_scaled_already",
+           "SCORES = [[1.0, 0.0, 1.0],\n          [0.0, 1.0, 1.0],\n          [1.0, 1.0, 2.0]]",
+           "SCORES = [[0.707, 0.0, 0.707],\n          [0.0, 0.707, 0.707],\n"
+           "          [0.707, 0.707, 1.414]]",
+           "scores were scaled already"),
+    Mutant("out_causal_chapter_v",
+           "OUT_CAUSAL = [[1.0, 2.0],\n              [2.34, 3.34],\n              [3.51, 4.51]]",
+           "OUT_CAUSAL = [[10.0, 0.0],\n              [3.302, 6.698],\n              [5.0, 5.0]]",
+           "chapter's V"),
 ]

@@ -61,8 +61,13 @@ MUTANTS = [
            "flops = flop_counter.get_total_flops()",
            "flops = 2 * flop_counter.get_total_flops()",
            "factor of 2"),
+    Mutant("table_wrong_grouping",
+           'measure_intensity(n_heads, h_kv, seq_len, d_head)["intensity"]',
+           'measure_intensity(n_heads, n_heads // h_kv, seq_len, d_head)["intensity"]',
+           "the wrong grouping"),
 ]
 
 # Mistakes outside measure_intensity need not wait for the measured table.
 ONLY = {name: "not intensity_table_measured and not measure_intensity_is_counted"
         for name in ("tile_grouping", "no_scale", "no_shape_check", "intensity_kv_all_heads")}
+ONLY["table_wrong_grouping"] = "intensity_table"

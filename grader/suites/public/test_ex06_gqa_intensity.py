@@ -131,6 +131,18 @@ def test_intensity_table_measured(student, request):
     request.node.feedback_on_pass = "\n".join(lines)
 
 
+def _counted_as(run, value, exclude):
+    """The other h_kv of the table whose counted intensity ``value`` matches, if any."""
+    for key, trace in run["traces"].items():
+        if int(key) == exclude:
+            continue
+        counted = rl.read_bytes(trace["ops"])
+        lo, hi = trace["flops"] / max(counted.values()), trace["flops"] / min(counted.values())
+        if lo / (1 + BYTES_SLACK) <= value <= hi / (1 - BYTES_SLACK):
+            return int(key)
+    return None
+
+
 def check_table(run, h, kv_heads, s, d):
     what = f"intensity_table(n_heads={h}, kv_heads={tuple(kv_heads)}, seq_len={s}, d_head={d})"
     if "bad_result" in run:
@@ -148,8 +160,13 @@ def check_table(run, h, kv_heads, s, d):
         yours = table[h_kv]
         if not (lo / (1 + BYTES_SLACK) <= yours <= hi / (1 - BYTES_SLACK)):
             ideal = rl.decode_intensity(h, h_kv, s, d)
+            other = _counted_as(run, yours, exclude=h_kv)
             hint = ("\nThis looks like: the intensity came from the formula (decode_intensity), "
-                    "not from counting." if abs(yours - ideal) <= 0.005 * ideal else "")
+                    "not from counting." if abs(yours - ideal) <= 0.005 * ideal else
+                    f"\nThis looks like: the wrong grouping: the value listed under "
+                    f"h_kv={h_kv} was measured with {other} KV heads (pass each h_kv itself "
+                    f"as n_kv_heads, not the group size n_heads // h_kv)"
+                    if other is not None else "")
             raise Feedback(f"{what}[{h_kv}] = {yours:.4g}, but the operations of your "
                            f"gqa_decode_attention at h_kv={h_kv} give {lo:.4g}..{hi:.4g} "
                            f"FLOPs per byte (counted by the grader).{hint}")
