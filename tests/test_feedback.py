@@ -5,7 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from grader.feedback import Feedback, check_close, check_equal, to_numpy
+from grader.feedback import (Feedback, check_close, check_equal, matching_mistake,
+                             named_mistake, to_numpy)
+from grader.reference import by_hand, flash
+from grader.reference import attention as ref
 
 
 def feedback(fn) -> str:
@@ -40,7 +43,86 @@ def test_shape_mismatch_names_a_mistake_or_gives_the_hint():
 def test_nan_where_finite_expected_is_pointed_out():
     text = feedback(lambda: check_close(np.array([1.0, np.nan]), np.array([1.0, 0.0]),
                                         what="softmax", atol=1e-9, rtol=0))
-    assert "got nan at index (1,) where a finite value was expected" in text
+    assert "1 value is NaN where finite values were expected (the first at index (1,))" in text
+    assert "max abs error" not in text
+
+
+def test_nan_and_inf_answers_are_counted_never_max_error_zero():
+    want = np.zeros((2, 3))
+    got = want.copy()
+    got[0, 1] = got[1, 2] = np.nan
+    got[1, 0] = np.inf
+    text = feedback(lambda: check_close(got, want, what="attention", atol=1e-9, rtol=0))
+    assert "2 values are NaN where finite values were expected (the first at index (0, 1))" \
+        in text
+    assert "1 value is infinite where finite values were expected (the first at index (1, 0))" \
+        in text
+    assert "max abs error" not in text          # the finite entries are all right
+    got[0, 0] = 0.5                                # a finite error is still measured
+    text = feedback(lambda: check_close(got, want, what="attention", atol=1e-9, rtol=0))
+    assert "max abs error 0.5" in text and "2 values are NaN" in text
+    text = feedback(lambda: check_close(np.full(3, np.nan), np.zeros(3), what="x", atol=0,
+                                        rtol=0))
+    assert "3 values are NaN" in text and "max abs error" not in text
+    assert "the answer is NaN" in feedback(lambda: check_equal(float("nan"), 3.0, what="n"))
+
+
+def test_a_hint_appears_only_where_its_condition_holds():
+    want = np.zeros((3, 2))
+    rows_0_1 = (np.arange(3) < 2)[:, None]
+    hint = "Rows 0 and 1 see no key."
+    elsewhere = want.copy()
+    elsewhere[2, 1] = 1.0
+    text = feedback(lambda: check_close(elsewhere, want, what="out", atol=0, rtol=0, hint=hint,
+                                        hint_where=rows_0_1))
+    assert hint not in text
+    there = want.copy()
+    there[1, 0] = np.nan
+    text = feedback(lambda: check_close(there, want, what="out", atol=0, rtol=0, hint=hint,
+                                        hint_where=rows_0_1))
+    assert text.endswith(hint)
+
+
+def test_two_mistakes_with_one_answer_are_both_named():
+    got = np.ones(3)
+    assert matching_mistake(got, {"a": np.ones(3), "b": np.ones(3), "c": np.zeros(3)},
+                            1e-9, 0) == "a (or: b)"
+    text = feedback(lambda: check_close(got, np.zeros(3), what="x", atol=0, rtol=0,
+                                        mistakes={"a": np.ones(3)}))
+    assert named_mistake(text) == "a"
+    assert named_mistake("on a case with x:\nThis looks like: a (or: b).") == "a (or: b)"
+    assert named_mistake("x is wrong") is None
+
+
+def test_column_softmax_is_described_in_the_exercise_layout():
+    """Rows are queries (the docstring's layout): a column softmax runs over queries."""
+    for step in ("WEIGHTS_FULL", "WEIGHTS_CAUSAL"):
+        names = [d for d in by_hand.slips(step) if "column" in d]
+        assert names == [by_hand.COLUMN_SOFTMAX]
+    assert "down each column (over the queries)" in by_hand.COLUMN_SOFTMAX
+    assert "rows are queries" in by_hand.COLUMN_SOFTMAX
+    assert "(queries) instead of rows (keys)" not in by_hand.COLUMN_SOFTMAX
+
+
+def test_new_reference_mistakes_differ_from_the_right_answer():
+    """Each named slip gives a wrong answer on a case where it matters."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 5, 8))
+    pos = np.array([0, 1, 2, 5, 9])
+    for name in ("rope_positions_off_by_one", "rope_inverse_frequency"):
+        assert not torch.allclose(ref.rope(x, pos, mistake=name), ref.rope(x, pos))
+    assert not torch.allclose(ref.rope(x, pos, 500.0, mistake="rope_base_ignored"),
+                              ref.rope(x, pos, 500.0))
+    assert float(ref.causal_mask(3, mistake="mask_neg_1e4")[0, 2]) == -1e4
+    assert torch.isnan(ref.softmax(np.full((1, 3), -np.inf), mistake="empty_row_nan")).all()
+    w = np.eye(8)
+    assert not torch.allclose(ref.gqa(x, w, w, w, w, 4, mistake="scale_by_d_model"),
+                              ref.gqa(x, w, w, w, w, 4))
+    q, k, v = (rng.standard_normal((1, s, 4)) * 3 for s in (4, 9, 9))
+    right = flash.blockwise_reference(q, k, v, 2, True)
+    assert np.allclose(right, flash.reference(q[None], k[None], v[None], True)[0].numpy())
+    for name in ("tile_local_cols", "ragged_tail_dropped", "no_rescale_l", "exp2_no_log2e"):
+        assert not np.allclose(flash.blockwise_reference(q, k, v, 2, True, name), right), name
 
 
 def test_none_and_wrong_types_are_explained():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import SOLUTIONS, failures, grade_dir
-from tests.mutants import all_mutants
+from tests.mutants import all_mutants, diagnosis_lines
 
 MUTANTS = all_mutants()
 
@@ -24,5 +24,7 @@ def test_mutant_loses_points_and_is_named(mutant, tmp_path):
     assert not report.errors, report.errors
     assert got < total, f"{mutant.name} kept full marks ({got}/{total})"
     outputs = "\n".join(t.output for t in failures(report, mutant.file))
-    assert mutant.expect.lower() in outputs.lower(), (
-        f"no feedback names {mutant.name!r} (looked for {mutant.expect!r}):\n{outputs}")
+    named = diagnosis_lines(outputs) if mutant.diagnosis else outputs
+    where = "diagnosis line" if mutant.diagnosis else "feedback"
+    assert mutant.expect.lower() in named.lower(), (
+        f"no {where} names {mutant.name!r} (looked for {mutant.expect!r}):\n{outputs}")

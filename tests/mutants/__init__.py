@@ -3,7 +3,11 @@
 Each ``tests/mutants/<exercise>.py`` defines ``MUTANTS``, a list of
 ``Mutant``.  ``tests/test_mutants.py`` grades each with the hidden suite and
 checks that it loses points and that some failing test's feedback contains
-``expect`` (case-insensitive): the grader must name the mistake.
+``expect`` (case-insensitive): the grader must name the mistake.  By default
+``expect`` must sit in a diagnosis line ("This looks like: ...", see
+``DIAGNOSIS``); a mutant with ``diagnosis=False`` is named by a check's own
+message instead (a missing ValueError, a cheat caught), and
+``tests/test_mutant_corpus.py`` keeps those under 5 % of the corpus.
 
 A module may also define ``ONLY``, mapping a mutant's name to a pytest
 ``-k`` expression that selects the tests which must catch it (by default
@@ -18,6 +22,14 @@ import pkgutil
 from dataclasses import dataclass
 
 
+# Lines of feedback that name a mistake: grader.feedback's and grader.rootcause's.
+DIAGNOSIS = ("This looks like:", "This follows from")
+
+
+def diagnosis_lines(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if line.startswith(DIAGNOSIS))
+
+
 @dataclass(frozen=True)
 class Mutant:
     name: str        # the mistake, e.g. "softmax_over_queries"
@@ -26,6 +38,7 @@ class Mutant:
     expect: str      # a phrase the feedback must contain
     file: str = ""   # the exercise module; filled in by all_mutants()
     only: str = ""   # a pytest -k expression; filled in from the module's ONLY
+    diagnosis: bool = True   # named in a "This looks like:" line (see above)
 
     def apply(self, source: str) -> str:
         count = source.count(self.find)
@@ -45,7 +58,7 @@ def all_mutants() -> list[Mutant]:
             raise AssertionError(f"{info.name}.ONLY names no mutant: {sorted(unknown)}")
         for m in getattr(mod, "MUTANTS", []):
             out.append(Mutant(m.name, m.find, m.replace, m.expect, file=info.name,
-                              only=only.get(m.name, "")))
+                              only=only.get(m.name, ""), diagnosis=m.diagnosis))
     return out
 
 
