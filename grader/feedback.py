@@ -193,13 +193,17 @@ def check_equal(got, expected, *, what: str, mistakes: Mapping[str, object] | No
     raise Feedback("\n".join(lines))
 
 
-def expect_raises(call: Callable[[], object], exc_name: str, *, what: str) -> None:
-    """``call()`` must raise ``exc_name`` (or a subclass) in the submission."""
+def expect_raises(call: Callable[[], object], exc_name: str, *, what: str,
+                  unchecked: str | None = None) -> None:
+    """``call()`` must raise ``exc_name`` (or a subclass) in the submission.
+    ``unchecked`` names the mistake of not checking (returning normally, or
+    failing later with another exception): "the shapes were not checked"."""
+    named = f"\n{LOOKS_LIKE}{unchecked}." if unchecked else ""
     try:
         call()
     except StudentRaised as exc:
         if exc.raised.is_a(exc_name):
             return
         raise Feedback(f"{what}: expected {exc_name}, but it raised "
-                       f"{exc.raised.type_name}: {exc.raised.message}") from None
-    raise Feedback(f"{what}: expected {exc_name}, but it returned normally")
+                       f"{exc.raised.type_name}: {exc.raised.message}{named}") from None
+    raise Feedback(f"{what}: expected {exc_name}, but it returned normally{named}")

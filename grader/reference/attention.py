@@ -65,6 +65,11 @@ MISTAKES = {
     "rope_inverse_frequency": "the RoPE frequencies use base ** (+2j / d_head): the "
                               "exponent's sign is flipped (frequencies must fall with j)",
     "rope_base_ignored": "RoPE ignored the base argument (it always used 10000)",
+    "rope_only_q": "RoPE was applied to q only (k needs the same rotation, so that q.k "
+                   "sees the distance between positions)",
+    "mask_ignores_s_k": "the causal mask ignored s_k (it always came out square, s_q by s_q)",
+    "split_strided": "each head took strided features (i, i + h, i + 2h, ...) instead of a "
+                     "contiguous block of d_head features",
 }
 
 
@@ -110,7 +115,7 @@ def causal_allowed(s_q: int, s_k: int, mistake=None) -> torch.Tensor:
 
 
 def causal_mask(s_q: int, s_k: int | None = None, mistake=None) -> torch.Tensor:
-    s_k = s_q if s_k is None else s_k
+    s_k = s_q if s_k is None or mistake == "mask_ignores_s_k" else s_k
     allowed = causal_allowed(s_q, s_k, mistake)
     blocked = -1e4 if mistake == "mask_neg_1e4" else -math.inf
     return torch.where(allowed, 0.0, blocked).to(torch.float64)
@@ -182,6 +187,8 @@ def repeat_kv(x, n_rep: int, mistake=None) -> torch.Tensor:
 def split_heads(x, n_heads: int, mistake=None) -> torch.Tensor:
     x = t64(x)
     b, s, width = x.shape
+    if mistake == "split_strided":
+        return x.reshape(b, s, width // n_heads, n_heads).permute(0, 3, 1, 2)
     if mistake == "split_without_transpose":
         return x.reshape(b, n_heads, s, width // n_heads)
     return x.reshape(b, s, n_heads, width // n_heads).permute(0, 2, 1, 3)
@@ -207,6 +214,8 @@ def gqa(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads=None, *, causal=True, positio
     v = split_heads(x @ t64(w_v).T, n_kv_heads, mistake)
     if mistake != "no_rope":
         q, k = rope(q, pos, rope_base, mistake), rope(k, pos, rope_base, mistake)
+        if mistake == "rope_only_q":
+            k = split_heads(x @ t64(w_k).T, n_kv_heads)
         if mistake == "rope_on_values":
             v = rope(v, pos, rope_base)
     if n_kv_heads != n_heads:

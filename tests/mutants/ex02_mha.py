@@ -77,6 +77,18 @@ MUTANTS = [
            "    if mask is not None:\n        scores = scores + mask\n"
            "    out = merge_heads(softmax(scores, axis=-1) @ v)",
            "1/sqrt(d_model) instead of 1/sqrt(d_head)"),
+    Mutant("rope_only_q",
+           "q, k = rope(q, positions, rope_base), rope(k, positions, rope_base)",
+           "q = rope(q, positions, rope_base)", "RoPE was applied to q only"),
+    Mutant("no_rope",
+           "    q, k = rope(q, positions, rope_base), rope(k, positions, rope_base)\n", "",
+           "RoPE was not applied"),
+    Mutant("mask_ignores_s_k", "    s_k = s_q if s_k is None else s_k\n    i = np.arange(s_q)",
+           "    s_k = s_q\n    i = np.arange(s_q)", "ignored s_k"),
+    Mutant("split_strided",
+           "return x.reshape(b, s, n_heads, width // n_heads).transpose(0, 2, 1, 3)",
+           "return x.reshape(b, s, width // n_heads, n_heads).transpose(0, 3, 1, 2)",
+           "strided features"),
 ]
 
 # Each mistake is caught by the tests of the function it sits in (and, for
@@ -90,4 +102,8 @@ ONLY = {
     "softmax_base_2": "softmax",
     "nan_on_empty_row": "softmax or sees_nothing",
     "scale_by_d_model": "mha",
+    "rope_only_q": "mha_random",
+    "mask_ignores_s_k": "causal_mask",
+    "split_strided": "split",
+    "no_rope": "mha_random",
 }

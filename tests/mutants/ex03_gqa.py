@@ -31,6 +31,24 @@ MUTANTS = [
            "return 2 * n_layers * n_kv_heads * d_head * seq_len * batch * bytes_per_elem",
            "return 2 * n_kv_heads * d_head * seq_len * batch * bytes_per_elem",
            "layers were not counted"),
+    Mutant("gqa_rope_only_q",
+           "q, k = rope(q, positions, rope_base), rope(k, positions, rope_base)",
+           "q = rope(q, positions, rope_base)", "RoPE was applied to q only"),
+    # attention written out inside grouped_query_attention, scaled by the model width
+    Mutant("gqa_scale_by_d_model",
+           "return merge_heads(attention(q, k, v, mask)) @ w_o.T",
+           "scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d)\n"
+           "    if mask is not None:\n        scores = scores + mask\n"
+           "    e = np.exp(scores - scores.max(axis=-1, keepdims=True))\n"
+           "    return merge_heads(e / e.sum(axis=-1, keepdims=True) @ v) @ w_o.T",
+           "1/sqrt(d_model) instead of 1/sqrt(d_head)"),
+    Mutant("gqa_no_output_projection",
+           "return merge_heads(attention(q, k, v, mask)) @ w_o.T",
+           "return merge_heads(attention(q, k, v, mask))", "output projection"),
+    Mutant("gqa_rope_on_values",
+           "q, k = rope(q, positions, rope_base), rope(k, positions, rope_base)",
+           "q, k = rope(q, positions, rope_base), rope(k, positions, rope_base)\n"
+           "    v = rope(v, positions, rope_base)", "applied to the values"),
     Mutant("llama_saving_upside_down", "LLAMA3_70B_KV_SAVING = 64 / 8",
            "LLAMA3_70B_KV_SAVING = 8 / 64", "upside down"),
 ]
@@ -41,3 +59,6 @@ ONLY = {name: _SIZES for name in (
     "cache_counts_only_k", "saving_upside_down", "exceeds_not_strict", "exceeds_one_short",
     "exceeds_without_element_size", "cache_without_element_size", "cache_without_layers",
     "llama_saving_upside_down")}
+ONLY.update({name: "gqa_random" for name in (
+    "gqa_rope_only_q", "gqa_scale_by_d_model", "gqa_no_output_projection",
+    "gqa_rope_on_values")})

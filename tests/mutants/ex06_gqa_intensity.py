@@ -40,7 +40,7 @@ MUTANTS = [
     Mutant("no_shape_check",
            "    if s_q != 1:\n        raise ValueError",
            "    if False:\n        raise ValueError",
-           "expected ValueError"),
+           "shape of q was not checked"),
     Mutant("intensity_kv_all_heads",
            "(2 * n_heads + 2 * n_kv_heads * seq_len)\n    return flops / nbytes",
            "(2 * n_heads + 2 * n_heads * seq_len)\n    return flops / nbytes",
@@ -61,6 +61,14 @@ MUTANTS = [
            "flops = flop_counter.get_total_flops()",
            "flops = 2 * flop_counter.get_total_flops()",
            "factor of 2"),
+    Mutant("intensity_float_bytes",
+           "nbytes = bytes_per_elem * batch * d_head * (2 * n_heads + 2 * n_kv_heads * seq_len)",
+           "nbytes = 4 * batch * d_head * (2 * n_heads + 2 * n_kv_heads * seq_len)",
+           "4 bytes per element"),
+    Mutant("intensity_no_q_o",
+           "nbytes = bytes_per_elem * batch * d_head * (2 * n_heads + 2 * n_kv_heads * seq_len)",
+           "nbytes = bytes_per_elem * batch * d_head * (2 * n_kv_heads * seq_len)",
+           "query read and the output write were left out"),
     Mutant("table_wrong_grouping",
            'measure_intensity(n_heads, h_kv, seq_len, d_head)["intensity"]',
            'measure_intensity(n_heads, n_heads // h_kv, seq_len, d_head)["intensity"]',
@@ -71,3 +79,5 @@ MUTANTS = [
 ONLY = {name: "not intensity_table_measured and not measure_intensity_is_counted"
         for name in ("tile_grouping", "no_scale", "no_shape_check", "intensity_kv_all_heads")}
 ONLY["table_wrong_grouping"] = "intensity_table"
+ONLY.update({"intensity_float_bytes": "decode_intensity",
+             "intensity_no_q_o": "decode_intensity"})

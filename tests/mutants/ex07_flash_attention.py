@@ -48,6 +48,8 @@ MUTANTS = [
            "shift = m_new", "fully masked tile"),
     Mutant("blockwise_no_scale", "    scale = 1.0 / math.sqrt(d_head)\n",
            "    scale = 1.0\n", "not scaled by 1/sqrt(d_head)"),
+    Mutant("blockwise_scale_by_d", "    scale = 1.0 / math.sqrt(d_head)\n",
+           "    scale = 1.0 / d_head\n", "1/d_head instead of 1/sqrt(d_head)"),
     Mutant("blockwise_top_left", "rows = (s_k - s_q + np.arange(s_q))[:, None]",
            "rows = np.arange(s_q)[:, None]", "top-left"),
     Mutant("blockwise_wrong_triangle", "np.where(cols <= rows, scores, -np.inf)",
@@ -78,19 +80,25 @@ MUTANTS = [
            "not scaled by 1/sqrt(d_head)"),
     Mutant("sm_scale_ignored", SCALE_DEFAULT, "sm_scale = 1.0 / math.sqrt(d_head)",
            "sm_scale argument was ignored"),
-    # -- cheats: the known ways to game a kernel grader
-    Mutant("torch_matmul_fallback", ALLOC, TORCH_FALLBACK, "PyTorch did attention's work"),
-    Mutant("sdpa_fallback", ALLOC, SDPA_FALLBACK, "scaled_dot_product_attention"),
-    Mutant("output_cache", ALLOC, CACHE, "cache nothing between calls"),
-    Mutant("input_mutation", ALLOC, MUTATE, "changed its input q"),
-    Mutant("gqa_copies_kv", ALLOC, KV_COPY, "copied for every query head"),
+    # -- cheats: the known ways to game a kernel grader.  The judge's own verdict
+    # names them (not a "This looks like:" line): diagnosis=False.
+    Mutant("torch_matmul_fallback", ALLOC, TORCH_FALLBACK, "PyTorch did attention's work",
+           diagnosis=False),
+    Mutant("sdpa_fallback", ALLOC, SDPA_FALLBACK, "scaled_dot_product_attention",
+           diagnosis=False),
+    Mutant("output_cache", ALLOC, CACHE, "cache nothing between calls",
+           diagnosis=False),
+    Mutant("input_mutation", ALLOC, MUTATE, "changed its input q",
+           diagnosis=False),
+    Mutant("gqa_copies_kv", ALLOC, KV_COPY, "copied for every query head",
+           diagnosis=False),
 ]
 
 # The NumPy mistakes need not wait for the Triton interpreter.
 ONLY = {name: "step or blockwise" for name in (
     "numpy_no_rescale", "numpy_nan_masked_tile", "blockwise_no_scale", "blockwise_top_left",
     "blockwise_wrong_triangle", "numpy_rescale_acc_only", "numpy_exp2_without_log2e",
-    "blockwise_tile_local_cols", "blockwise_ragged_tail_dropped")}
+    "blockwise_tile_local_cols", "blockwise_ragged_tail_dropped", "blockwise_scale_by_d")}
 
 
 # -- kernels that run in Triton's interpreter but do not compile for a GPU

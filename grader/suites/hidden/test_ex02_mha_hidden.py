@@ -16,7 +16,7 @@ MHA_MISTAKES = ATTN_MISTAKES + ["rope_on_values", "no_rope", "rope_interleaved",
                                 "rope_wrong_direction", "split_without_transpose",
                                 "merge_without_transpose", "no_output_projection",
                                 "scale_by_d_model", "rope_inverse_frequency",
-                                "rope_base_ignored"]
+                                "rope_base_ignored", "rope_only_q"]
 SOFTMAX_MISTAKES = ["softmax_base_2", "empty_row_nan", "softmax_unstable"]
 
 
@@ -95,7 +95,7 @@ def test_causal_mask_end_aligned(student, s_q, s_k):
     """causal_mask(s_q, s_k) is end-aligned"""
     got = student.causal_mask(s_q, s_k)
     names = ["top_left_mask", "diagonal_masked", "mask_wrong_triangle", "no_mask",
-             "mask_neg_1e4"]
+             "mask_neg_1e4", "mask_ignores_s_k"]
     check_close(got, ref.causal_mask(s_q, s_k), what=f"causal_mask({s_q}, {s_k})", atol=0,
                 rtol=0, mistakes=ref.mistakes_of(ref.causal_mask, names, s_q, s_k))
 
@@ -161,8 +161,8 @@ def test_split_and_merge_random(student):
         for_cases(f"x of shape {x.shape}, n_heads={h}", lambda: (
             check_close(student.split_heads(x, h), ref.split_heads(x, h),
                         what=f"split_heads(x, {h})", atol=0, rtol=0,
-                        mistakes=ref.mistakes_of(ref.split_heads, ["split_without_transpose"],
-                                                 x, h)),
+                        mistakes=ref.mistakes_of(ref.split_heads, ["split_without_transpose",
+                                                                   "split_strided"], x, h)),
             check_close(student.merge_heads(ref.split_heads(x, h).numpy()), x,
                         what="merge_heads", atol=0, rtol=0,
                         mistakes={ref.MISTAKES["merge_without_transpose"]: ref.merge_heads(

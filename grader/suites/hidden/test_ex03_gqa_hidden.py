@@ -11,7 +11,7 @@ N_CASES = 8
 GQA_MISTAKES = ["kv_tile", "no_scale", "softmax_over_queries", "no_mask", "diagonal_masked",
                 "rope_on_values", "no_rope", "rope_interleaved", "rope_positions_ignored",
                 "split_without_transpose", "no_output_projection", "scale_by_d_model",
-                "softmax_base_2"]
+                "softmax_base_2", "rope_only_q"]
 # Sizing slips, in the same words for kv_cache_bytes and for the functions built
 # on it: a slip in kv_cache_bytes is then named once as the root cause.
 ONLY_K = "only K (or only V) was counted: the cache holds both K and V"

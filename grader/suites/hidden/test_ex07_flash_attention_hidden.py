@@ -132,8 +132,9 @@ def test_blockwise_any_block_size(student):
         k, v = rng.standard_normal((2, s_k, 8)), rng.standard_normal((2, s_k, 8))
         want = flash.reference(q[None], k[None], v[None], causal)[0]
         mistakes = flash.flash_mistakes(q[None], k[None], v[None], causal,
-                                        names=["no_scale", "top_left_mask", "diagonal_masked",
-                                               "mask_wrong_triangle", "no_mask"])
+                                        names=["no_scale", "scale_by_d", "top_left_mask",
+                                               "diagonal_masked", "mask_wrong_triangle",
+                                               "no_mask"])
         mistakes = {d: w[0] for d, w in mistakes.items()}
         if s_k > block:
             mistakes[flash.describe("no_rescale")] = flash.reference(

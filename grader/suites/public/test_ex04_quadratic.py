@@ -213,6 +213,9 @@ def check_loglog(out, pairs):
     if not out["saved"]:
         raise Feedback("plot_scaling saved no matplotlib figure (use fig.savefig(path) or "
                        "plt.savefig(path))")
+    linear = scales and all(scale == ("linear", "linear") for scale in scales)
+    named = ("\nThis looks like: the plot has linear axes (on log-log axes a power law is a "
+             "straight line whose slope is the exponent)." if linear else "")
     raise Feedback("plot_scaling's figure has no line of time against S on log-log axes "
                    f"(axes scales found: {scales}); use ax.loglog(...) or set both scales "
-                   "to 'log'")
+                   f"to 'log'{named}")
