@@ -260,7 +260,8 @@ def run_batch(subs: list[Submission], results_dir: Path, *, jobs: int = 1, suite
               timeout: float | None = None, submission_timeout: float = 1800.0,
               force: bool = False, exercises: list[str] | None = None,
               seed: int | None = None, roster: dict[str, str] | None = None,
-              deduct_once: bool = False, on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+              deduct_once: bool = False,
+              on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     results_dir.mkdir(parents=True, exist_ok=True)
     outcomes = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

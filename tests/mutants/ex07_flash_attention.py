@@ -56,7 +56,8 @@ MUTANTS = [
            "np.where(cols >= rows, scores, -np.inf)", "wrong triangle"),
     Mutant("numpy_rescale_acc_only", "l_new = alpha * l + np.sum(p, axis=-1)",
            "l_new = l + np.sum(p, axis=-1)", "rescales acc but not l"),
-    Mutant("numpy_exp2_without_log2e", "    alpha = np.exp(m - shift)                                    # rescales the past\n"
+    Mutant("numpy_exp2_without_log2e",
+           "    alpha = np.exp(m - shift)                                    # rescales the past\n"
            "    p = np.exp(scores - shift[..., None])",
            "    alpha = np.exp2(m - shift)\n    p = np.exp2(scores - shift[..., None])",
            "exp2 (2**x) without multiplying by log2(e)"),

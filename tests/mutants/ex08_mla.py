@@ -61,3 +61,25 @@ MUTANTS = [
 ONLY = {name: "not traced" for name in ("rope_on_latent", "rope_key_per_head", "scale_d_c",
                                         "scale_d_nope", "absorb_transposed",
                                         "top_left_mask_in_decode")}
+
+# Sizing slips, one per sized function and constant (tests/test_mutant_corpus.py
+# wants every function and constant of the contract touched by a mutant).
+MUTANTS += [
+    Mutant("cache_bytes_no_rope_key",
+           "return n_layers * (d_c + d_rope) * seq_len * batch * bytes_per_elem",
+           "return n_layers * d_c * seq_len * batch * bytes_per_elem",
+           "decoupled RoPE key was left out"),
+    Mutant("cache_saving_inverted",
+           "return n_kv_heads * (d_nope + d_rope + d_v) / (d_c + d_rope)",
+           "return (d_c + d_rope) / (n_kv_heads * (d_nope + d_rope + d_v))",
+           "upside down"),
+    Mutant("deepseek_bytes_no_rope_key",
+           "DEEPSEEK_V3_MLA_BYTES_PER_TOKEN = 61 * (512 + 64) * 2",
+           "DEEPSEEK_V3_MLA_BYTES_PER_TOKEN = 61 * 512 * 2", "decoupled RoPE key was left out"),
+    Mutant("deepseek_ratio_inverted",
+           "DEEPSEEK_V3_MHA_OVER_MLA = 128 * (128 + 64 + 128) / (512 + 64)",
+           "DEEPSEEK_V3_MHA_OVER_MLA = (512 + 64) / (128 * (128 + 64 + 128))", "upside down"),
+]
+ONLY.update({"cache_bytes_no_rope_key": "cache_bytes", "cache_saving_inverted": "cache_saving",
+             "deepseek_bytes_no_rope_key": "deepseek_v3_constants",
+             "deepseek_ratio_inverted": "deepseek_v3_constants"})
