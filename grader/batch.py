@@ -174,9 +174,10 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
             result_path.stat().st_mtime >= _latest_mtime(sub.path):
         try:
             data = json.loads(result_path.read_text())
-            # Graded for another roster identity or seed: not the same grade.
+            # Graded for another roster identity, seed or --deduct-once: not the same grade.
             if data.get("student_id") != student_id or \
-                    (seed is not None and data.get("seed") != seed):
+                    (seed is not None and data.get("seed") != seed) or \
+                    bool(data.get("deduct_once")) != deduct_once:
                 raise ValueError("graded with other options")
             outcome.skipped = True
             outcome.scores = exercise_scores(data)

@@ -278,6 +278,7 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
         code = pytest.main(args, plugins=[plugin])
         if code not in (0, 1, 5) and not report.errors:
             report.errors.append(f"pytest stopped with exit code {int(code)}")
+        report.deduct_once = options.deduct_once
         rootcause.attribute(report, plugin.called, deduct_once=options.deduct_once)
     except BaseException as exc:  # the report is written whatever happens
         report.errors.append(f"the grader failed: {type(exc).__name__}: {exc}")

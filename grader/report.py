@@ -50,6 +50,7 @@ class Report:
     seed: int | None = None   # the hidden suites' random cases (``--seed`` reproduces them)
     manual: list[dict] = field(default_factory=list)   # free-text answers for staff
     student_id: str | None = None   # the roster's identifier exercise A was graded for
+    deduct_once: bool = False       # graded with --deduct-once (see grader.rootcause)
 
     @property
     def score(self) -> float:
@@ -153,6 +154,8 @@ def to_gradescope(report: Report) -> dict:
         out["seed"] = report.seed   # for staff: `attn-grade grade --seed` reproduces the grade
     if report.student_id is not None:
         out["student_id"] = report.student_id
+    if report.deduct_once:
+        out["deduct_once"] = True   # a batch rerun without the option grades again
     if report.manual:
         # For staff only: Gradescope shows "hidden" entries to instructors, never to
         # students; the list itself feeds the batch's rubric sheet.

@@ -108,9 +108,16 @@ def test_deduct_once_is_wired_through_grade_and_batch(tmp_path):
     (folder / "alice").mkdir(parents=True)
     (folder / "alice" / "ex02_mha.py").write_text((sub / "ex02_mha.py").read_text())
     out = tmp_path / "grades.csv"
-    result = runner.invoke(main, ["batch", str(folder), "--out", str(out), "-e", "ex02",
-                                  "--deduct-once"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    data = json.loads((tmp_path / "results" / "alice.json").read_text())
+    scores = []
+    # Without the option, then with it: the rerun grades again (not "already graded").
+    for extra in ([], ["--deduct-once"]):
+        result = runner.invoke(main, ["batch", str(folder), "--out", str(out), "-e", "ex02",
+                                      *extra], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert "1 graded, 0 already graded" in result.output
+        data = json.loads((tmp_path / "results" / "alice.json").read_text())
+        scores.append(data["score"])
+    assert data["deduct_once"] is True
     kept = [t for t in data["tests"] if "It keeps its points" in t["output"]]
     assert kept and all(t["score"] == t["max_score"] for t in kept)
+    assert scores[1] == scores[0] + sum(t["max_score"] for t in kept)
