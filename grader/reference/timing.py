@@ -49,6 +49,9 @@ OBSERVED_SLACK = (0.8, 1.25)
 # naive attention in PyTorch runs 10x faster than the grader's (a slow one,
 # say a mask built in Python loops, is still honest: no upper bound).
 MAGNITUDE_FLOOR = 0.1
+# The diagnosis of times that were not measured (see grader.feedback.LOOKS_LIKE).
+NOT_MEASURED = ("\nThis looks like: times that were not measured (computed or typed in): "
+                "time each call with time_fn.")
 
 
 def lsq_slope(xs, ys) -> float:
@@ -130,12 +133,13 @@ def judge_scaling(seq_lens, attempt: dict, repeats_hint: int = 5) -> Verdict:
         if wall < 0.9 * sum(times):
             return Verdict(FAIL, f"measure_scaling reported {_ms(sum(times))} of timings in "
                                  f"a call that took {_ms(wall)}: these times were not "
-                                 "measured.", rows=rows)
+                                 "measured." + NOT_MEASURED, rows=rows)
         for s, t, c in rows:
             if t / c < MAGNITUDE_FLOOR:
                 return Verdict(FAIL, f"measure_scaling reported {_ms(t)} for S={s}, but naive "
                                      f"attention of that size takes about {_ms(c)} on this "
-                                     "machine: were these times measured?", rows=rows)
+                                     "machine: were these times measured?" + NOT_MEASURED,
+                                 rows=rows)
 
     # 2. The slope, against the control measured around it.
     slope = lsq_slope(seq_lens, times)

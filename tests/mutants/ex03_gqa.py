@@ -49,6 +49,12 @@ MUTANTS = [
            "q, k = rope(q, positions, rope_base), rope(k, positions, rope_base)",
            "q, k = rope(q, positions, rope_base), rope(k, positions, rope_base)\n"
            "    v = rope(v, positions, rope_base)", "applied to the values"),
+    Mutant("gqa_no_rope",
+           "    q, k = rope(q, positions, rope_base), rope(k, positions, rope_base)\n", "",
+           "RoPE was not applied"),
+    Mutant("gqa_positions_ignored",
+           "positions = np.arange(s) if positions is None else np.asarray(positions)",
+           "positions = np.arange(s)", "ignored the given positions"),
     Mutant("llama_saving_upside_down", "LLAMA3_70B_KV_SAVING = 64 / 8",
            "LLAMA3_70B_KV_SAVING = 8 / 64", "upside down"),
 ]
@@ -61,4 +67,4 @@ ONLY = {name: _SIZES for name in (
     "llama_saving_upside_down")}
 ONLY.update({name: "gqa_random" for name in (
     "gqa_rope_only_q", "gqa_scale_by_d_model", "gqa_no_output_projection",
-    "gqa_rope_on_values")})
+    "gqa_rope_on_values", "gqa_no_rope", "gqa_positions_ignored")})

@@ -34,7 +34,7 @@ MUTANTS = [
     Mutant("fabricated_times",
            "results[s] = time_fn(naive_attention, q, k, v)",
            "results[s] = 1e-9 * s ** 2",
-           "measured", diagnosis=False),  # the timing check asks "were these measured?"
+           "times that were not measured"),
     Mutant("milliseconds",
            "results[s] = time_fn(naive_attention, q, k, v)",
            "results[s] = 1000 * time_fn(naive_attention, q, k, v)",
@@ -67,6 +67,9 @@ MUTANTS = [
            "return math.isqrt(int(memory_bytes) // (batch * n_heads * bytes_per_elem))",
            "return math.isqrt(int(memory_bytes) // (batch * n_heads))",
            "element size was left out"),
+    Mutant("naive_no_mask", "    if causal:\n        s_q, s_k = scores.shape[-2], scores.shape[-1]",
+           "    if False:\n        s_q, s_k = scores.shape[-2], scores.shape[-1]",
+           "no causal mask"),
     Mutant("naive_scale_by_d",
            "scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)",
            "scores = q @ k.transpose(-2, -1) / d_head",
@@ -91,5 +94,6 @@ ONLY["no_synchronization"] = "synchronizes"
 # The sizes need nothing but their own tests.
 ONLY.update({name: "score_matrix_bytes or max_naive" for name in (
     "scores_without_element_size", "max_len_without_element_size", "max_len_one_short")})
-ONLY.update({"naive_scale_by_d": "naive_attention", "slope_inverted": "loglog_slope",
+ONLY.update({"naive_scale_by_d": "naive_attention", "naive_no_mask": "naive_attention",
+             "slope_inverted": "loglog_slope",
              "scores_linear": "score_matrix_bytes"})

@@ -82,6 +82,9 @@ MUTANTS = [
     Mutant("causal_pairs_half",
            "pairs = sum(min(s_k, max(0, s_k - s_q + i + 1)) for i in range(s_q))",
            "pairs = s_q * s_k // 2", "s_q * s_k / 2"),
+    Mutant("flops_causal_ignored",
+           "    if causal:\n        pairs = sum(", "    if False:\n        pairs = sum(",
+           "causal=True was ignored"),
     Mutant("bytes_kv_once",
            "k_and_v = 2 * batch * n_kv_heads * s_k * d_head",
            "k_and_v = batch * n_kv_heads * s_k * d_head", "K and V are both read"),
@@ -103,7 +106,8 @@ ONLY = {m.name: "not prefill_compute_bound" for m in MUTANTS}
 ONLY.update({"decode_with_cache_top_left": "decode_with_cache",
              "decode_positions_off_by_one": "decode_with_cache",
              "bytes_without_element_size": "attention_bytes"})
-ONLY.update({"flops_factor_8": "attention_flops", "causal_pairs_half": "attention_flops",
+ONLY.update({"flops_causal_ignored": "attention_flops", "flops_factor_8": "attention_flops",
+             "causal_pairs_half": "attention_flops",
              "bytes_kv_once": "attention_bytes",
              "bound_swapped": "bound and not prefill_compute_bound",
              "prefill_scale_by_d": "prefill_attention"})

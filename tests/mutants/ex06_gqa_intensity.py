@@ -61,6 +61,8 @@ MUTANTS = [
            "flops = flop_counter.get_total_flops()",
            "flops = 2 * flop_counter.get_total_flops()",
            "factor of 2"),
+    Mutant("intensity_flops_half", "flops = 4 * batch * n_heads * seq_len * d_head",
+           "flops = 2 * batch * n_heads * seq_len * d_head", "pair costs"),
     Mutant("intensity_float_bytes",
            "nbytes = bytes_per_elem * batch * d_head * (2 * n_heads + 2 * n_kv_heads * seq_len)",
            "nbytes = 4 * batch * d_head * (2 * n_heads + 2 * n_kv_heads * seq_len)",
@@ -79,5 +81,6 @@ MUTANTS = [
 ONLY = {name: "not intensity_table_measured and not measure_intensity_is_counted"
         for name in ("tile_grouping", "no_scale", "no_shape_check", "intensity_kv_all_heads")}
 ONLY["table_wrong_grouping"] = "intensity_table"
-ONLY.update({"intensity_float_bytes": "decode_intensity",
+ONLY.update({"intensity_flops_half": "decode_intensity",
+             "intensity_float_bytes": "decode_intensity",
              "intensity_no_q_o": "decode_intensity"})
