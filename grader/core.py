@@ -23,7 +23,7 @@ from grader import rootcause
 from grader.exercises import EXERCISES, SUITES_DIR, suite_files
 from grader.feedback import Feedback
 from grader.report import FAILED, NOT_RUN, PASSED, Report, TestResult
-from grader.sandbox import confine
+from grader.sandbox import isolation
 from grader.sandbox.client import Limits, StudentError, StudentModule, Worker
 
 PLUGIN_KEY = pytest.StashKey["GradingPlugin"]()
@@ -46,6 +46,7 @@ class Options:
     seed: int | None = None               # hidden suites' random cases; None: a fresh secret
     student_id: str | None = None         # exercise A's identifier from a roster (batch)
     deduct_once: bool = False             # a named root cause costs points once per exercise
+    isolation: str = "auto"               # auto, strict or fallback (sandbox.isolation)
     extra: dict = field(default_factory=dict)
 
 
@@ -87,6 +88,7 @@ class GradingPlugin:
         self._started: dict[str, threading.Event] = {}
         self._starter: threading.Thread | None = None
         self._closing = threading.Event()
+        self.namespaces = False   # set by grade() from the isolation it found
 
     # -- used by the suites' fixtures --------------------------------------
     def prestart(self, exercises: list[str]) -> None:
@@ -123,7 +125,7 @@ class GradingPlugin:
             limits = Limits(call_timeout=self.options.call_timeout or ex.call_timeout,
                             import_timeout=self.options.import_timeout,
                             memory_bytes=self.options.memory_mb << 20,
-                            env=dict(ex.worker_env))
+                            env=dict(ex.worker_env), namespaces=self.namespaces)
             self.workers[exercise] = Worker(self.submission, exercise, limits)
         return self.workers[exercise]
 
@@ -213,18 +215,6 @@ class GradingPlugin:
                                       f"{str(report.longrepr)[-800:]}")
 
 
-def _sandbox_text(options: Options) -> str:
-    if confine.is_root():
-        confine.protect_secrets()
-        if confine.can_drop_privileges():
-            return (f"each exercise runs as its own unprivileged user, "
-                    f"{options.memory_mb} MB of memory")
-        return ("workers run as root: this Python is not reachable by an unprivileged "
-                "user (see the README's threat model)")
-    return (f"workers run as the grading user in private folders, {options.memory_mb} MB "
-            "of memory (not root: see the README's threat model)")
-
-
 def _one_thread() -> None:
     """The references' arithmetic is small: one PyTorch thread in the grading
     process, so that parallel gradings do not spin against each other.
@@ -263,10 +253,15 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
                                 f"{', '.join(EXERCISES)}")
     names = [e for e in EXERCISES if e in requested]  # course order, no repeats
     files = [str(p) for e in names for p in suite_files(e, options.suite)]
+    try:
+        iso = isolation.decide(options.isolation, options.memory_mb)
+    except (ValueError, isolation.IsolationUnavailable) as exc:
+        raise GraderConfigError(str(exc)) from None
     report = Report(submission=str(submission), suite=options.suite, exercises=list(names),
-                    seed=run_seed(options.seed), student_id=options.student_id)
-    report.machine["sandbox"] = _sandbox_text(options)
+                    seed=run_seed(options.seed), student_id=options.student_id,
+                    isolation=iso.level, isolation_text=iso.text)
     plugin = GradingPlugin(submission, options, report)
+    plugin.namespaces = iso.namespaces
     start = time.perf_counter()
     args = ["-c", str(SUITES_DIR / "pytest.ini"), "--rootdir", str(SUITES_DIR),
             "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:randomly",

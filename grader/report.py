@@ -51,6 +51,12 @@ class Report:
     manual: list[dict] = field(default_factory=list)   # free-text answers for staff
     student_id: str | None = None   # the roster's identifier exercise A was graded for
     deduct_once: bool = False       # graded with --deduct-once (see grader.rootcause)
+    isolation: str = ""        # namespaces, uid, grading-user or root (sandbox.isolation)
+    isolation_text: str = ""   # one line, first in every output format but the students'
+
+    @property
+    def isolation_line(self) -> str:
+        return f"Isolation: {self.isolation_text}" if self.isolation_text else ""
 
     @property
     def score(self) -> float:
@@ -92,11 +98,12 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
     """A per-exercise table with each test's feedback under it (a passing
     test has feedback only when it has something to show, like a measurement).
 
-    ``public_only`` is the students' view: no sandbox or machine lines, no
-    absolute paths, and feedback that repeats within an exercise (a module
-    that failed to import fails every test alike) is shown once."""
+    ``public_only`` is the students' view: no isolation, sandbox or machine
+    lines, no absolute paths, and feedback that repeats within an exercise (a
+    module that failed to import fails every test alike) is shown once."""
     name = Path(report.submission).name if public_only else report.submission
-    lines = [f"Graded {name} with the {report.suite} suites in {report.seconds:.1f} s."]
+    lines = [report.isolation_line] if report.isolation_line and not public_only else []
+    lines.append(f"Graded {name} with the {report.suite} suites in {report.seconds:.1f} s.")
     if not public_only:
         for key, value in report.machine.items():
             lines.append(f"  {key}: {value}")
@@ -146,8 +153,10 @@ def to_gradescope(report: Report) -> dict:
             entry["status"] = t.status
         tests.append(entry)
     out = {"score": report.score, "tests": tests, "output_format": "text",
-           "visibility": "visible", "execution_time": round(report.seconds, 3)}
-    header = [f"{k}: {v}" for k, v in report.machine.items()] + report.notes + report.errors
+           "visibility": "visible", "execution_time": round(report.seconds, 3),
+           "extra_data": {"isolation": report.isolation}}
+    header = ([report.isolation_line] if report.isolation_line else []) + \
+        [f"{k}: {v}" for k, v in report.machine.items()] + report.notes + report.errors
     if header:
         out["output"] = "\n".join(header)
     if report.seed is not None:

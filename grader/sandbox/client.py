@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.sandbox import codec, confine
+from grader.sandbox import bwrap, codec, confine, memcg
 
 RUNTIME_DIR = Path(__file__).resolve().parent
 RUNTIME_FILES = ("worker.py", "codec.py")
@@ -70,10 +70,25 @@ class Limits:
     max_timeouts: int = 4      # after this many, further calls fail at once
     max_response_bytes: int = 256 << 20
     max_output_bytes: int = 64 << 10  # stderr kept for feedback (head + tail)
-    memory_bytes: int = 8 << 30       # RLIMIT_DATA of the worker
+    memory_bytes: int = 8 << 30       # RLIMIT_DATA, and the cgroup's limit
     drop_privileges: bool = True      # as root: run as a fresh unprivileged uid
+    namespaces: bool = False          # run under bubblewrap (see ``bwrap``)
     rlimits: dict | None = None       # None: confine.default_rlimits
     env: dict = field(default_factory=dict)
+
+
+# Address space a worker needs beyond its data: PyTorch and Triton map about
+# 0.8 GB of code and reserve thread stacks and allocator arenas.
+AS_HEADROOM = 3 << 30
+
+
+def _share_runtime(path: Path) -> None:
+    """The runtime stays root's but readable: the worker reads its probes
+    after it has become its own user."""
+    for root, dirs, files in os.walk(path):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
 
 
 def _describe_exit(code: int | None) -> str:
@@ -130,6 +145,7 @@ class Worker:
         self.load_error: StudentLoadError | None = None
         self.timeouts = 0
         self.uid: int | None = None
+        self.cgroup: memcg.MemoryCgroup | None = None
 
     # -- lifecycle ---------------------------------------------------------
     def _prepare_dir(self) -> Path:
@@ -160,15 +176,18 @@ class Worker:
         env = {k: os.environ[k] for k in keep if k in os.environ}
         private = self._dir
         assert private is not None
+        if self.limits.namespaces:
+            private = Path("/tmp")  # the sandbox's own tmpfs
+            env["USER"] = env["LOGNAME"] = "student"  # no passwd entry for its uid
         # One BLAS/OpenMP thread unless the grader was told otherwise: workers of
         # parallel gradings that each spin a thread per core slow one another
         # down tenfold; the exercises' own measurements pin their threads.
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env.setdefault(var, "1")
+        tmp = private if self.limits.namespaces else private / "tmp"
         env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-                    "HOME": str(private), "TMPDIR": str(private / "tmp"),
-                    "MPLCONFIGDIR": str(private / "tmp"),
-                    "TRITON_CACHE_DIR": str(private / "tmp" / "triton")})
+                    "HOME": str(private), "TMPDIR": str(tmp),
+                    "MPLCONFIGDIR": str(tmp), "TRITON_CACHE_DIR": str(tmp / "triton")})
         env.update({k: str(v) for k, v in self.limits.env.items()})
         return env
 
@@ -188,21 +207,21 @@ class Worker:
         if self._dir is None:
             self._dir = self._prepare_dir()
             (self._dir / "tmp").mkdir()
-            if self.limits.drop_privileges and confine.can_drop_privileges():
+            if self.limits.drop_privileges and confine.is_root() and (
+                    self.limits.namespaces or confine.can_drop_privileges()):
                 self.uid = confine.fresh_uid()
-                confine.give_to(self._dir, self.uid)
+                if self.limits.namespaces:
+                    _share_runtime(self._dir / "runtime")
+                    confine.give_to(self._dir / "submission", self.uid)
+                else:
+                    confine.give_to(self._dir, self.uid)
         rlimits = self.limits.rlimits
         if rlimits is None:
             rlimits = confine.default_rlimits(self.limits.memory_bytes, self.uid)
-        cfg = {"env": self.limits.env, "rlimits": rlimits}
-        as_user = {}
-        if self.uid is not None:
-            as_user = dict(user=self.uid, group=self.uid, extra_groups=[], umask=0o077)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", str(self._dir / "runtime" / "worker.py"), json.dumps(cfg)],
-            cwd=self._dir / "submission", env=self._env(), stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            **as_user)
+        if self.limits.namespaces:
+            self.proc = self._spawn_sandboxed(rlimits)
+        else:
+            self.proc = self._spawn_plain(rlimits)
         self.output = _OutputTail(self.proc.stderr, self.limits.max_output_bytes)
         try:
             self._request({"op": "load", "module": self.module},
@@ -214,6 +233,45 @@ class Worker:
                 f"{self.module}.py could not be imported: {r.type_name}{where}: {r.message}")
         except StudentError as exc:
             self.load_error = StudentLoadError(f"{self.module}.py could not be imported: {exc}")
+
+    def _spawn_plain(self, rlimits: dict) -> subprocess.Popen:
+        """The fallback: a child process, as the worker's uid when there is one."""
+        cfg = {"env": self.limits.env, "rlimits": rlimits}
+        as_user = {}
+        if self.uid is not None:
+            as_user = dict(user=self.uid, group=self.uid, extra_groups=[], umask=0o077)
+        return subprocess.Popen(
+            [sys.executable, "-I", str(self._dir / "runtime" / "worker.py"), json.dumps(cfg)],
+            cwd=self._dir / "submission", env=self._env(), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            **as_user)
+
+    def _spawn_sandboxed(self, rlimits: dict) -> subprocess.Popen:
+        """Under bubblewrap, in a memory cgroup where one can be made (else an
+        address-space limit: shared and tmpfs memory then escape RLIMIT_DATA,
+        and the tmpfs sizes bound what files can hold)."""
+        rlimits = dict(rlimits)
+        try:
+            self.cgroup = memcg.MemoryCgroup(self.limits.memory_bytes)
+        except OSError:
+            self.cgroup = None
+            if not bwrap.gpu_devices():  # CUDA reserves far more address space
+                rlimits["RLIMIT_AS"] = self.limits.memory_bytes + AS_HEADROOM
+        cfg = {"env": self.limits.env, "rlimits": rlimits, "drop_to": self.uid,
+               "cwd": f"{bwrap.SANDBOX}/submission"}
+        worker = f"{bwrap.SANDBOX}/runtime/worker.py"
+        cmd = bwrap.command(self._dir, [sys.executable, "-I", worker, json.dumps(cfg)],
+                            root=confine.is_root(),
+                            tmpfs_bytes=min(self.limits.memory_bytes, 4 << 30))
+        if self.cgroup is not None:
+            # Join the cgroup before bubblewrap starts, so all it forks is inside.
+            cmd = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.cgroup.procs),
+                   *cmd]
+        # umask 022: the folders bubblewrap makes for its mount points (/root,
+        # /sandbox) must let the worker's user through once it has switched.
+        return subprocess.Popen(cmd, cwd="/", env=self._env(), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, umask=0o022)
 
     def kill(self) -> None:
         if self.proc is not None:
@@ -234,6 +292,9 @@ class Worker:
                 except OSError:
                     pass
         self.proc = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
 
     def close(self) -> None:
         self.kill()
@@ -316,11 +377,18 @@ class Worker:
                 code = self.proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 pass
+        over_memory = self.cgroup is not None and self.cgroup.oom_killed()
         self.kill()
         out = self.output.text().strip() if self.output else ""
         tail = f"; its last output:\n{out[-1500:]}" if out else ""
-        raise StudentCrash(f"the process running your code {_describe_exit(code)} during "
-                           f"{what}{tail}")
+        if self.limits.namespaces and code is not None and code > 128:
+            code = -(code - 128)  # bubblewrap reports a signal as 128 + its number
+        why = _describe_exit(code)
+        if over_memory:
+            why = (f"was stopped for going over its memory limit of "
+                   f"{self.limits.memory_bytes >> 20} MB (shared memory and files in /tmp "
+                   "count too)")
+        raise StudentCrash(f"the process running your code {why} during {what}{tail}")
 
     def request(self, req: dict, what: str, timeout: float | None = None):
         self._ensure()

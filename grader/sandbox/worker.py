@@ -12,6 +12,7 @@ note that the attribute is callable), ``call`` (a function of the loaded
 module), ``probe`` (a trusted function of ``probes.<pkg>`` run on the loaded
 module).  Answers: ``{"ok": value}``, ``{"raised": Raised}`` or
 ``{"bad_value": text}``.  Must not import the ``grader`` package.
+With ``drop_to`` in its configuration it switches to that user first.
 """
 from __future__ import annotations
 
@@ -51,6 +52,22 @@ def _apply_limits(cfg: dict) -> None:
             resource.setrlimit(which, (value, value))
         except (ValueError, OSError):
             pass
+
+
+def _drop_to(uid) -> None:
+    """Become the worker's own unprivileged user before any request is read.
+
+    Under bubblewrap as root the worker starts as root with only the setuid
+    and setgid capabilities (no user namespace could map another uid); they
+    go with the switch, and no-new-privileges keeps them gone."""
+    if uid is None:
+        return
+    uid = int(uid)
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid:  # pragma: no cover - refuse to go on
+        os._exit(70)
 
 
 def _where(exc: BaseException, tb_exc: traceback.TracebackException, root: str) -> str:
@@ -137,6 +154,9 @@ def main() -> None:
     cfg = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     req_ch, resp_ch = _private_channels()
     runtime = os.path.dirname(os.path.abspath(__file__))
+    _drop_to(cfg.get("drop_to"))
+    if cfg.get("cwd"):  # the submission's folder is its user's alone: entered as that user
+        os.chdir(cfg["cwd"])
     root = os.path.abspath(os.getcwd())
     for key, value in cfg.get("env", {}).items():
         os.environ[key] = str(value)  # e.g. TRITON_INTERPRET before any import
@@ -144,7 +164,7 @@ def main() -> None:
     sys.path[:] = [root, runtime] + [p for p in sys.path if p not in (root, runtime, "")]
     import codec  # noqa: E402  (the runtime's copy, beside this file)
 
-    _apply_limits(cfg)
+    _apply_limits(cfg)  # after the switch: RLIMIT_NPROC counts the worker's uid
     session = Session(codec, root)
     max_request = int(cfg.get("max_request_bytes", 1 << 31))
 

@@ -1,0 +1,163 @@
+"""Each worker in its own namespaces, made by bubblewrap (``bwrap``).
+
+The worker sees a new root: a read-only view of only what this Python needs
+(its prefix, the virtual environment's packages, ``/usr`` and the system
+libraries), its own copy of the submission's modules at ``/sandbox/submission``
+and of the worker runtime at ``/sandbox/runtime``, fresh tmpfs for ``/tmp``,
+``/var/tmp`` and ``/dev/shm``, a new ``/proc`` and ``/dev``; no network and
+new PID, IPC, UTS and mount namespaces.  Nothing of the grader package, the
+hidden suites, the solutions, home folders or other checkouts is mounted.
+When the namespace's first process dies every process in it dies, its IPC
+objects and tmpfs go with it, and ``--die-with-parent`` ties it to the
+grading process: kill the grader and its workers are gone.
+
+As root, bubblewrap is run without a user namespace (one maps only root, so
+no uid could be dropped to) and with every capability dropped but setuid and
+setgid; the worker switches to its fresh uid before it reads a request
+(``worker.py``'s ``drop_to``).  Without root, bubblewrap makes an
+unprivileged user namespace and the worker keeps the grading user's uid.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+from grader.exercises import PACKAGE_DIR, REPO_DIR
+
+SANDBOX = "/sandbox"   # inside: submission/ (the worker's cwd) and runtime/
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
+             "alternatives", "ssl/certs")
+TOP_LEVEL = ("usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin")
+_probe: tuple[bool, str] | None = None
+
+
+def executable() -> str | None:
+    return shutil.which("bwrap")
+
+
+def python_roots() -> list[Path]:
+    """Folders this interpreter and its packages live in (real paths and
+    the paths Python uses, which differ when a venv or pyenv links)."""
+    seen: list[Path] = []
+    names = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             str(Path(sys.executable).parent.parent),
+             str(Path(os.path.realpath(sys.executable)).parent.parent)}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        names.add(sysconfig.get_path(key))
+    for name in sorted(names):
+        for path in (Path(name), Path(os.path.realpath(name))):
+            if path.is_dir() and str(path) != "/" and not _under_system(path):
+                seen.append(path)
+    # Keep the outermost of nested roots (a venv's site-packages is in the venv).
+    out = []
+    for path in sorted(set(seen), key=lambda p: len(p.parts)):
+        if not any(path == o or o in path.parents for o in out):
+            out.append(path)
+    return out
+
+
+def _under_system(path: Path) -> bool:
+    return path.parts[1:2] and path.parts[1] in TOP_LEVEL
+
+
+def secrets_inside(roots: list[Path]) -> list[Path]:
+    """What must stay hidden but lies inside a mounted root (the grader
+    installed into the venv, say): each gets an empty tmpfs over it."""
+    secret = [PACKAGE_DIR, REPO_DIR / "solutions", REPO_DIR / "tests", REPO_DIR / ".git"]
+    return [s for s in secret if s.exists() and any(r in s.parents for r in roots)]
+
+
+def gpu_devices() -> list[str]:
+    """NVIDIA device files, bound into the sandbox when they exist (ex07)."""
+    dev = Path("/dev")
+    return sorted(str(p) for p in dev.glob("nvidia*") if not p.is_dir()) + \
+        [str(p) for p in [dev / "nvidia-caps"] if p.is_dir()]
+
+
+def command(staging: Path, argv: list[str], *, root: bool, tmpfs_bytes: int) -> list[str]:
+    """The bwrap command line that runs ``argv`` (a Python command line using
+    sandbox paths) over the private ``staging`` folder."""
+    bwrap = executable()
+    assert bwrap is not None
+    cmd = [bwrap]
+    if root:
+        # No user namespace: it would map only uid 0 and leave no uid to drop to.
+        cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts",
+                "--unshare-cgroup-try", "--cap-drop", "ALL",
+                "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        cmd += ["--unshare-all"]  # user namespace included; no network
+    cmd += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    roots = python_roots()
+    # bubblewrap makes the folders above each mount point 0700 as root: the
+    # worker's user, once switched, must pass through them.
+    above = {a for r in [*roots, Path(SANDBOX) / "x", Path("/etc/ssl/x"), Path("/var/x")]
+             for a in r.parents if str(a) != "/"}
+    for folder in sorted(above, key=lambda p: (len(p.parts), str(p))):
+        cmd += ["--perms", "0755", "--dir", str(folder)]
+    for top in TOP_LEVEL:
+        path = Path("/") / top
+        if path.is_symlink():
+            cmd += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            cmd += ["--ro-bind", str(path), str(path)]
+    for name in ETC_FILES:
+        cmd += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for path in roots:
+        cmd += ["--ro-bind", str(path), str(path)]
+    for path in secrets_inside(roots):
+        cmd += ["--tmpfs", str(path)]
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    devices = gpu_devices()
+    for dev in devices:
+        cmd += ["--dev-bind", dev, dev]
+    if devices:  # CUDA reads the PCI topology
+        cmd += ["--ro-bind-try", "/sys", "/sys"]
+    for tmp in ("/tmp", "/var/tmp", "/dev/shm"):
+        cmd += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", tmp]
+    cmd += ["--ro-bind", str(staging / "runtime"), f"{SANDBOX}/runtime",
+            "--bind", str(staging / "submission"), f"{SANDBOX}/submission",
+            "--chdir", SANDBOX, "--"]  # the worker enters submission/ as its own user
+    return cmd + argv
+
+
+def usable() -> tuple[bool, str]:
+    """Can bubblewrap run a sandboxed Python here?  (ok, why not); checked
+    once per process by running the real command line on an empty folder."""
+    global _probe
+    if _probe is not None:
+        return _probe
+    if not sys.platform.startswith("linux"):
+        _probe = (False, "bubblewrap needs Linux")
+        return _probe
+    if executable() is None:
+        _probe = (False, "bubblewrap is not installed (apt-get install bubblewrap)")
+        return _probe
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="attn-grade-probe-") as tmp:
+        staging = Path(tmp)
+        (staging / "runtime").mkdir()
+        (staging / "submission").mkdir()
+        root = hasattr(os, "geteuid") and os.geteuid() == 0
+        cmd = command(staging, [sys.executable, "-I", "-c", "import os; print(os.getpid())"],
+                      root=root, tmpfs_bytes=1 << 20)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+                                  stdin=subprocess.DEVNULL, umask=0o022)
+        except (OSError, subprocess.SubprocessError) as exc:
+            _probe = (False, f"bubblewrap could not start: {exc}")
+            return _probe
+    if proc.returncode != 0 or proc.stdout.strip() != "2":
+        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        hint = ""
+        if "ermission" in why or "not permitted" in why:
+            hint = (" (user namespaces are blocked: on Ubuntu 24.04 AppArmor restricts "
+                    "them; in a container, allow the unshare and mount syscalls)")
+        _probe = (False, f"bubblewrap cannot make a sandbox here: {why}{hint}")
+        return _probe
+    _probe = (True, "")
+    return _probe
