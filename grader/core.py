@@ -22,7 +22,7 @@ import pytest
 from grader import rootcause
 from grader.exercises import EXERCISES, SUITES_DIR, suite_files
 from grader.feedback import Feedback
-from grader.report import FAILED, NOT_RUN, PASSED, Report, TestResult
+from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
 from grader.sandbox import isolation
 from grader.sandbox.client import Limits, StudentError, StudentModule, Worker
 
@@ -47,6 +47,7 @@ class Options:
     student_id: str | None = None         # exercise A's identifier from a roster (batch)
     deduct_once: bool = False             # a named root cause costs points once per exercise
     isolation: str = "auto"               # auto, strict or fallback (sandbox.isolation)
+    artifacts_dir: Path | None = None     # grader-owned folder for files like the ex04 plot
     extra: dict = field(default_factory=dict)
 
 
@@ -57,6 +58,12 @@ def _title(item) -> str:
         title = title[5:]
     callspec = getattr(item, "callspec", None)
     return f"{title} [{callspec.id}]" if callspec is not None else title
+
+
+def _is_setup(item, reason: str) -> bool:
+    """A skip that comes from the grading setup, the same for every student
+    (no GPU, no Triton, no matplotlib), not from this run or this code."""
+    return item.get_closest_marker("gpu") is not None or reason.startswith("needs ")
 
 
 def describe_failure(excinfo) -> str:
@@ -189,12 +196,19 @@ class GradingPlugin:
             reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
             # "Skipped: ", or the student edition's grading-only stub's name
             reason = re.sub(r"^(Skipped|[\w.]*GradingOnly): ", "", reason)
-            result.status, result.max_score = NOT_RUN, 0.0
             plural = "" if points == 1 else "s"
-            result.output = f"not run: {reason} (worth {points:g} point{plural} where it runs)"
-            if item.get_closest_marker("gpu") and self.options.require_gpu:
-                result.status, result.max_score = FAILED, points
-                result.output = f"not run, but --require-gpu was given: {reason}"
+            if _is_setup(item, reason):
+                # Missing on this grading setup for every student alike (no GPU):
+                # the maximum is the same for all of them, without this test.
+                result.status, result.max_score = NOT_RUN, 0.0
+                result.output = f"not run: {reason} (worth {points:g} point{plural} where it runs)"
+                if item.get_closest_marker("gpu") and self.options.require_gpu:
+                    result.status, result.max_score = FAILED, points
+                    result.output = f"not run, but --require-gpu was given: {reason}"
+            else:
+                # Could not be judged this time: never a smaller maximum.
+                result.status = NEEDS_REGRADE
+                result.output = f"{reason} (0/{points:g} until regraded)"
         elif rep.passed:
             result.status, result.score = PASSED, points
             result.output = getattr(item, "feedback_on_pass", "")
@@ -280,6 +294,9 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
         if isinstance(exc, KeyboardInterrupt):
             raise
     finally:
+        for name, worker in plugin.workers.items():
+            if worker.load_error is not None:
+                report.import_errors[name] = str(worker.load_error)
         plugin.close()
         report.seconds = time.perf_counter() - start
     return report

@@ -18,6 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not_run"
+# Could not be judged (a too noisy machine, say): its points stay in the
+# maximum, it scores nothing until someone regrades it.
+NEEDS_REGRADE = "needs_regrade"
 
 
 @dataclass
@@ -27,7 +30,7 @@ class TestResult:
     title: str             # one line for people, from the docstring
     max_score: float
     score: float
-    status: str            # passed, failed or not_run
+    status: str            # passed, failed, not_run (setup) or needs_regrade
     output: str = ""       # feedback shown to the student
     visibility: str = "visible"
     hidden: bool = False
@@ -53,6 +56,16 @@ class Report:
     deduct_once: bool = False       # graded with --deduct-once (see grader.rootcause)
     isolation: str = ""        # namespaces, uid, grading-user or root (sandbox.isolation)
     isolation_text: str = ""   # one line, first in every output format but the students'
+    import_errors: dict = field(default_factory=dict)  # exercise -> why it did not load
+
+    @property
+    def needs_regrade(self) -> int:
+        return sum(t.status == NEEDS_REGRADE for t in self.tests)
+
+    @property
+    def ungraded(self) -> bool:
+        """Could this submission not be (fully) graded?  (``grade`` exits 3.)"""
+        return bool(self.errors) or self.needs_regrade > 0
 
     @property
     def isolation_line(self) -> str:
@@ -118,7 +131,8 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
         lines.append(f"{exercise}  {_num(got)}/{_num(total)}")
         shown: set[str] = set()
         for t in tests:
-            mark = {PASSED: "ok  ", FAILED: "FAIL", NOT_RUN: "--  "}[t.status]
+            mark = {PASSED: "ok  ", FAILED: "FAIL", NOT_RUN: "--  ",
+                    NEEDS_REGRADE: "REGR"}[t.status]
             title = t.title
             pts = f"{_num(t.score)}/{_num(t.max_score)}"
             lines.append(f"  {mark} {title:<{width}} {pts:>7}")
@@ -135,6 +149,9 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
         lines.append(f"Plus {len(report.manual)} free-text answers ({_num(staff)} points) "
                      "for staff to grade: the batch's rubric sheet, or Gradescope's hidden "
                      "entries, has them.")
+    if report.needs_regrade:
+        lines.append(f"NEEDS REGRADE: {report.needs_regrade} test(s) could not be judged on "
+                     "this run (marked REGR); their points count in the maximum.")
     for err in report.errors:
         lines.append(f"Grader problem: {err}")
     if public_only:
@@ -151,10 +168,16 @@ def to_gradescope(report: Report) -> dict:
                  "output": t.output, "visibility": t.visibility}
         if t.status in (PASSED, FAILED):
             entry["status"] = t.status
+        if t.status == NEEDS_REGRADE:  # Gradescope knows passed and failed only
+            entry["status"] = FAILED
+            entry["output"] = f"NEEDS REGRADE (not judged on this run): {t.output}"
+            entry["extra_data"] = {"needs_regrade": True}
         tests.append(entry)
     out = {"score": report.score, "tests": tests, "output_format": "text",
            "visibility": "visible", "execution_time": round(report.seconds, 3),
-           "extra_data": {"isolation": report.isolation}}
+           "extra_data": {"isolation": report.isolation,
+                          "needs_regrade": report.needs_regrade,
+                          "import_errors": dict(report.import_errors)}}
     header = ([report.isolation_line] if report.isolation_line else []) + \
         [f"{k}: {v}" for k, v in report.machine.items()] + report.notes + report.errors
     if header:
@@ -205,7 +228,7 @@ def to_junit(report: Report) -> str:
             if t.status == FAILED:
                 ET.SubElement(case, "failure", message=t.output.splitlines()[0]
                               if t.output else "failed").text = t.output
-            elif t.status == NOT_RUN:
+            elif t.status in (NOT_RUN, NEEDS_REGRADE):
                 ET.SubElement(case, "skipped", message=t.output)
             elif t.output:
                 ET.SubElement(case, "system-out").text = t.output

@@ -54,6 +54,32 @@ NOT_MEASURED = ("\nThis looks like: times that were not measured (computed or ty
                 "time each call with time_fn.")
 
 
+def time_problem(seconds) -> str | None:
+    """Why a time that student code returned cannot be a measurement (not a
+    number, NaN, infinite, zero or negative), or None when it can be one.
+
+    Checked before any "too noisy" retry: NaN compares false with every
+    bound, so without this it would slip past each check into "not graded"."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return f"a {type(seconds).__name__}, not a number of seconds"
+    if math.isnan(seconds):
+        return "NaN (not a number)"
+    if math.isinf(seconds):
+        return "an infinite time"
+    if seconds <= 0:
+        return f"{seconds!r} seconds; a time must be positive"
+    return None
+
+
+def time_feedback(seconds, what: str) -> str | None:
+    """One sentence for a time that cannot be a measurement, or None."""
+    problem = time_problem(seconds)
+    if problem is None:
+        return None
+    return (f"{what} returned {problem}: a measured time is a positive, finite number of "
+            "seconds (time.perf_counter() before and after the call)")
+
+
 def lsq_slope(xs, ys) -> float:
     x = np.log(np.asarray(xs, dtype=np.float64))
     y = np.log(np.asarray(ys, dtype=np.float64))

@@ -354,10 +354,24 @@ def plot(module, pairs, name="scaling.png"):
         module.plot_scaling({int(s): float(t) for s, t in pairs}, path)
     finally:
         Figure.savefig = original
-    data = b""
-    if os.path.isfile(path):
-        with open(path, "rb") as f:
-            data = f.read(8 << 20)
+    data = _read_plain_file(path, 8 << 20)
     import numpy as np
-    return {"saved": saved[:3], "exists": os.path.isfile(path),
-            "png": np.frombuffer(data, dtype=np.uint8).copy()}
+    return {"saved": saved[:3], "exists": data is not None,
+            "png": np.frombuffer(data or b"", dtype=np.uint8).copy()}
+
+
+def _read_plain_file(path: str, limit: int):
+    """The bytes of a regular file at ``path``, never through a link (a FIFO
+    or a device there would block or never end); None when there is none."""
+    import stat
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(limit)
+    finally:
+        os.close(fd)

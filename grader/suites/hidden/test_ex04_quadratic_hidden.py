@@ -12,6 +12,7 @@ from grader.reference import attention as ref
 from grader.reference import roofline as rl
 from grader.reference import timing
 from grader.reference.cases import case_seed, rng_for
+from grader.reference import timing
 
 pytestmark = [pytest.mark.exercise("ex04_quadratic"), pytest.mark.hidden]
 
@@ -165,6 +166,9 @@ def check_sync_on_cuda(student):
         got, kernel = out["result"], out["kernel_s"]
         if isinstance(got, dict):
             raise Feedback(f"time_fn returned a {got['not_a_number']}; expected a float")
+        bad = timing.time_feedback(got, "time_fn of a GPU kernel")
+        if bad:  # NaN would pass both checks below and end as "too noisy"
+            raise Feedback(bad)
         if got < 0.5 * kernel:
             raise Feedback(f"time_fn returned {got:.3g} s for a GPU kernel that runs "
                            f"{kernel:.3g} s.\n" + SYNC_HINT)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from grader import measure
+from grader import artifacts, measure
 from grader.core import PLUGIN_KEY
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference import attention as ref
@@ -61,6 +61,9 @@ def timer_result(run, what, expected):
     if isinstance(got, dict):
         raise Feedback(f"{what}: time_fn returned a {got['not_a_number']}; expected seconds "
                        "as a float")
+    bad = timing.time_feedback(got, f"{what}: time_fn")
+    if bad:  # before any noise check: NaN passes every comparison as "too noisy"
+        raise Feedback(bad)
     if got < 0.98 * expected:
         raise Feedback(f"{what}: expected at least {expected:g} s, got {got:.4g} s.\n"
                        "The clock must enclose the call, in seconds (time.perf_counter()), "
@@ -106,17 +109,18 @@ def test_max_naive_seq_len_exact_fit(student):
 
 
 def artifacts_dir(request) -> Path | None:
-    """Where files for the student go: ``Options.extra["artifacts_dir"]`` or
-    the submission's folder."""
+    """The grader-owned folder for files made for the student
+    (``Options.artifacts_dir``), or None: never the submission's folder."""
     plugin = request.config.stash.get(PLUGIN_KEY, None)
     if plugin is None:
         return None
-    folder = plugin.options.extra.get("artifacts_dir") or plugin.submission
-    return Path(folder)
+    folder = plugin.options.artifacts_dir or plugin.options.extra.get("artifacts_dir")
+    return Path(folder) if folder else None
 
 
 def save_plot(student, request, pairs) -> str:
-    """Plot the student's measurement with their plot_scaling; say where it went."""
+    """Plot the student's measurement with their plot_scaling; say where it went
+    (relative to the output folder)."""
     try:
         out = student.probe("ex04.plot", pairs, "ex04_scaling.png")
     except StudentError as exc:
@@ -128,14 +132,12 @@ def save_plot(student, request, pairs) -> str:
         return "(no plot saved: plot_scaling wrote no PNG file)"
     folder = artifacts_dir(request)
     if folder is None:
-        return ""
+        return "(plot not kept: give --artifacts DIR to keep it)"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / "ex04_scaling.png"
-        path.write_bytes(data)
-    except OSError as exc:
+        name = artifacts.save(folder, "ex04_scaling.png", data)
+    except (OSError, ValueError) as exc:
         return f"(no plot saved: {exc})"
-    return f"your log-log plot: {path}"
+    return f"your log-log plot: {name} (in the output folder)"
 
 
 @pytest.mark.points(3)
