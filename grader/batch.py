@@ -9,17 +9,22 @@ archiver or editor leaves (``__MACOSX``, dotfiles, backups) is no student.
 parts' CSVs, refusing overlaps and gaps.  Each is graded by
 ``attn-grade grade`` in a fresh process with an overall time limit, so one
 submission that breaks even the grader costs only its own row.  A rerun
-skips submissions whose result file is already there and newer than the
-submission, unless ``force``.
+skips a submission whose result file records the same cache key (the
+submission's content hash, the suite, the exercises, the options that change
+scores and the grader's version), unless ``force``.  Submissions whose
+result names would collide (``s1/`` and ``s1!.zip``, names differing only
+in an accent) get distinct names; the CSV keeps the original ones.
 """
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -33,8 +38,9 @@ from grader.exercises import EXERCISES
 
 @dataclass
 class Submission:
-    name: str
+    name: str              # as the class folder spells it (the CSV's name)
     path: Path
+    key: str = ""          # its result file's stem, unique in the batch
 
 
 @dataclass
@@ -46,6 +52,9 @@ class Outcome:
     seconds: float = 0.0
     scores: dict = field(default_factory=dict)   # exercise -> (score, max)
     manual: list = field(default_factory=list)   # free-text answers for staff (rubric sheet)
+    needs_regrade: int = 0         # tests that could not be judged
+    import_errors: dict = field(default_factory=dict)   # exercise -> why
+    isolation: str = ""
 
 
 def _safe(name: str) -> str:
@@ -89,7 +98,9 @@ def discover(folder: Path, staging: Path | None = None) -> list[Submission]:
         newest = max(path.stat().st_mtime for path, _ in files)
         os.utime(dest, (newest, newest))   # unchanged files keep an earlier result valid
         subs.append(Submission(name, dest))
-    return sorted(subs, key=lambda s: s.name)
+    subs.sort(key=lambda s: s.name)
+    _unique_keys(subs)
+    return subs
 
 
 def shard_of(subs: list[Submission], k: int, n: int) -> list[Submission]:
@@ -99,11 +110,79 @@ def shard_of(subs: list[Submission], k: int, n: int) -> list[Submission]:
     return [s for i, s in enumerate(ordered) if i % n == k - 1]
 
 
-def _latest_mtime(path: Path) -> float:
-    if path.is_file():
-        return path.stat().st_mtime
-    times = [p.stat().st_mtime for p in path.rglob("*") if p.is_file()]
-    return max(times + [path.stat().st_mtime])
+def _unique_keys(subs: list[Submission]) -> None:
+    """A result name per submission: the safe form of its name, plus a hash of
+    the original where two safe forms would collide (never "already graded"
+    for someone else's result)."""
+    count: dict[str, int] = {}
+    for sub in subs:
+        count[_safe(sub.name)] = count.get(_safe(sub.name), 0) + 1
+    taken = {k for k, n in count.items() if n == 1}
+    for sub in subs:
+        safe = _safe(sub.name)
+        if count[safe] == 1:
+            sub.key = safe
+            continue
+        digest = hashlib.sha256(sub.path.name.encode("utf-8", "surrogateescape")).hexdigest()
+        for width in (8, 16, 64):
+            key = f"{safe}-{digest[:width]}"
+            if key not in taken:
+                break
+        taken.add(key)
+        sub.key = key
+
+
+def content_hash(path: Path) -> str:
+    """sha256 over a submission's files (names and bytes), links not followed."""
+    h = hashlib.sha256()
+    path = Path(path)
+    if not path.is_dir():
+        h.update(b"file\0" + path.read_bytes())
+        return h.hexdigest()
+    for root, dirs, files in os.walk(path):  # os.walk does not follow links
+        dirs.sort()
+        for name in sorted(files):
+            full = Path(root, name)
+            rel = str(full.relative_to(path)).encode("utf-8", "surrogateescape")
+            st = full.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                h.update(b"link\0" + rel + b"\0" + os.readlink(full).encode(
+                    "utf-8", "surrogateescape") + b"\0")
+            elif stat.S_ISREG(st.st_mode):
+                h.update(b"file\0" + rel + b"\0" + full.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+_grader_version: str | None = None
+
+
+def grader_version() -> str:
+    """The package's version and a hash of the grader's own files: an edited
+    suite or reference grades anew."""
+    global _grader_version
+    if _grader_version is None:
+        from importlib import metadata
+        try:
+            version = metadata.version("attn-course")
+        except metadata.PackageNotFoundError:
+            version = "unknown"
+        h = hashlib.sha256()
+        package = Path(__file__).resolve().parent
+        for file in sorted(package.rglob("*.py")):
+            if "__pycache__" not in file.parts:
+                h.update(str(file.relative_to(package)).encode() + b"\0" + file.read_bytes())
+        _grader_version = f"{version}+{h.hexdigest()[:16]}"
+    return _grader_version
+
+
+def cache_key(sub: Submission, *, suite: str, exercises: list[str] | None,
+              timeout: float | None, isolation: str, seed: int | None = None,
+              student_id: str | None = None, deduct_once: bool = False) -> dict:
+    """What a stored result must match to be reused (no seed given: any seed)."""
+    return {"content": content_hash(sub.path), "suite": suite,
+            "exercises": sorted(exercises) if exercises else "all",
+            "timeout": timeout, "isolation": isolation, "grader": grader_version(),
+            "seed": seed, "student_id": student_id, "deduct_once": deduct_once}
 
 
 def exercise_scores(result: dict) -> dict:
@@ -164,30 +243,41 @@ def read_roster(path: Path) -> dict[str, str]:
     return roster
 
 
+def _read_extra(outcome: Outcome, data: dict) -> None:
+    outcome.scores = exercise_scores(data)
+    outcome.manual = data.get("manual_grading", [])
+    extra = data.get("extra_data") or {}
+    outcome.needs_regrade = int(extra.get("needs_regrade", 0) or 0)
+    outcome.import_errors = dict(extra.get("import_errors") or {})
+    outcome.isolation = str(extra.get("isolation", ""))
+    problems = list(extra.get("errors") or [])
+    outcome.error = data.get("batch_error", "") or "; ".join(problems)
+
+
 def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float | None,
               submission_timeout: float, force: bool,
               exercises: list[str] | None = None, seed: int | None = None,
-              student_id: str | None = None, deduct_once: bool = False) -> Outcome:
-    result_path = results_dir / f"{_safe(sub.name)}.json"
+              student_id: str | None = None, isolation: str = "auto",
+              deduct_once: bool = False) -> Outcome:
+    result_path = results_dir / f"{sub.key or _safe(sub.name)}.json"
     outcome = Outcome(sub, result_path)
-    if not force and result_path.is_file() and \
-            result_path.stat().st_mtime >= _latest_mtime(sub.path):
+    key = cache_key(sub, suite=suite, exercises=exercises, timeout=timeout,
+                    isolation=isolation, seed=seed, student_id=student_id,
+                    deduct_once=deduct_once)
+    if not force and result_path.is_file():
         try:
             data = json.loads(result_path.read_text())
-            # Graded for another roster identity, seed or --deduct-once: not the same grade.
-            if data.get("student_id") != student_id or \
-                    (seed is not None and data.get("seed") != seed) or \
-                    bool(data.get("deduct_once")) != deduct_once:
-                raise ValueError("graded with other options")
-            outcome.skipped = True
-            outcome.scores = exercise_scores(data)
-            outcome.manual = data.get("manual_grading", [])
-            outcome.error = data.get("batch_error", "")
-            return outcome
-        except (OSError, ValueError):
-            pass  # unreadable: grade again
+            stored = dict(data.get("batch", {}).get("key") or {})
+            if seed is None:
+                stored["seed"] = None   # no seed asked for: the one it had will do
+            if stored == key:
+                outcome.skipped = True
+                _read_extra(outcome, data)
+                return outcome
+        except (OSError, ValueError, AttributeError, TypeError):
+            pass  # unreadable or another key: grade again
     cmd = [sys.executable, "-m", "grader.cli", "grade", str(sub.path), "--suite", suite,
-           "--format", "json", "--out", str(result_path)]
+           "--format", "json", "--out", str(result_path), "--isolation", isolation]
     if timeout:
         cmd += ["--timeout", str(timeout)]
     for ex in exercises or []:
@@ -202,7 +292,8 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=submission_timeout,
                               stdin=subprocess.DEVNULL)
-        if proc.returncode != 0:
+        # Exit 3: graded, but not in full (the result says what): not a lost row.
+        if proc.returncode not in (0, 3):
             lines = (proc.stderr or proc.stdout).strip().splitlines()
             last = lines[-1] if lines else f"the grader exited with {proc.returncode}"
             outcome.error = last.removeprefix("Error: ")
@@ -212,12 +303,14 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
     if outcome.error:
         data = _failed_result(f"not graded: {outcome.error}")
         data["batch_error"] = outcome.error
+        data["batch"] = {"key": key, "submission": sub.name}  # --force grades it again
         _write_json(result_path, data)
         return outcome
     try:
         data = json.loads(result_path.read_text())
-        outcome.scores = exercise_scores(data)
-        outcome.manual = data.get("manual_grading", [])
+        _read_extra(outcome, data)
+        data["batch"] = {"key": key, "submission": sub.name}
+        _write_json(result_path, data)
     except (OSError, ValueError) as exc:
         outcome.error = f"the result could not be read: {exc}"
     return outcome
@@ -226,15 +319,19 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
 def to_csv(outcomes: list[Outcome], exercises: list[str]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["submission", *exercises, "total", "max_total", "error"])
-    for o in sorted(outcomes, key=lambda o: o.submission.name):
+    writer.writerow(["submission", *exercises, "total", "max_total", "needs_regrade",
+                     "isolation", "error"])
+    for o in sorted(outcomes, key=lambda o: (o.submission.name, o.submission.key)):
         row = [o.submission.name]
         total = max_total = 0.0
         for ex in exercises:
             got, most = o.scores.get(ex, (0.0, 0.0))
             row.append(f"{got:g}")
             total, max_total = total + got, max_total + most
-        writer.writerow(row + [f"{total:g}", f"{max_total:g}", o.error])
+        errors = [o.error] if o.error else []
+        errors += [f"{ex}: {why}" for ex, why in sorted(o.import_errors.items())]
+        writer.writerow(row + [f"{total:g}", f"{max_total:g}", str(o.needs_regrade),
+                               o.isolation, " | ".join(errors)])
     return buf.getvalue()
 
 
@@ -261,7 +358,7 @@ def run_batch(subs: list[Submission], results_dir: Path, *, jobs: int = 1, suite
               timeout: float | None = None, submission_timeout: float = 1800.0,
               force: bool = False, exercises: list[str] | None = None,
               seed: int | None = None, roster: dict[str, str] | None = None,
-              deduct_once: bool = False,
+              isolation: str = "auto", deduct_once: bool = False,
               on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     results_dir.mkdir(parents=True, exist_ok=True)
     outcomes = []
@@ -269,7 +366,8 @@ def run_batch(subs: list[Submission], results_dir: Path, *, jobs: int = 1, suite
         futures = [pool.submit(grade_one, s, results_dir, suite=suite, timeout=timeout,
                                submission_timeout=submission_timeout, force=force,
                                exercises=exercises, seed=seed,
-                               student_id=(roster or {}).get(s.name), deduct_once=deduct_once)
+                               student_id=(roster or {}).get(s.name), isolation=isolation,
+                               deduct_once=deduct_once)
                    for s in subs]
         for future in as_completed(futures):
             outcome = future.result()
@@ -336,7 +434,8 @@ def merge_parts(parts: list[Path]) -> str:
     if absent:
         raise MergeError(f"{len(absent)} submissions are in no part, {absent[0]} first.")
     exercises = [c for c in EXERCISES if c in header]
-    fields = ["submission", *exercises, "total", "max_total", "error"]
+    fields = ["submission", *exercises, "total", "max_total", "needs_regrade", "isolation",
+              "error"]
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(fields)

@@ -1,8 +1,11 @@
 """``attn-grade``: a thin click shell over ``grader.core``.
 
 Every expected mistake of the person at the keyboard (a missing path, an
-unknown exercise, a bad option) is a one-sentence click error with exit
-code 2; a student's wrong answer is a score, never an exception.
+unknown exercise, a bad option, ``--isolation strict`` where namespaces
+cannot be made) is a one-sentence click error with exit code 2; a student's
+wrong answer is a score, never an exception.  ``grade`` and ``batch`` exit
+with ``EXIT_UNGRADED`` (3) when a submission could not be graded in full (a
+grader problem, a test that needs a regrade), after writing every result.
 """
 from __future__ import annotations
 
@@ -16,6 +19,18 @@ from grader.core import GraderConfigError, Options, grade
 from grader.exercises import EXERCISES, REPO_DIR, SUITES_DIR, available
 from grader.report import write_private
 from grader.submission import SubmissionError, materialize
+
+EXIT_UNGRADED = 3   # a submission (or a test of it) could not be graded: see the report
+
+ISOLATION_HELP = ("auto: namespaces (bubblewrap) where they work, else the weaker fallback, "
+                  "said at the top of the report; strict: refuse to grade without "
+                  "namespaces; fallback: the older uid-only confinement.")
+
+
+def _isolation_option(default: str = "auto"):
+    from grader.sandbox.isolation import MODES
+    return click.option("--isolation", type=click.Choice(MODES), default=default,
+                        show_default=True, help=ISOLATION_HELP)
 
 
 # The student edition ships no hidden suites: its attn-grade has only the
@@ -87,7 +102,7 @@ def _run(path: Path, options: Options):
             return report
     except SubmissionError as exc:
         raise click.UsageError(str(exc)) from None
-    except GraderConfigError as exc:
+    except GraderConfigError as exc:  # --isolation strict without namespaces, too
         raise click.UsageError(str(exc)) from None
 
 
@@ -123,9 +138,14 @@ def main() -> None:
                    "folder of the files named].")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
               help="Seconds allowed for each call into your code.")
+@click.option("--artifacts", type=click.Path(path_type=Path, file_okay=False),
+              default="attn-grade-output", show_default=True,
+              help="Folder for files made for you (the ex04 plot); never your exercises' "
+                   "folder.")
+@_isolation_option()
 @click.option("--no-fail", is_flag=True,
               help="Exit 0 even when a test fails (the exit code is 1 otherwise).")
-def check(exercise, path, timeout, no_fail):
+def check(exercise, path, timeout, no_fail, artifacts, isolation):
     """Run the public tests on your exercises (all, or the ones named).
 
     Name an exercise by letter (B), by name (ex02, ex02_mha) or by file
@@ -147,7 +167,7 @@ def check(exercise, path, timeout, no_fail):
         raise click.BadParameter(f"{path} is not a folder of exercise modules.",
                                  param_hint="--path")
     options = Options(suite="public", exercises=_exercise_names(exercise, "EXERCISE"),
-                      call_timeout=timeout)
+                      call_timeout=timeout, artifacts_dir=artifacts, isolation=isolation)
     report = _run(path, options)
     click.echo(fmt.to_text(report, public_only=True), nl=False)
     failed = sum(t.status == "failed" for t in report.tests)
@@ -172,6 +192,10 @@ def check(exercise, path, timeout, no_fail):
               help="Fail GPU tests that cannot run, instead of skipping them.")
 @click.option("-k", "--keyword", default=None,
               help="Only the tests matching this pytest -k expression (e.g. 'softmax').")
+@click.option("--artifacts", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Folder for files made for the student (the ex04 plot) "
+                   "[default: none kept].")
+@_isolation_option()
 @click.option("--seed", type=SEED, default=None,
               help="Seed of the hidden suites' random cases, to reproduce a grade (its "
                    "result records the seed) [default: a fresh secret one].")
@@ -185,16 +209,21 @@ def check(exercise, path, timeout, no_fail):
               help="A mistake named in an upstream function costs points once per exercise: "
                    "downstream tests that fail only because of it keep their points.")
 def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, keyword, seed,
-              student_id, fail_on_lost_points, deduct_once):
+              student_id, fail_on_lost_points, deduct_once, artifacts, isolation):
     """Grade a submission: a folder of exercise modules, a notebook, or a zip."""
     if not path.exists():
         raise click.BadParameter(f"{path} does not exist.", param_hint="SUBMISSION")
     options = Options(suite=suite, exercises=_exercise_names(exercises, "--exercise"),
                       call_timeout=timeout, require_gpu=require_gpu, keyword=keyword,
                       seed=seed, student_id=_student_id(student_id, "--student-id"),
-                      deduct_once=deduct_once)
+                      deduct_once=deduct_once, artifacts_dir=artifacts, isolation=isolation)
     report = _run(path, options)
     _emit(report, out_format, out, public_only=suite == "public")
+    if report.ungraded:   # before --fail-on-lost-points: not graded is the graver news
+        click.echo(f"not fully graded: {len(report.errors)} grader problem(s), "
+                   f"{report.needs_regrade} test(s) needing a regrade (exit status "
+                   f"{EXIT_UNGRADED})", err=True)
+        sys.exit(EXIT_UNGRADED)
     if fail_on_lost_points and _lost_points(report):
         click.echo(f"points lost: {report.score:g}/{report.max_score:g}"
                    + (f", {len(report.errors)} grader errors" if report.errors else ""),
@@ -260,8 +289,9 @@ def _plural(n: int, word: str) -> str:
 @click.option("--deduct-once", is_flag=True,
               help="A mistake named in an upstream function costs points once per exercise: "
                    "downstream tests that fail only because of it keep their points.")
+@_isolation_option()
 def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, exercises, force,
-          roster, seed, shard, fail_on_lost_points, deduct_once):
+          roster, seed, shard, fail_on_lost_points, deduct_once, isolation):
     """Grade every submission in FOLDER: each sub-folder, notebook and zip, or an
     LMS bulk download (Canvas's name_id_submissionid_file, grouped by student)."""
     import tempfile
@@ -298,7 +328,7 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
                                if o else "") as bar:
             outcomes = run_batch(subs, results_dir, jobs=jobs, suite=suite, timeout=timeout,
                                  submission_timeout=submission_timeout, force=force,
-                                 exercises=only, seed=seed, roster=ids,
+                                 exercises=only, seed=seed, roster=ids, isolation=isolation,
                                  deduct_once=deduct_once,
                                  on_done=lambda o: bar.update(1, o))
     text = to_csv(outcomes, columns(outcomes))
@@ -319,6 +349,12 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
                + "".join(f", {p}" for p in extras))
     for o in broken:
         click.echo(f"  {o.submission.name}: {o.error}")
+    regrade = [o for o in outcomes if o.needs_regrade]
+    if broken or regrade:
+        click.echo(f"{len(broken)} submission(s) not graded and {len(regrade)} with tests "
+                   f"needing a regrade (exit status {EXIT_UNGRADED})", err=True)
+        sys.exit(EXIT_UNGRADED)
+
     lost = [o for o in outcomes if o.error or any(got < total for got, total
                                                    in (o.scores or {}).values())]
     if fail_on_lost_points and lost:
@@ -356,6 +392,24 @@ def merge(parts, out):
     rows = max(text.count("\n") - 1, 0)
     click.echo(f"merged {_plural(len(parts), 'part')} into {out}: "
                f"{_plural(rows, 'submission')}" + "".join(f"; wrote {p}" for p in extras))
+
+
+@main.command()
+def doctor():
+    """Say what isolation this machine gives the workers, and what to change."""
+    from grader.sandbox.isolation import decide, doctor as checks
+
+    for what, fine, detail in checks():
+        click.echo(f"{'ok ' if fine else 'NO '} {what:<14} {detail}")
+    try:
+        iso = decide("auto", 8192)
+    except Exception as exc:  # pragma: no cover - decide("auto") does not refuse
+        iso = None
+        click.echo(f"isolation: unknown ({exc})")
+    if iso is not None:
+        click.echo(f"isolation: {iso.text}")
+        if iso.degraded:
+            click.echo("--isolation strict would refuse to grade here.")
 
 
 @main.command()

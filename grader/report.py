@@ -177,7 +177,8 @@ def to_gradescope(report: Report) -> dict:
            "visibility": "visible", "execution_time": round(report.seconds, 3),
            "extra_data": {"isolation": report.isolation,
                           "needs_regrade": report.needs_regrade,
-                          "import_errors": dict(report.import_errors)}}
+                          "import_errors": dict(report.import_errors),
+                          "errors": list(report.errors)}}
     header = ([report.isolation_line] if report.isolation_line else []) + \
         [f"{k}: {v}" for k, v in report.machine.items()] + report.notes + report.errors
     if header:

@@ -31,17 +31,21 @@ def test_batch_grades_a_class_and_reruns_skip(tmp_path):
     out = tmp_path / "grades.csv"
     args = ["batch", str(tmp_path / "class"), "--out", str(out), "--jobs", "2", *ONLY]
     result = CliRunner().invoke(main, args)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output   # dave could not be graded
     rows = read_csv(out)
     assert set(rows) == {"alice", "bob", "carol", "dave"}
     assert float(rows["alice"]["total"]) == float(rows["alice"]["max_total"]) > 0
     assert float(rows["bob"]["ex01_by_hand"]) == 7 and float(rows["bob"]["ex03_gqa"]) == 0
-    assert float(rows["carol"]["total"]) == 0 and not rows["carol"]["error"]
+    assert float(rows["carol"]["total"]) == 0
+    assert "ex03_gqa: ex03_gqa.py could not be imported" in rows["carol"]["error"]
+    assert "SyntaxError" in rows["carol"]["error"]
+    assert rows["alice"]["needs_regrade"] == "0" and rows["alice"]["isolation"]
     assert "no exercise modules" in rows["dave"]["error"]
     results = tmp_path / "results"
     for name in rows:
         data = json.loads((results / f"{name}.json").read_text())
         assert "score" in data and "tests" in data
+        assert data["batch"]["submission"] == name
     assert "4 submissions: 4 graded, 0 already graded" in result.output
     summary = (tmp_path / "grades-summary.txt").read_text()
     assert summary.startswith("4 submissions") and "mean" in summary
@@ -169,3 +173,52 @@ def test_the_class_workflow_is_a_matrix_of_shards_and_a_merge():
     assert '--shard "${{ matrix.shard }}/${{ matrix.of }}"' in grade
     assert "needs: grade" in merge and "pattern: grades-part-*" in merge
     assert "attn-grade merge parts/grades-part-*/grades.csv" in merge
+
+
+def test_colliding_names_are_both_graded_under_distinct_names(tmp_path):
+    """s1/ and s1!.zip (and two names differing only in an accent) map to one
+    safe name: each is graded on its own and the CSV keeps the original names."""
+    import zipfile
+
+    from grader.batch import discover
+    root = tmp_path / "class"
+    copy_solutions(root / "s1", ["ex01_by_hand"])
+    (root / "s1" / "ex01_by_hand.py").write_text("SCORES = None\n")   # 0 points
+    with zipfile.ZipFile(root / "s1!.zip", "w") as z:
+        z.write(_solution_file("ex01_by_hand"), "ex01_by_hand.py")
+    copy_solutions(root / "Jos\u00e9", ["ex01_by_hand"])
+    copy_solutions(root / "Jos\u00e8", ["ex01_by_hand"])
+    subs = discover(root)
+    assert len({s.key for s in subs}) == 4
+    out = tmp_path / "grades.csv"
+    result = CliRunner().invoke(main, ["batch", str(root), "--out", str(out),
+                                       "-e", "ex01"])
+    assert result.exit_code == 0, result.output
+    assert "4 graded, 0 already graded" in result.output
+    rows = read_csv(out)
+    assert set(rows) == {"s1", "s1!", "Jos\u00e9", "Jos\u00e8"}
+    assert float(rows["s1"]["total"]) == 0 and float(rows["s1!"]["total"]) == 7
+    assert len(list((tmp_path / "results").glob("*.json"))) == 4
+
+
+def _solution_file(name):
+    from tests.conftest import SOLUTIONS
+    return SOLUTIONS / f"{name}.py"
+
+
+def test_the_cache_is_keyed_on_the_options_that_change_scores(tmp_path):
+    """After a public-suite run, a hidden-suite run grades again, and the key
+    (content, suite, exercises, grader version) is recorded in the result."""
+    sub = copy_solutions(tmp_path / "a", ["ex01_by_hand"])
+    results = tmp_path / "results"
+    kwargs = dict(timeout=None, submission_timeout=300, force=False,
+                  exercises=["ex01_by_hand"])
+    first = grade_one(Submission("a", sub, "a"), results, suite="public", **kwargs)
+    assert not first.skipped and not first.error
+    key = json.loads(first.result_path.read_text())["batch"]["key"]
+    assert key["suite"] == "public" and key["content"] and key["grader"]
+    again = grade_one(Submission("a", sub, "a"), results, suite="public", **kwargs)
+    assert again.skipped
+    hidden = grade_one(Submission("a", sub, "a"), results, suite="hidden", **kwargs)
+    assert not hidden.skipped
+    assert json.loads(hidden.result_path.read_text())["batch"]["key"]["suite"] == "hidden"
