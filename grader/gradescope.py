@@ -47,7 +47,7 @@ set -euo pipefail
 SOURCE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${ATTN_VENV:-/opt/attn-venv}"
 echo "attn-grade setup: installing $SOURCE into $VENV"
-apt-get update -q && apt-get install -y -q python3 python3-pip python3-venv
+apt-get update -q && apt-get install -y -q python3 python3-pip python3-venv bubblewrap
 python3 -m venv "$VENV"
 # Gradescope's machines have no GPU: the CPU build of PyTorch is far smaller.
 "$VENV/bin/python" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
@@ -65,7 +65,8 @@ PY="${ATTN_PYTHON:-${ATTN_VENV:-/opt/attn-venv}/bin/python}"
 mkdir -p "$ROOT/results"
 echo "run_autograder: $(date -u +%FT%TZ) grading $ROOT/submission with $PY"
 cd "$ROOT"
-exec "$PY" -m grader.gradescope "$ROOT"
+# strict: no grade without namespaces (ATTN_ISOLATION=auto accepts the fallback).
+exec "$PY" -m grader.gradescope "$ROOT" "${ATTN_ISOLATION:-strict}"
 """
 
 # What of the repository goes into the bundle's top level, beside grader/.
@@ -116,7 +117,7 @@ def _exercises_from_env() -> list[str] | None:
     return names or None
 
 
-def run(root: Path) -> dict:
+def run(root: Path, isolation: str = "auto") -> dict:
     """Grade ``root/submission`` into ``root/results/results.json``; never raises
     for a bad submission."""
     from grader.core import Options, grade
@@ -132,7 +133,9 @@ def run(root: Path) -> dict:
         with materialize(upload) as folder:
             modules = sorted(p.name for p in folder.glob("ex*.py"))
             _log(f"exercise modules found: {', '.join(modules) or 'none'}")
-            report = grade(folder, Options(suite="hidden", exercises=_exercises_from_env()))
+            report = grade(folder, Options(suite="hidden", exercises=_exercises_from_env(),
+                                           isolation=isolation))
+        _log(f"isolation: {report.isolation_text}")
         for key, value in report.machine.items():
             _log(f"{key}: {value}")
         if getattr(report, "seed", None) is not None:
@@ -266,4 +269,5 @@ def validate_results(data: dict) -> list[str]:
 
 
 if __name__ == "__main__":
-    run(Path(sys.argv[1] if len(sys.argv) > 1 else "/autograder"))
+    run(Path(sys.argv[1] if len(sys.argv) > 1 else "/autograder"),
+        sys.argv[2] if len(sys.argv) > 2 else "auto")
