@@ -17,14 +17,30 @@ import uuid
 
 import pytest
 
-from grader.report import to_gradescope, to_text
-from grader.sandbox import confine
+from grader.report import NEEDS_REGRADE, to_gradescope, to_text
+from grader.sandbox import bwrap, confine
 from tests.conftest import copy_solutions, grade_dir
 
 FOUNDATION = ["ex01_by_hand", "ex02_mha", "ex03_gqa"]
 BYTES_LINE = "    return 2 * n_layers * n_kv_heads * d_head * seq_len * batch * bytes_per_elem"
 REPEAT_LINE = "    b, h_kv, s, d_head = x.shape\n"
-SANDBOXED = confine.can_drop_privileges()
+NAMESPACES, NO_NAMESPACES_WHY = bwrap.usable()
+# Workers confined to what their own user can read: under namespaces, or in
+# the fallback as root with a Python an unprivileged user can run.
+SANDBOXED = NAMESPACES or confine.can_drop_privileges()
+
+# Each attack added with issue 10 runs under both: "strict" (namespaces, or
+# skipped saying why) and "fallback" (the older confinement).
+ISOLATIONS = [pytest.param("strict", marks=pytest.mark.skipif(
+                  not NAMESPACES, reason=f"bubblewrap cannot run here: {NO_NAMESPACES_WHY}")),
+              "fallback"]
+
+
+def fallback_is_loud(report) -> bool:
+    """The fallback's report says at its top what the workers could reach."""
+    first = to_text(report).splitlines()[0]
+    return first.startswith("Isolation:") and ("WEAK" in first or "NO ISOLATION" in first) \
+        and report.to_dict()["isolation"] != "namespaces"
 
 
 def twist(sub, old, new):
@@ -241,8 +257,8 @@ def test_reading_hidden_suites_and_solutions(sub):
     if SANDBOXED:
         assert "Hidden tests for ex03_gqa" not in leaked
         assert "BEGIN SOLUTION" not in leaked
-    else:  # documented limit: without root the worker can read what the grader can
-        assert "not root" in report.machine["sandbox"] or "root" in report.machine["sandbox"]
+    else:  # documented limit, said at the top of the report
+        assert fallback_is_loud(report)
 
 
 def _attack_results_file(sub, delay):
@@ -393,3 +409,322 @@ def test_links_to_hidden_files_are_not_followed(sub):
     assert ex03 and all(t.score == 0 and "is a link" in t.output for t in ex03)
     assert report.exercise_scores()["ex01_by_hand"][0] == 7
     assert "Hidden tests for ex03_gqa" not in "\n".join(t.output for t in report.tests)
+
+
+# -- issue 10: the machine around the worker ------------------------------------
+
+PNG_SCRIPT = b"\x89PNG\r\n\x1a\n#!/bin/sh\necho owned\n"
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_link_write_never_reaches_its_target(tmp_path, isolation):
+    """A submission holding a link named like the ex04 plot, and a plot_scaling
+    writing a script with PNG magic: nothing is written through the link, the
+    plot lands in the grader's output folder, named by a relative path."""
+    sub = copy_solutions(tmp_path / "sub", ["ex04_quadratic"])
+    target = tmp_path / "precious.sh"
+    target.write_text("original\n")
+    (sub / "ex04_scaling.png").symlink_to(target)
+    path = sub / "ex04_quadratic.py"
+    text = path.read_text()
+    head = "def plot_scaling(results, path):\n"
+    assert text.count(head) == 1
+    path.write_text(text.replace(head, head + f"    open(path, 'wb').write({PNG_SCRIPT!r})\n"
+                                 "    return\n"))
+    before = sorted(p.name for p in sub.iterdir())
+    out = tmp_path / "out"
+    report = grade_dir(sub, ["ex04_quadratic"], suite="public", keyword="measure_scaling_shows",
+                       artifacts_dir=out, isolation=isolation)
+    assert not report.errors, report.errors
+    assert target.read_text() == "original\n"
+    assert sorted(p.name for p in sub.iterdir()) == before and (sub / "ex04_scaling.png").is_symlink()
+    [test] = [t for t in report.tests if t.name.startswith("test_measure_scaling")]
+    assert str(tmp_path) not in test.output and str(out) not in to_text(report)
+    if test.status == "passed":   # a noisy machine may leave it to a regrade
+        assert (out / "ex04_scaling.png").read_bytes() == PNG_SCRIPT
+        assert "your log-log plot: ex04_scaling.png (in the output folder)" in test.output
+
+
+def test_artifacts_are_not_written_through_links(tmp_path):
+    from grader import artifacts
+    target = tmp_path / "target"
+    target.write_text("keep")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "plot.png").symlink_to(target)
+    assert artifacts.save(out, "plot.png", b"new") == "plot.png"
+    assert target.read_text() == "keep" and not (out / "plot.png").is_symlink()
+    assert (out / "plot.png").read_bytes() == b"new"
+    linked = tmp_path / "linked-out"
+    linked.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(artifacts.ArtifactError):
+        artifacts.save(linked, "plot.png", b"new")
+    assert not list((tmp_path / "elsewhere").iterdir())
+    with pytest.raises(ValueError):
+        artifacts.save(out, "../escape.png", b"x")
+
+
+SIBLING_READER = """\
+    import glob, os
+    found = []
+    places = [{sibling!r}]
+    for pid in (os.getppid(), 1):
+        try:
+            argv = open("/proc/%d/cmdline" % pid).read().split("\\0")
+            places += [os.path.dirname(a) for a in argv if a.startswith("/")]
+            places.append(os.readlink("/proc/%d/cwd" % pid))
+        except Exception as exc:
+            found.append("no parent: %r" % exc)
+    for place in places:
+        for path in glob.glob(os.path.join(place, "**", "*.py"), recursive=True):
+            try:
+                found.append(open(path).read())
+            except Exception:
+                pass
+    raise ValueError("\\n".join(found)[-3000:] or "nothing")
+    """
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_students_cannot_read_each_other(tmp_path, isolation):
+    """A worker looks for the batch folder (through its parent's command line,
+    or a path it knows) and reads the other students' modules."""
+    klass = tmp_path / "class"
+    other = copy_solutions(klass / "other", ["ex01_by_hand"])
+    (other / "ex01_by_hand.py").write_text("SECRET_OF_OTHER = 'sibling-secret-4711'\n")
+    sub = copy_solutions(klass / "me", FOUNDATION)
+    in_function(sub, BYTES_LINE, SIBLING_READER.format(sibling=str(other)))
+    report, _ = grade_attack(sub, isolation=isolation)
+    assert_no_credit_for_cache_bytes(report)
+    leaked = "\n".join(t.output for t in report.tests)
+    if isolation == "strict":
+        assert "sibling-secret-4711" not in leaked
+        assert "Hidden tests for ex03_gqa" not in leaked
+    elif not SANDBOXED:   # the fallback as root or as the grading user reads them: loudly
+        assert fallback_is_loud(report)
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_colliding_batch_names_each_get_their_own_grade(tmp_path, isolation):
+    """s1/ and s1!.zip, and two names differing in an accent: four results,
+    none skipped as "already graded", the CSV keeps the original names."""
+    import csv
+    import zipfile
+
+    from grader.batch import columns, discover, run_batch, to_csv
+    root = tmp_path / "class"
+    copy_solutions(root / "s1", ["ex01_by_hand"])
+    (root / "s1" / "ex01_by_hand.py").write_text("SCORES = None\n")       # no points
+    with zipfile.ZipFile(root / "s1!.zip", "w") as z:
+        z.write(copy_solutions(tmp_path / "z", ["ex01_by_hand"]) / "ex01_by_hand.py",
+                "ex01_by_hand.py")
+    copy_solutions(root / "Jos\u00e9", ["ex01_by_hand"])
+    copy_solutions(root / "Jos\u00e8", ["ex01_by_hand"])
+    subs = discover(root)
+    assert len({s.key for s in subs}) == 4
+    outcomes = run_batch(subs, tmp_path / "results", suite="public",
+                         exercises=["ex01_by_hand"], isolation=isolation)
+    assert not any(o.skipped for o in outcomes)
+    rows = {r["submission"]: r for r in csv.DictReader(to_csv(outcomes, columns(outcomes))
+                                                       .splitlines())}
+    assert set(rows) == {"s1", "s1!", "Jos\u00e9", "Jos\u00e8"}
+    assert float(rows["s1"]["total"]) < float(rows["s1!"]["total"])
+    assert len({o.result_path for o in outcomes}) == 4
+    assert all(rows[n]["isolation"] == ("namespaces" if isolation == "strict" else
+                                        rows[n]["isolation"]) for n in rows)
+
+
+NAN_TIMER = '''
+def time_fn(fn, *args, warmup=2, repeats=5, **kwargs):
+    import time
+    for _ in range(warmup + repeats):
+        fn(*args, **kwargs)
+    time.sleep(0.3)
+    return float("nan")
+'''
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("value", ["float('nan')", "float('inf')", "-1.0", "0.0"])
+def test_a_non_finite_time_fails_and_is_never_too_noisy(tmp_path, isolation, value):
+    """A time_fn returning NaN, inf, a negative time or zero fails each timer
+    test with feedback: never "not graded" (needs regrade), never a full mark."""
+    sub = copy_solutions(tmp_path / "sub", ["ex04_quadratic"])
+    path = sub / "ex04_quadratic.py"
+    path.write_text(path.read_text() + NAN_TIMER.replace('float("nan")', value))
+    report = grade_dir(sub, ["ex04_quadratic"], keyword="time_fn and not passes_arguments",
+                       isolation=isolation)
+    assert not report.errors, report.errors
+    timers = [t for t in report.tests if t.status != "not_run"]
+    assert len(timers) >= 3
+    assert all(t.status == "failed" for t in timers), to_text(report)
+    assert not any(t.status == NEEDS_REGRADE for t in report.tests)
+    assert report.score == 0 and report.max_score > 0
+    assert all("positive" in t.output or "NaN" in t.output or "infinite" in t.output
+               or "expected at least" in t.output for t in timers), to_text(report)
+
+
+SHM_BOMBS = {
+    "dev_shm_file": """\
+        with open("/dev/shm/attn-bomb-{tag}", "wb") as f:
+            for _ in range(1536):
+                f.write(b"x" * (1 << 20))
+        """,
+    "sysv_segment": """\
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        shmid = libc.shmget(0x{tag}, ctypes.c_size_t(1536 << 20), 0o1600)
+        assert shmid >= 0, ctypes.get_errno()
+        addr = libc.shmat(shmid, None, 0)
+        ctypes.memset(addr, 1, 1536 << 20)
+        """,
+    "shared_mmap": """\
+        import mmap
+        m = mmap.mmap(-1, 1536 << 20, flags=mmap.MAP_SHARED)
+        for i in range(0, 1536 << 20, 4096):
+            m[i] = 1
+        """,
+}
+
+
+def _host_shm_state():
+    segments = open("/proc/sysvipc/shm").read().splitlines()[1:]
+    return {line.split()[0] for line in segments}, set(os.listdir("/dev/shm"))
+
+
+@pytest.mark.parametrize("bomb", sorted(SHM_BOMBS))
+def test_shared_memory_bombs_are_capped_and_leave_nothing(tmp_path, bomb):
+    """1.5 GB of shared memory (a /dev/shm file, a SysV segment, a shared mmap)
+    under a 512 MB limit: stopped inside the worker, and no segment, file or
+    process of it is left on the machine."""
+    if not NAMESPACES:
+        pytest.skip(f"bubblewrap cannot run here: {NO_NAMESPACES_WHY}")
+    tag = f"{uuid.uuid4().int & 0x7fffffff:08x}"
+    sub = copy_solutions(tmp_path / "sub", FOUNDATION)
+    in_function(sub, BYTES_LINE, SHM_BOMBS[bomb].format(tag=tag))
+    before = _host_shm_state()
+    report, _ = grade_attack(sub, memory_mb=512, isolation="strict")
+    assert_no_credit_for_cache_bytes(report)
+    text = outputs(report)
+    assert ("memory limit of 512 MB" in text or "No space left" in text
+            or "MemoryError" in text or "Cannot allocate" in text), text
+    keys, files = _host_shm_state()
+    assert keys <= before[0] and files <= before[1]
+    assert not any(f"attn-bomb-{tag}" in f for f in files)
+
+
+def test_shared_memory_bombs_in_the_fallback_say_so(tmp_path):
+    """Without namespaces a small shared segment outlives its worker unless the
+    worker had its own user; the report says the isolation is weak."""
+    tag = f"{uuid.uuid4().int & 0x7fffffff:08x}"
+    sub = copy_solutions(tmp_path / "sub", FOUNDATION)
+    in_function(sub, BYTES_LINE, SHM_BOMBS["dev_shm_file"].format(tag=tag)
+                .replace("1536", "4"))
+    try:
+        report, _ = grade_attack(sub, memory_mb=512, isolation="fallback")
+        assert fallback_is_loud(report)
+        if confine.can_drop_privileges():   # the worker's own files are removed
+            assert not os.path.exists(f"/dev/shm/attn-bomb-{tag}")
+    finally:
+        if os.path.exists(f"/dev/shm/attn-bomb-{tag}"):
+            os.unlink(f"/dev/shm/attn-bomb-{tag}")
+
+
+KILLED_GRADER = """\
+import sys
+from grader.core import Options, grade
+grade(sys.argv[1], Options(exercises=["ex01_by_hand", "ex02_mha", "ex03_gqa"],
+                           call_timeout=600, isolation=sys.argv[2]))
+"""
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+                children.setdefault(int(fields[1]), []).append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.add(child)
+            todo.append(child)
+    return out
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _spinning_worker(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        return state == "R" and "worker.py" in open(f"/proc/{pid}/cmdline").read()
+    except (OSError, IndexError):
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_workers_die_with_a_killed_grader(sub, tmp_path, isolation):
+    """kill -9 of the grading process (a CI time-out): its workers, and what
+    they started, are gone within seconds, not running on at full CPU."""
+    import signal
+    import subprocess
+    import sys
+    from tests.conftest import REPO
+    in_function(sub, BYTES_LINE, """\
+        import os
+        if os.fork() == 0:
+            os.setsid()
+            while True:
+                pass
+        while True:
+            pass
+        """)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    grader = subprocess.Popen([sys.executable, "-c", KILLED_GRADER, str(sub), isolation],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        spinning = set()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(spinning) < 2:
+            time.sleep(0.5)
+            spinning = {p for p in _descendants(grader.pid) if _spinning_worker(p)}
+        assert len(spinning) >= 2, "the attack never started"
+        workers = _descendants(grader.pid)
+        direct = {p for p in workers if _ppid(p) == grader.pid}
+    finally:
+        grader.send_signal(signal.SIGKILL)
+        grader.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in workers):
+        time.sleep(0.2)
+    left = [p for p in workers if _alive(p)]
+    try:
+        if isolation == "strict":
+            assert not left
+        else:  # the fallback: the worker dies with its grader (parent-death signal);
+            # a detached child of it may not, which the report says (weak isolation)
+            assert direct and not [p for p in direct if _alive(p)]
+    finally:
+        for p in left:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass

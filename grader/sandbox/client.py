@@ -82,6 +82,17 @@ class Limits:
 AS_HEADROOM = 3 << 30
 
 
+def _die_with_parent() -> None:
+    """In the fallback's child, before exec (after its uid switch, which would
+    clear it): SIGKILL when the grading process dies.  Its own detached
+    children are not covered; bubblewrap's PID namespace covers those."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _share_runtime(path: Path) -> None:
     """The runtime stays root's but readable: the worker reads its probes
     after it has become its own user."""
@@ -244,7 +255,7 @@ class Worker:
             [sys.executable, "-I", str(self._dir / "runtime" / "worker.py"), json.dumps(cfg)],
             cwd=self._dir / "submission", env=self._env(), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            **as_user)
+            preexec_fn=_die_with_parent, **as_user)
 
     def _spawn_sandboxed(self, rlimits: dict) -> subprocess.Popen:
         """Under bubblewrap, in a memory cgroup where one can be made (else an
