@@ -523,7 +523,7 @@ def test_colliding_batch_names_each_get_their_own_grade(tmp_path, isolation):
     copy_solutions(root / "Jos\u00e8", ["ex01_by_hand"])
     subs = discover(root)
     assert len({s.key for s in subs}) == 4
-    outcomes = run_batch(subs, tmp_path / "results", suite="public",
+    outcomes = run_batch(subs, tmp_path / "results", suite="hidden",
                          exercises=["ex01_by_hand"], isolation=isolation)
     assert not any(o.skipped for o in outcomes)
     rows = {r["submission"]: r for r in csv.DictReader(to_csv(outcomes, columns(outcomes))
@@ -567,9 +567,10 @@ def test_a_non_finite_time_fails_and_is_never_too_noisy(tmp_path, isolation, val
 
 SHM_BOMBS = {
     "dev_shm_file": """\
-        with open("/dev/shm/attn-bomb-{tag}", "wb") as f:
-            for _ in range(1536):
-                f.write(b"x" * (1 << 20))
+        for part in range(8):   # 8 x 192 MB: each file under the file-size limit
+            with open("/dev/shm/attn-bomb-{tag}-%d" % part, "wb") as f:
+                for _ in range(192):
+                    f.write(b"x" * (1 << 20))
         """,
     "sysv_segment": """\
         import ctypes
@@ -578,6 +579,7 @@ SHM_BOMBS = {
         shmid = libc.shmget(0x{tag}, ctypes.c_size_t(1536 << 20), 0o1600)
         assert shmid >= 0, ctypes.get_errno()
         addr = libc.shmat(shmid, None, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
         ctypes.memset(addr, 1, 1536 << 20)
         """,
     "shared_mmap": """\
@@ -589,30 +591,41 @@ SHM_BOMBS = {
 }
 
 
-def _host_shm_state():
+def _bomb_left_on_host(tag: str) -> list[str]:
+    """This bomb's SysV segment (its key) or /dev/shm files on the machine."""
     segments = open("/proc/sysvipc/shm").read().splitlines()[1:]
-    return {line.split()[0] for line in segments}, set(os.listdir("/dev/shm"))
+    left = [f"segment {line.split()[0]}" for line in segments
+            if int(line.split()[0]) == int(tag, 16)]
+    return left + [f for f in os.listdir("/dev/shm") if f"attn-bomb-{tag}" in f]
 
 
 @pytest.mark.parametrize("bomb", sorted(SHM_BOMBS))
-def test_shared_memory_bombs_are_capped_and_leave_nothing(tmp_path, bomb):
+def test_shared_memory_bombs_are_capped_and_leave_nothing(tmp_path, bomb, monkeypatch):
     """1.5 GB of shared memory (a /dev/shm file, a SysV segment, a shared mmap)
     under a 512 MB limit: stopped inside the worker, and no segment, file or
     process of it is left on the machine."""
     if not NAMESPACES:
         pytest.skip(f"bubblewrap cannot run here: {NO_NAMESPACES_WHY}")
+    import tempfile
+
+    from grader.sandbox import memcg
     tag = f"{uuid.uuid4().int & 0x7fffffff:08x}"
     sub = copy_solutions(tmp_path / "sub", FOUNDATION)
     in_function(sub, BYTES_LINE, SHM_BOMBS[bomb].format(tag=tag))
-    before = _host_shm_state()
+    staging = tmp_path / "staging"   # where this grading's private folders go
+    staging.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(staging))
     report, _ = grade_attack(sub, memory_mb=512, isolation="strict")
     assert_no_credit_for_cache_bytes(report)
+    assert not list(staging.iterdir())          # no private folder is left
+    parent = memcg.base()[0]
+    if parent is not None:                      # nor a cgroup of this process
+        assert not list(parent.glob(f"attn-grade-{os.getpid()}-*"))
+    assert not [p for p in _descendants(os.getpid()) if _alive(p)]   # nor a process
     text = outputs(report)
     assert ("memory limit of 512 MB" in text or "No space left" in text
             or "MemoryError" in text or "Cannot allocate" in text), text
-    keys, files = _host_shm_state()
-    assert keys <= before[0] and files <= before[1]
-    assert not any(f"attn-bomb-{tag}" in f for f in files)
+    assert not _bomb_left_on_host(tag)
 
 
 def test_shared_memory_bombs_in_the_fallback_say_so(tmp_path):
@@ -621,15 +634,13 @@ def test_shared_memory_bombs_in_the_fallback_say_so(tmp_path):
     tag = f"{uuid.uuid4().int & 0x7fffffff:08x}"
     sub = copy_solutions(tmp_path / "sub", FOUNDATION)
     in_function(sub, BYTES_LINE, SHM_BOMBS["dev_shm_file"].format(tag=tag)
-                .replace("1536", "4"))
+                .replace("range(8)", "range(1)").replace("range(192)", "range(4)"))
     try:
         report, _ = grade_attack(sub, memory_mb=512, isolation="fallback")
         assert fallback_is_loud(report)
-        if confine.can_drop_privileges():   # the worker's own files are removed
-            assert not os.path.exists(f"/dev/shm/attn-bomb-{tag}")
     finally:
-        if os.path.exists(f"/dev/shm/attn-bomb-{tag}"):
-            os.unlink(f"/dev/shm/attn-bomb-{tag}")
+        if os.path.exists(f"/dev/shm/attn-bomb-{tag}-0"):
+            os.unlink(f"/dev/shm/attn-bomb-{tag}-0")
 
 
 KILLED_GRADER = """\
@@ -728,3 +739,23 @@ def test_workers_die_with_a_killed_grader(sub, tmp_path, isolation):
                 os.kill(p, signal.SIGKILL)
             except OSError:
                 pass
+
+
+@pytest.mark.parametrize("bomb", sorted(SHM_BOMBS))
+def test_shared_memory_bombs_without_a_cgroup(tmp_path, bomb, monkeypatch):
+    """Where no memory cgroup is writable, the address-space limit and the
+    tmpfs sizes stop the same bombs inside the worker."""
+    if not NAMESPACES:
+        pytest.skip(f"bubblewrap cannot run here: {NO_NAMESPACES_WHY}")
+    from grader.sandbox import memcg
+    monkeypatch.setattr(memcg, "_base", (None, "", "no cgroup in this test"))
+    tag = f"{uuid.uuid4().int & 0x7fffffff:08x}"
+    sub = copy_solutions(tmp_path / "sub", FOUNDATION)
+    in_function(sub, BYTES_LINE, SHM_BOMBS[bomb].format(tag=tag))
+    report, _ = grade_attack(sub, memory_mb=512, isolation="strict")
+    assert_no_credit_for_cache_bytes(report)
+    assert "address-space limit" in report.isolation_text
+    text = outputs(report)
+    assert ("No space left" in text or "MemoryError" in text or "Cannot allocate" in text
+            or "mmap" in text or "AssertionError" in text), text
+    assert not _bomb_left_on_host(tag)

@@ -77,9 +77,11 @@ class Limits:
     env: dict = field(default_factory=dict)
 
 
-# Address space a worker needs beyond its data: PyTorch and Triton map about
-# 0.8 GB of code and reserve thread stacks and allocator arenas.
-AS_HEADROOM = 3 << 30
+# Address space a worker needs beyond its data when no cgroup counts its
+# memory: importing PyTorch and Triton maps about 0.8 GB (CPU build, measured:
+# VmSize 830 MB, of which 225 MB data), plus thread stacks; malloc's arenas
+# are bounded by MALLOC_ARENA_MAX.  Any more would let shared memory through.
+AS_HEADROOM = 1 << 30
 
 
 def _die_with_parent() -> None:
@@ -190,6 +192,7 @@ class Worker:
         if self.limits.namespaces:
             private = Path("/tmp")  # the sandbox's own tmpfs
             env["USER"] = env["LOGNAME"] = "student"  # no passwd entry for its uid
+            env["MALLOC_ARENA_MAX"] = "2"  # reserved arenas count in an address-space limit
         # One BLAS/OpenMP thread unless the grader was told otherwise: workers of
         # parallel gradings that each spin a thread per core slow one another
         # down tenfold; the exercises' own measurements pin their threads.
