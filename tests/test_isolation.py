@@ -1,0 +1,115 @@
+"""Isolation as the user meets it: the line at the top of every output, the
+doctor, --isolation strict, fixed totals with "needs regrade", exit status 3."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from grader.cli import EXIT_UNGRADED, main
+from grader.report import NEEDS_REGRADE, to_gradescope, to_junit, to_text
+from grader.sandbox import bwrap
+from tests.conftest import copy_solutions, grade_dir
+
+NAMESPACES, WHY = bwrap.usable()
+
+
+@pytest.fixture
+def no_bwrap(monkeypatch):
+    """This process believes bubblewrap cannot run (as on Ubuntu 24.04 without root)."""
+    monkeypatch.setattr(bwrap, "_probe", (False, "bubblewrap cannot make a sandbox here: "
+                                                 "setting up uid map: Permission denied"))
+
+
+def test_strict_refuses_without_namespaces(tmp_path, no_bwrap):
+    sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand"])
+    result = CliRunner().invoke(main, ["grade", str(sub), "-e", "ex01", "--isolation",
+                                       "strict"])
+    assert result.exit_code == 2
+    assert "--isolation strict" in result.output and "attn-grade doctor" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_the_fallback_says_so_first_in_every_format(tmp_path, no_bwrap):
+    sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand"])
+    report = grade_dir(sub, ["ex01_by_hand"])
+    assert report.isolation != "namespaces"
+    first = to_text(report).splitlines()[0]
+    assert first.startswith("Isolation: ") and ("WEAK" in first or "NO ISOLATION" in first)
+    data = to_gradescope(report)
+    assert data["output"].splitlines()[0] == first
+    assert data["extra_data"]["isolation"] == report.isolation
+    assert report.exercise_scores()["ex01_by_hand"] == (7, 7)   # still graded
+
+
+@pytest.mark.skipif(not NAMESPACES, reason=f"bubblewrap cannot run here: {WHY}")
+def test_namespaces_are_said_too(tmp_path):
+    sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand"])
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(main, ["grade", str(sub), "-e", "ex01", "--isolation",
+                                       "strict", "--format", "json", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["extra_data"]["isolation"] == "namespaces"
+    assert data["output"].startswith("Isolation: namespaces (bubblewrap)")
+    assert data["score"] == 7
+
+
+def test_doctor_names_each_need(no_bwrap):
+    result = CliRunner().invoke(main, ["doctor"])
+    assert result.exit_code == 0, result.output
+    for what in ("bubblewrap", "namespaces", "memory cgroup", "root", "GPU"):
+        assert what in result.output
+    assert "NO  namespaces" in result.output and "strict would refuse" in result.output
+
+
+SLOW_TIMER = '''
+def time_fn(fn, *args, warmup=2, repeats=5, **kwargs):
+    """Honest, but on a machine that stalls 0.3 s in every call."""
+    import statistics, time
+    for _ in range(warmup):
+        fn(*args, **kwargs)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(*args, **kwargs)
+        time.sleep(0.3)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+'''
+
+
+def test_what_cannot_be_judged_needs_a_regrade_and_keeps_its_points(tmp_path):
+    """A timer test the machine's noise leaves undecided: its point stays in the
+    maximum, the text, JSON and JUnit say "needs regrade", and grade exits 3."""
+    sub = copy_solutions(tmp_path / "sub", ["ex04_quadratic"])
+    path = sub / "ex04_quadratic.py"
+    path.write_text(path.read_text() + SLOW_TIMER)
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(main, ["grade", str(sub), "-e", "ex04", "--suite", "public",
+                                       "-k", "times_a_slow_function", "--format", "json",
+                                       "--out", str(out)])
+    assert result.exit_code == EXIT_UNGRADED == 3, result.output
+    data = json.loads(out.read_text())
+    [test] = data["tests"]
+    assert test["max_score"] == 1 and test["score"] == 0
+    assert test["output"].startswith("NEEDS REGRADE") and test["extra_data"]["needs_regrade"]
+    assert data["extra_data"]["needs_regrade"] == 1
+    report = grade_dir(sub, ["ex04_quadratic"], suite="public", keyword="times_a_slow_function")
+    assert [t.status for t in report.tests] == [NEEDS_REGRADE]
+    assert report.max_score == 1 and "REGR" in to_text(report)
+    assert "NEEDS REGRADE" in to_text(report) and "<skipped" in to_junit(report)
+
+
+def test_a_missing_module_keeps_the_maximum_and_the_import_error_is_kept(tmp_path):
+    full = grade_dir(copy_solutions(tmp_path / "full", ["ex01_by_hand", "ex02_mha", "ex03_gqa"]),
+                     ["ex01_by_hand", "ex03_gqa"])
+    broken = copy_solutions(tmp_path / "broken", ["ex01_by_hand"])
+    (broken / "ex03_gqa.py").write_text("import numpy\nraise RuntimeError('boom')\n")
+    report = grade_dir(broken, ["ex01_by_hand", "ex03_gqa"])
+    missing = grade_dir(copy_solutions(tmp_path / "missing", ["ex01_by_hand"]),
+                        ["ex01_by_hand", "ex03_gqa"])
+    assert full.max_score == report.max_score == missing.max_score > 0
+    assert "RuntimeError" in report.import_errors["ex03_gqa"]
+    assert to_gradescope(report)["extra_data"]["import_errors"]["ex03_gqa"]
