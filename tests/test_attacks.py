@@ -759,3 +759,33 @@ def test_shared_memory_bombs_without_a_cgroup(tmp_path, bomb, monkeypatch):
     assert ("No space left" in text or "MemoryError" in text or "Cannot allocate" in text
             or "mmap" in text or "AssertionError" in text), text
     assert not _bomb_left_on_host(tag)
+
+
+def test_the_fallback_removes_a_worker_users_leftovers(tmp_path):
+    """In the fallback (no namespaces) a worker with its own uid leaves SysV
+    segments and files in shared temp folders; releasing the uid removes them,
+    so a later worker given the same uid inherits nothing."""
+    import shutil
+    import subprocess
+    if not confine.is_root() or shutil.which("ipcmk") is None:
+        pytest.skip("needs root (to act as a worker's uid) and ipcmk")
+    uid = confine.fresh_uid()
+    shared = tmp_path / "shm"
+    shared.mkdir(mode=0o1777)
+    shared.chmod(0o1777)
+    try:
+        made = subprocess.run(["ipcmk", "-M", "4096"], user=uid, group=uid, extra_groups=[],
+                              capture_output=True, text=True, cwd="/")
+        assert made.returncode == 0, made.stderr
+        ident = made.stdout.split()[-1]
+        (shared / "left").write_text("x")
+        os.chown(shared / "left", uid, uid)
+        (shared / "other").write_text("not the worker's")
+        removed = confine.remove_leftovers(uid, folders=[shared])
+        assert f"shm {ident}" in removed and str(shared / "left") in removed
+        segments = [line.split()[1] for line in
+                    open("/proc/sysvipc/shm").read().splitlines()[1:]]
+        assert ident not in segments
+        assert sorted(p.name for p in shared.iterdir()) == ["other"]
+    finally:
+        confine.release_uid(uid)

@@ -92,7 +92,51 @@ def fresh_uid() -> int:
 
 def release_uid(uid: int) -> None:
     kill_uid(uid)
+    remove_leftovers(uid)
     _used_uids.discard(uid)
+
+
+SHARED_FOLDERS = (Path("/dev/shm"), Path("/tmp"), Path("/var/tmp"))
+SYSV = (("shm", "-m"), ("sem", "-s"), ("msg", "-q"))  # /proc/sysvipc file, ipcrm flag
+
+
+def remove_leftovers(uid: int, folders=SHARED_FOLDERS) -> list[str]:
+    """The fallback's clean-up (namespaces need none): SysV IPC objects and
+    files in the shared temp folders owned by a worker's uid, so that a later
+    worker given the same uid inherits nothing.  Returns what was removed."""
+    import shutil
+    import subprocess
+    removed = []
+    for kind, flag in SYSV:
+        try:
+            lines = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
+        except OSError:
+            continue
+        header = lines[0].split() if lines else []
+        for line in lines[1:]:
+            fields = dict(zip(header, line.split()))
+            if fields.get("uid") == str(uid) and "key" in fields:
+                ident = fields.get("shmid") or fields.get("semid") or fields.get("msqid")
+                if ident is not None and subprocess.run(
+                        ["ipcrm", flag, ident], capture_output=True).returncode == 0:
+                    removed.append(f"{kind} {ident}")
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)  # never follows links
+                else:
+                    os.unlink(entry.path)
+                removed.append(entry.path)
+            except OSError:
+                pass
+    return removed
 
 
 def _proc_table():
