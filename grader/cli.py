@@ -210,7 +210,11 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation):
                    "downstream tests that fail only because of it keep their points.")
 def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, keyword, seed,
               student_id, fail_on_lost_points, deduct_once, artifacts, isolation):
-    """Grade a submission: a folder of exercise modules, a notebook, or a zip."""
+    """Grade a submission: a folder of exercise modules, a notebook, or a zip.
+
+    Exit status: 0 graded; 1 points lost, with --fail-on-lost-points; 2 bad
+    input (or --isolation strict where namespaces cannot be made); 3 written,
+    but not fully graded (a grader problem, or a test that needs a regrade)."""
     if not path.exists():
         raise click.BadParameter(f"{path} does not exist.", param_hint="SUBMISSION")
     options = Options(suite=suite, exercises=_exercise_names(exercises, "--exercise"),
@@ -293,7 +297,11 @@ def _plural(n: int, word: str) -> str:
 def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, exercises, force,
           roster, seed, shard, fail_on_lost_points, deduct_once, isolation):
     """Grade every submission in FOLDER: each sub-folder, notebook and zip, or an
-    LMS bulk download (Canvas's name_id_submissionid_file, grouped by student)."""
+    LMS bulk download (Canvas's name_id_submissionid_file, grouped by student).
+
+    Exit status: 0 all graded; 1 points lost, with --fail-on-lost-points; 2 bad
+    input; 3 the CSV and results are written, but some submission could not be
+    graded or has tests needing a regrade."""
     import tempfile
 
     from grader.batch import (RosterError, columns, discover, read_roster, run_batch, shard_of,

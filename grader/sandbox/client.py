@@ -84,15 +84,20 @@ class Limits:
 AS_HEADROOM = 1 << 30
 
 
-def _die_with_parent() -> None:
-    """In the fallback's child, before exec (after its uid switch, which would
-    clear it): SIGKILL when the grading process dies.  Its own detached
-    children are not covered; bubblewrap's PID namespace covers those."""
+def _die_with_parent_hook():
+    """For the fallback's child, run between fork and exec (after its uid
+    switch, which would clear it): SIGKILL when the grading process dies.  Its
+    own detached children are not covered; bubblewrap's PID namespace is.
+    ctypes is loaded here, in the parent: the child must not import."""
     if not sys.platform.startswith("linux"):
-        return
+        return None
     import ctypes
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
     PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    def hook() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    return hook
 
 
 def _share_runtime(path: Path) -> None:
@@ -258,7 +263,7 @@ class Worker:
             [sys.executable, "-I", str(self._dir / "runtime" / "worker.py"), json.dumps(cfg)],
             cwd=self._dir / "submission", env=self._env(), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            preexec_fn=_die_with_parent, **as_user)
+            preexec_fn=_die_with_parent_hook(), **as_user)
 
     def _spawn_sandboxed(self, rlimits: dict) -> subprocess.Popen:
         """Under bubblewrap, in a memory cgroup where one can be made (else an
