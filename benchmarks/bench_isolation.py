@@ -7,6 +7,7 @@ machine hits both alike, and medians are reported.  Target: namespaces at
 most 15 % slower.  A benchmark, not a test.
 
     python benchmarks/bench_isolation.py [--repeats 3] [-e ex01 ...]
+    python benchmarks/bench_isolation.py --startup 20   # one worker's start, alone
 """
 from __future__ import annotations
 
@@ -37,12 +38,40 @@ def grade_once(sub: Path, out: Path, isolation: str, only: list[str]) -> tuple[f
     return seconds, json.loads(out.read_text())
 
 
+def startup(n: int) -> None:
+    """Seconds from starting a worker to its first answer (import of ex02_mha,
+    which imports PyTorch, and one call), then closing it: the per-worker cost
+    of each isolation, measured in this process, alternating."""
+    sys.path.insert(0, str(REPO))
+    from grader.sandbox.client import Limits, Worker
+    times: dict[str, list[float]] = {"namespaces": [], "fallback": []}
+    for i in range(n):
+        for mode in (("namespaces", "fallback") if i % 2 == 0 else ("fallback", "namespaces")):
+            start = time.perf_counter()
+            worker = Worker(REPO / "solutions", "ex02_mha",
+                            Limits(namespaces=mode == "namespaces"))
+            try:
+                worker.request(
+                    {"op": "getattr", "name": "__name__"}, "reading its name")
+            finally:
+                worker.close()
+            times[mode].append(time.perf_counter() - start)
+    for mode, ts in times.items():
+        print(f"{mode:<10} worker start to first answer and close: median "
+              f"{statistics.median(ts):.2f} s (min {min(ts):.2f}, max {max(ts):.2f}, n={n})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--startup", type=int, default=0, metavar="N",
+                        help="only time N worker starts with each isolation")
     parser.add_argument("-e", "--exercise", action="append", default=[],
                         help="only this exercise (repeatable) [default: all seven]")
     args = parser.parse_args()
+    if args.startup:
+        startup(args.startup)
+        return
     times: dict[str, list[float]] = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory() as tmp:
         sub = Path(tmp) / "reference"
