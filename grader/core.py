@@ -60,10 +60,15 @@ def _title(item) -> str:
     return f"{title} [{callspec.id}]" if callspec is not None else title
 
 
+# Skips that come from the grading setup, the same for every student: no GPU,
+# no Triton, no matplotlib ("needs ..."), or a check that only the instructors'
+# edition can make (replay.py).
+SETUP_SKIPS = ("needs ", "not checked in the student edition")
+
+
 def _is_setup(item, reason: str) -> bool:
-    """A skip that comes from the grading setup, the same for every student
-    (no GPU, no Triton, no matplotlib), not from this run or this code."""
-    return item.get_closest_marker("gpu") is not None or reason.startswith("needs ")
+    """Is this skip the setup's (not this run's, not this code's)?"""
+    return item.get_closest_marker("gpu") is not None or reason.startswith(SETUP_SKIPS)
 
 
 def describe_failure(excinfo) -> str:

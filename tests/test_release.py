@@ -138,7 +138,10 @@ def test_the_edition_checks_stubs_and_solutions(edition, tmp_path):
     out = _edition_check(edition, sub)
     assert "FAIL" not in out, out
     total = re.search(r"Total: (\S+)/(\S+)", out)
-    assert total and total.group(1) == total.group(2) and float(total.group(2)) > 0
+    assert total and float(total.group(2)) > 0
+    # A timing test a busy machine cannot judge needs a regrade (its points stay
+    # in the maximum): full marks otherwise.
+    assert total.group(1) == total.group(2) or "NEEDS REGRADE" in out, out
     # fully replayed; ex08's traced decode is not: its tracer (probes/ex06.py)
     # counts a call's FLOPs and read bytes, ex06's task, so it runs when graded
     for exercise in ("ex01_by_hand", "ex02_mha", "ex03_gqa"):
