@@ -425,4 +425,6 @@ def test_independent_solutions_get_full_marks(tmp_path):
     assert not report.errors, report.errors
     bad = [(t.full_name, t.output) for t in report.tests if t.status == "failed"]
     assert not bad, bad
-    assert report.score == report.max_score > 0
+    # A timing test a busy machine could not judge needs a regrade, keeping its points.
+    regrade = sum(t.max_score for t in report.tests if t.status == "needs_regrade")
+    assert report.score == report.max_score - regrade and report.max_score > 0
