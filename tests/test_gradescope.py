@@ -124,9 +124,9 @@ def test_loose_modules(installed, tmp_path):
     scores = _scores(result.results)
     assert set(scores) == {"ex01_by_hand", "ex03_gqa"}
     assert all(got == most > 0 for got, most in scores.values()), scores
-    # staff's log: progress, what was found, the sandbox line; students see none of it
+    # staff's log: progress, what was found, the isolation line; students see none of it
     assert "exercise modules found: ex01_by_hand.py, ex02_mha.py, ex03_gqa.py" in result.log
-    assert "sandbox:" in result.log and "score " in result.log and "seed " in result.log
+    assert "isolation: " in result.log and "score " in result.log and "seed " in result.log
     assert "sandbox" not in json.dumps(result.results)
     seen = {t["visibility"] for t in result.results["tests"]}
     assert {"visible", "after_published"} <= seen <= {"visible", "after_published", "hidden"}

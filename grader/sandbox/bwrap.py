@@ -31,6 +31,7 @@ from grader.exercises import PACKAGE_DIR, REPO_DIR
 SANDBOX = "/sandbox"   # inside: submission/ (the worker's cwd) and runtime/
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
              "alternatives", "ssl/certs")
+TMPFS = ("/tmp", "/var/tmp", "/dev/shm")   # fresh and private in every sandbox
 TOP_LEVEL = ("usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin")
 _probe: tuple[bool, str] | None = None
 
@@ -48,6 +49,13 @@ def python_roots() -> list[Path]:
              str(Path(os.path.realpath(sys.executable)).parent.parent)}
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         names.add(sysconfig.get_path(key))
+    # Folders a .pth file adds (another environment's site-packages, say), as
+    # the worker's ``python -I`` sees them; never the grader's own checkout.
+    for entry in _isolated_sys_path():
+        path = Path(entry)
+        if path == REPO_DIR or REPO_DIR in path.parents or path in REPO_DIR.parents:
+            continue
+        names.add(entry)
     for name in sorted(names):
         for path in (Path(name), Path(os.path.realpath(name))):
             if path.is_dir() and str(path) != "/" and not _under_system(path):
@@ -58,6 +66,24 @@ def python_roots() -> list[Path]:
         if not any(path == o or o in path.parents for o in out):
             out.append(path)
     return out
+
+
+_sys_path: list[str] | None = None
+
+
+def _isolated_sys_path() -> list[str]:
+    """``sys.path`` of ``python -I`` with this interpreter (once per process)."""
+    global _sys_path
+    if _sys_path is None:
+        import json
+        try:
+            out = subprocess.run([sys.executable, "-I", "-c",
+                                  "import json, sys; print(json.dumps(sys.path))"],
+                                 capture_output=True, text=True, timeout=60, cwd="/")
+            _sys_path = [p for p in json.loads(out.stdout) if p]
+        except (OSError, ValueError, subprocess.SubprocessError):
+            _sys_path = []
+    return _sys_path
 
 
 def _under_system(path: Path) -> bool:
@@ -92,11 +118,16 @@ def command(staging: Path, argv: list[str], *, root: bool, tmpfs_bytes: int) -> 
     else:
         cmd += ["--unshare-all"]  # user namespace included; no network
     cmd += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    # First the fresh /proc, /dev and temp folders, so that a Python installed
+    # under /tmp (a test's virtual environment) is bound on top of them, not hidden.
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", "/var"]
+    for tmp in TMPFS:
+        cmd += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", tmp]
     roots = python_roots()
     # bubblewrap makes the folders above each mount point 0700 as root: the
     # worker's user, once switched, must pass through them.
-    above = {a for r in [*roots, Path(SANDBOX) / "x", Path("/etc/ssl/x"), Path("/var/x")]
-             for a in r.parents if str(a) != "/"}
+    above = {a for r in [*roots, Path(SANDBOX) / "x", Path("/etc/ssl/x")]
+             for a in r.parents if str(a) not in ("/", "/var", "/dev", *TMPFS)}
     for folder in sorted(above, key=lambda p: (len(p.parts), str(p))):
         cmd += ["--perms", "0755", "--dir", str(folder)]
     for top in TOP_LEVEL:
@@ -111,14 +142,11 @@ def command(staging: Path, argv: list[str], *, root: bool, tmpfs_bytes: int) -> 
         cmd += ["--ro-bind", str(path), str(path)]
     for path in secrets_inside(roots):
         cmd += ["--tmpfs", str(path)]
-    cmd += ["--proc", "/proc", "--dev", "/dev"]
     devices = gpu_devices()
     for dev in devices:
         cmd += ["--dev-bind", dev, dev]
     if devices:  # CUDA reads the PCI topology
         cmd += ["--ro-bind-try", "/sys", "/sys"]
-    for tmp in ("/tmp", "/var/tmp", "/dev/shm"):
-        cmd += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", tmp]
     cmd += ["--ro-bind", str(staging / "runtime"), f"{SANDBOX}/runtime",
             "--bind", str(staging / "submission"), f"{SANDBOX}/submission",
             "--chdir", SANDBOX, "--"]  # the worker enters submission/ as its own user
