@@ -113,3 +113,28 @@ def test_a_missing_module_keeps_the_maximum_and_the_import_error_is_kept(tmp_pat
     assert full.max_score == report.max_score == missing.max_score > 0
     assert "RuntimeError" in report.import_errors["ex03_gqa"]
     assert to_gradescope(report)["extra_data"]["import_errors"]["ex03_gqa"]
+
+
+def test_cgroups_of_a_killed_grader_are_removed_by_the_next(monkeypatch):
+    """A grader killed with kill -9 leaves its workers' empty cgroups; the next
+    grader on the machine removes them (and nothing of a living grader's)."""
+    import subprocess
+    import sys
+
+    from grader.sandbox import memcg
+    parent = memcg.base()[0]
+    if parent is None:
+        pytest.skip("no writable memory cgroup here")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    stale = parent / f"attn-grade-{dead}-0"
+    mine = memcg.MemoryCgroup(64 << 20)
+    stale.mkdir()
+    try:
+        monkeypatch.setattr(memcg, "_base", None)
+        assert memcg.base()[0] == parent
+        assert not stale.exists() and mine.path.exists()
+    finally:
+        mine.remove()
+        if stale.exists():
+            stale.rmdir()

@@ -94,7 +94,24 @@ def base() -> tuple[Path | None, str, str]:
     global _base
     if _base is None:
         _base = _find()
+        if _base[0] is not None:
+            _remove_stale(_base[0])
     return _base
+
+
+def _remove_stale(parent: Path) -> None:
+    """Remove the empty cgroups of graders that died without cleaning up (a
+    ``kill -9``): their names carry the dead grader's pid."""
+    for child in parent.glob("attn-grade-*-*"):
+        try:
+            pid = int(child.name.split("-")[2])
+        except (IndexError, ValueError):
+            continue
+        if not Path(f"/proc/{pid}").exists():
+            try:
+                child.rmdir()   # refused while a process is inside
+            except OSError:
+                pass
 
 
 class MemoryCgroup:
