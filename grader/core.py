@@ -124,6 +124,10 @@ class GradingPlugin:
                     self.workers[exercise].kill()
                 finally:
                     self._started[exercise].set()
+            # Live until close: a worker's parent-death signal (bubblewrap's
+            # --die-with-parent, the fallback's) fires when the thread that
+            # started it ends, not only when the grader dies.
+            self._closing.wait()
 
         self._starter = threading.Thread(target=run, name="attn-grade-prestart", daemon=True)
         self._starter.start()
