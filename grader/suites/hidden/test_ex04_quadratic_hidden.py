@@ -150,6 +150,9 @@ def test_time_fn_synchronizes_the_gpu(student):
     got, work = out["result"], out["work_s"]
     if isinstance(got, dict):
         raise Feedback(f"time_fn returned a {got['not_a_number']}; expected a float")
+    bad = timing.time_feedback(got, "time_fn of a stand-in GPU kernel")
+    if bad:  # NaN passes the check below: it would earn the point
+        raise Feedback(bad)
     if got < 0.5 * work:
         raise Feedback(
             f"time_fn returned {got:.3g} s for a GPU kernel that runs {work:.3g} s.\n"
