@@ -22,6 +22,8 @@ MISTAKES = {
     "softmax_over_queries": "the softmax ran over queries instead of keys",
     "softmax_unstable": "the softmax was not stabilized (subtract the max before exp): "
                         "large logits overflow to inf and give NaN",
+    "softmax_global_max": "the softmax subtracted the max of the whole array instead of each "
+                          "row's max: a row far below the others underflows to 0/0",
     "no_mask": "no causal mask was applied (queries can see later keys)",
     "diagonal_masked": "the causal mask also hides the diagonal (a query must see its own key)",
     "top_left_mask": "the causal mask is aligned to the top-left instead of the end "
@@ -88,6 +90,9 @@ def softmax(x, dim=-1, mistake=None) -> torch.Tensor:
     if mistake == "softmax_unstable":
         with torch.no_grad():
             e = torch.exp(x.float()).double()   # float32 exp overflows past ~88
+        return e / e.sum(dim=dim, keepdim=True)
+    if mistake == "softmax_global_max":
+        e = torch.exp(x - x.max())   # one shift for every row: low rows become 0/0
         return e / e.sum(dim=dim, keepdim=True)
     m = torch.amax(x, dim=dim, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))

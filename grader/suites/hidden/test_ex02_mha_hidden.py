@@ -70,10 +70,16 @@ def test_softmax_random(student, dtype):
 @pytest.mark.points(1)
 def test_softmax_large_logits(student):
     """softmax stays finite for logits of 1e4"""
-    x = np.array([[1e4, 0.0, -1e4], [1e4, 1e4 - 1.0, 5.0]])
+    # The last row sits 1e4 below the others: a shift by the whole array's max
+    # (not each row's) underflows it to 0/0.
+    x = np.array([[1e4, 0.0, -1e4], [1e4, 1e4 - 1.0, 5.0], [0.0, -1.0, -2.0]])
     check_close(student.softmax(x), ref.softmax(x), what="softmax of logits near 1e4",
                 atol=1e-9, rtol=1e-7,
-                mistakes=ref.mistakes_of(ref.softmax, SOFTMAX_MISTAKES, x))
+                mistakes=ref.mistakes_of(ref.softmax, SOFTMAX_MISTAKES + ["softmax_global_max"],
+                                         x),
+                hint="Shift each row by its own max (along axis, keepdims=True), not by one "
+                     "max of the whole array: a row far below the others underflows to 0/0.",
+                hint_where=np.array([[False], [False], [True]]))   # the row 1e4 below
 
 
 @pytest.mark.points(1)
