@@ -52,6 +52,17 @@ def test_no_repeated_kv(student, h, h_kv):
     """gqa_decode_attention never materializes K/V repeated per query head"""
     b, s, d = 2, 512, 64
     info = student.probe("ex06.trace", b, h, h_kv, s, d)
+    # The trace must have seen the work: any real decode reads K and V (fp16) in
+    # some op. Ops run out of the trace's sight (under torch's
+    # _disable_current_modes, say) would otherwise pass as "nothing repeated".
+    cache_bytes = 2 * (b * h_kv * s * d) * 2
+    seen = sum(o["read"] for o in info["ops"])
+    if seen < cache_bytes:
+        raise Feedback(
+            f"the grader's trace of gqa_decode_attention (B={b}, h={h}, h_kv={h_kv}, S={s}, "
+            f"d_head={d}, fp16) saw {seen:,} bytes read, less than K and V "
+            f"({cache_bytes:,} bytes): the work ran where PyTorch's dispatch cannot see it, "
+            "so the grader cannot check that K/V are not repeated. Use ordinary PyTorch ops.")
     big = rl.materialized(info["ops"], b * h * s * d)
     if big:
         names = ", ".join(sorted({o["op"] for o in big}))
