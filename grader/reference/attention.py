@@ -93,7 +93,9 @@ def softmax(x, dim=-1, mistake=None) -> torch.Tensor:
         return e / e.sum(dim=dim, keepdim=True)
     if mistake == "softmax_global_max":
         e = torch.exp(x - x.max())   # one shift for every row: low rows become 0/0
-        return e / e.sum(dim=dim, keepdim=True)
+        total = e.sum(dim=dim, keepdim=True)
+        # a solution that keeps the contract's empty rows at zero gives 0 there
+        return torch.where(total > 0, e / total, torch.zeros_like(e))
     m = torch.amax(x, dim=dim, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     e = torch.pow(2.0, x - m) if mistake == "softmax_base_2" else torch.exp(x - m)

@@ -14,7 +14,7 @@ MUTANTS = [
     Mutant("softmax_unstable", "m = np.where(np.isfinite(m), m, 0.0)", "m = np.zeros_like(m)",
            "not stabilized"),
     Mutant("softmax_global_max", "m = np.max(x, axis=axis, keepdims=True)",
-           "m = np.max(x, keepdims=True)", "each row by its own max"),
+           "m = np.max(x, keepdims=True)", "instead of each row's max"),
     Mutant("nan_on_empty_row", "return np.divide(e, s, out=np.zeros_like(e), where=s > 0)",
            "return e / s", "came out NaN (0/0)"),
     Mutant("diagonal_masked", MASK_TEST, "np.where(j < s_k - s_q + i, 0.0, -np.inf)",
