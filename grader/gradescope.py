@@ -23,6 +23,7 @@ the bundle into a fake ``autograder/source``, copy the upload into
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -117,6 +118,56 @@ def _exercises_from_env() -> list[str] | None:
     return names or None
 
 
+def _declared_student_id(folder: Path) -> str | None:
+    """``STUDENT_ID = "..."`` of the submission's ex01_by_hand.py, read as text
+    (parsed, never run: this is the grading process)."""
+    path = folder / "ex01_by_hand.py"
+    if not path.is_file() or path.is_symlink():
+        return None
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except (SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) \
+                and isinstance(node.value.value, str) \
+                and any(isinstance(t, ast.Name) and t.id == "STUDENT_ID" for t in node.targets):
+            return node.value.value
+    return None
+
+
+def submitter_id(root: Path, folder: Path) -> str | None:
+    """Exercise A's identifier for this upload, from Gradescope's
+    ``submission_metadata.json`` (its ``users``): the submitter's identifiers
+    (``sid``, ``email``) are what a STUDENT_ID may be.  One that matches the
+    module's STUDENT_ID is used; otherwise the field named by
+    ``ATTN_STUDENT_ID_FIELD`` (default ``email``; ``off`` leaves exercise A
+    to the module's own STUDENT_ID), so that a STUDENT_ID of someone else earns
+    nothing and one left unset is graded on the student's own variant."""
+    field = os.environ.get("ATTN_STUDENT_ID_FIELD", "email").strip() or "email"
+    if field == "off":
+        return None
+    from grader.variants import BadStudentId, normalize
+    try:
+        meta = json.loads((root / "submission_metadata.json").read_text())
+        users = [u for u in meta.get("users") or [] if isinstance(u, dict)]
+    except (OSError, ValueError, AttributeError):
+        return None
+    ids = [str(u[k]) for u in users for k in ("sid", "email") if u.get(k)]
+    declared = _declared_student_id(folder)
+
+    def same(a, b) -> bool:
+        try:
+            return normalize(a) == normalize(b)
+        except BadStudentId:
+            return False
+    for candidate in ids:
+        if declared is not None and same(candidate, declared):
+            return candidate
+    chosen = [str(u[field]) for u in users if u.get(field) and same(u[field], u[field])]
+    return chosen[0] if chosen else None
+
+
 def run(root: Path, isolation: str = "auto") -> dict:
     """Grade ``root/submission`` into ``root/results/results.json``; never raises
     for a bad submission."""
@@ -133,8 +184,10 @@ def run(root: Path, isolation: str = "auto") -> dict:
         with materialize(upload) as folder:
             modules = sorted(p.name for p in folder.glob("ex*.py"))
             _log(f"exercise modules found: {', '.join(modules) or 'none'}")
+            student_id = submitter_id(root, folder)
+            _log(f"exercise A graded for: {student_id or 'the module STUDENT_ID, if any'}")
             report = grade(folder, Options(suite="hidden", exercises=_exercises_from_env(),
-                                           isolation=isolation))
+                                           isolation=isolation, student_id=student_id))
         _log(f"isolation: {report.isolation_text}")
         for key, value in report.machine.items():
             _log(f"{key}: {value}")
