@@ -210,6 +210,13 @@ class Worker:
         env.update({k: str(v) for k, v in self.limits.env.items()})
         return env
 
+    def runtime_reach(self) -> str | None:
+        """Where the submission names the worker's runtime, if it does (cached)."""
+        if not hasattr(self, "_reach"):
+            from grader.sandbox.reach import runtime_reach
+            self._reach = runtime_reach(self.submission)
+        return self._reach
+
     def module_problem(self) -> StudentLoadError | None:
         """Why the module cannot be loaded at all (missing, or a link), if so."""
         path = self.submission / f"{self.module}.py"
@@ -424,6 +431,12 @@ def _call_text(name: str, args, kwargs) -> str:
     return f"{name}({', '.join(parts)})"
 
 
+def _student_edition() -> bool:
+    """The student edition has no hidden suites (grader.release)."""
+    from grader.exercises import SUITES_DIR
+    return not (SUITES_DIR / "hidden").is_dir()
+
+
 class StudentModule:
     """What a suite calls: ``student.softmax(x)``, ``student.SCORES``.
 
@@ -474,6 +487,13 @@ class StudentModule:
             raise
 
     def probe(self, name: str, *args, **kwargs):
+        reach = self._worker.runtime_reach()
+        if reach is not None:
+            # What the probe would measure could be forged (grader.sandbox.reach).
+            import pytest
+            pytest.skip(f"under review: the submission imports the grader's in-worker "
+                        f"runtime ({reach}), so what it measures here cannot be trusted; "
+                        "a person decides these points")
         try:
             return self._worker.request({"op": "probe", "name": name, "args": list(args),
                                          "kwargs": kwargs},
@@ -482,7 +502,9 @@ class StudentModule:
         except StudentRaised as exc:
             # The student edition ships some probes as stubs (grader.release's
             # GRADING_ONLY): the check that needs one is skipped there, said so.
-            if exc.raised.is_a("GradingOnly"):
+            # Only there: a class of that name raised by student code in the
+            # instructors' grader would otherwise shrink the test's maximum.
+            if exc.raised.is_a("GradingOnly") and _student_edition():
                 import pytest
                 pytest.skip(exc.raised.message)
             raise
