@@ -95,7 +95,7 @@ STUDENT_README = """\
 pip install -e . && attn-grade check         # check your exercises with the public tests
 ```
 
-Seven exercises on attention in transformers. Each module in `exercises/`
+Eight exercises on attention in transformers, and interview questions. Each module in `exercises/`
 states its task, shapes and conventions in its docstrings, and raises
 `NotImplementedError` (exercise A: constants set to `None`) where your work
 goes. Prefer notebooks? `notebooks/` has one per exercise, with a self-check
