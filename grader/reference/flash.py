@@ -66,6 +66,9 @@ FLASH_MISTAKES = {
     "ragged_tail_dropped": "the last, shorter tile of keys was skipped: when S_k is not a "
                            "multiple of block_size, the last tile holds the S_k % block_size "
                            "keys that remain",
+    "no_final_divide": "the output was never normalized: after the last tile, divide acc by "
+                       "l (acc / l is the attention output; acc alone is a sum of "
+                       "exp(score - m) * v)",
 }
 # Key-tile widths tried when naming the no-rescale mistake of a kernel whose
 # tile size is unknown.
@@ -218,8 +221,8 @@ def blockwise_reference(q, k, v, block_size: int, causal: bool = True, mistake=N
     """``blockwise_attention`` done right (or with one mistake), in float64 NumPy:
     ``q`` ``(..., S_q, d)``, ``k``/``v`` ``(..., S_k, d)``.  Step mistakes
     (``no_rescale``, ``no_rescale_l``, ``exp2_no_log2e``) go to
-    ``step_reference``; ``tile_local_cols`` and ``ragged_tail_dropped`` are
-    mistakes of the walk over the tiles."""
+    ``step_reference``; ``tile_local_cols``, ``ragged_tail_dropped`` and
+    ``no_final_divide`` are mistakes of the walk over the tiles."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     s_q, s_k, d_head = q.shape[-2], k.shape[-2], q.shape[-1]
     m = np.full(q.shape[:-1], -np.inf)                               # (..., S_q)
@@ -235,6 +238,8 @@ def blockwise_reference(q, k, v, block_size: int, causal: bool = True, mistake=N
                 np.arange(start, stop)
             scores = np.where(cols[None, :] <= rows, scores, -np.inf)
         m, l, acc = step_reference(m, l, acc, scores, v[..., start:stop, :], mistake)
+    if mistake == "no_final_divide":
+        return acc
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(l[..., None] > 0, acc / np.where(l > 0, l, 1.0)[..., None], 0.0)
 
@@ -242,7 +247,8 @@ def blockwise_reference(q, k, v, block_size: int, causal: bool = True, mistake=N
 def blockwise_mistakes(q, k, v, block_size: int, causal: bool = True) -> dict:
     """``{description: wrong answer}`` of ``blockwise_attention`` for the mistakes
     of the walk over tiles and of the online-softmax step (NumPy, float64)."""
-    names = ["no_rescale", "no_rescale_l", "exp2_no_log2e", "ragged_tail_dropped"]
+    names = ["no_rescale", "no_rescale_l", "exp2_no_log2e", "ragged_tail_dropped",
+             "no_final_divide"]
     if causal:
         names.append("tile_local_cols")
     return {describe(n): blockwise_reference(q, k, v, block_size, causal, n) for n in names}

@@ -53,6 +53,17 @@ MISTAKES = {
     "flops_double": "the FLOPs are off by a factor of 2 (a multiply-add is 2 FLOPs, once)",
     "intensity_no_q_o": "the absorbed queries' read and the latent outputs' write were left "
                         "out of the bytes",
+    "decode_position_s": "the query's default position was S, one past the newest cached "
+                         "token: the cache already holds the new token's entry, so the new "
+                         "token sits at position S - 1",
+    "cache_doubled": "the MLA cache was counted twice, as if it held a K and a V: it holds "
+                     "one latent and one RoPE key per token and layer, d_c + d_rope values",
+    "k_width_no_rope": "the K/V cache's K width left out d_rope: each cached K is "
+                       "d_nope + d_rope wide (with MHA or GQA its RoPE part is cached per "
+                       "head), so a K/V head holds d_nope + d_rope + d_v values per token",
+    "q_rope_position_zero": "the query's RoPE part was rotated at position 0 (its position "
+                            "was ignored): q_rope must be rotated at the query's own position, "
+                            "like k_rope at the key's, so that q . k sees their distance",
 }
 
 
@@ -126,7 +137,7 @@ def _attend(q_nope, q_rope, c_kv, k_rope, w_uk, w_uv, w_o, n_heads, *, causal, m
 
 def _queries(x, w_q, n_heads, d_nope, pos, rope_base, mistake):
     q = ref.split_heads(torch.einsum("bsd,qd->bsq", ref.t64(x), ref.t64(w_q)), n_heads)
-    if mistake == "rope_positions_unused":
+    if mistake in ("rope_positions_unused", "q_rope_position_zero"):
         pos = torch.zeros_like(pos)
     return q[..., :d_nope], ref.rope(q[..., d_nope:], pos, rope_base)
 
@@ -151,7 +162,8 @@ def decode(x_t, c_kv, k_rope, w_q, w_uk, w_uv, w_o, n_heads, *, position=None,
     """One decode step ``(B, 1, d)``: the new query against the whole given cache."""
     c_kv, k_rope = ref.t64(c_kv), ref.t64(k_rope)
     s = c_kv.shape[1]
-    pos = torch.tensor([float(s - 1 if position is None else position)], dtype=torch.float64)
+    default = s if mistake == "decode_position_s" else s - 1
+    pos = torch.tensor([float(default if position is None else position)], dtype=torch.float64)
     d_nope = ref.t64(w_uk).shape[0] // n_heads
     q_nope, q_rope = _queries(x_t, w_q, n_heads, d_nope, pos, rope_base, mistake)
     return _attend(q_nope, q_rope, c_kv, k_rope, w_uk, w_uv, w_o, n_heads,
@@ -161,14 +173,14 @@ def decode(x_t, c_kv, k_rope, w_q, w_uk, w_uv, w_o, n_heads, *, position=None,
 # -- the formulas -----------------------------------------------------------
 
 def cache_bytes(n_layers, d_c, d_rope, seq_len, batch=1, bytes_per_elem=2, mistake=None):
-    per_token = {"no_rope_key": d_c, "latent_as_k_and_v": 2 * d_c + d_rope}.get(
-        mistake, d_c + d_rope)
+    per_token = {"no_rope_key": d_c, "latent_as_k_and_v": 2 * d_c + d_rope,
+                 "cache_doubled": 2 * (d_c + d_rope)}.get(mistake, d_c + d_rope)
     elems = n_layers * per_token * seq_len * batch
     return elems if mistake == "bytes_per_elem_ignored" else elems * bytes_per_elem
 
 
 def cache_saving(n_kv_heads, d_nope, d_rope, d_v, d_c, mistake=None) -> float:
-    kv = n_kv_heads * (d_nope + d_rope + d_v)
+    kv = n_kv_heads * (d_nope + (0 if mistake == "k_width_no_rope" else d_rope) + d_v)
     mla = {"no_rope_key": d_c, "rope_key_per_head": d_c + n_kv_heads * d_rope}.get(
         mistake, d_c + d_rope)
     return mla / kv if mistake == "saving_inverted" else kv / mla

@@ -26,6 +26,9 @@ MISTAKES = {
     "causal_half": "the causal pairs were taken as s_q * s_k / 2; count them exactly "
                    "(the diagonal is kept, and s_q may be smaller than s_k)",
     "causal_ignored": "causal=True was ignored (all s_q * s_k pairs counted)",
+    "causal_no_diagonal": "the causal pairs left out the diagonal (only keys strictly "
+                          "before the query were counted); a query sees its own key too: "
+                          "query i sees s_k - s_q + i + 1 keys",
     "bytes_kv_all_heads": "K and V were counted with n_heads heads; they have n_kv_heads "
                           "(that is the point of GQA)",
     "bytes_no_output": "the output write was not counted (read Q, K, V once and write O once)",
@@ -33,6 +36,9 @@ MISTAKES = {
     "bytes_half": "the bytes are off by a factor of 2 (K and V are both read: "
                   "2 * n_kv_heads * s_k rows)",
     "bytes_per_elem_ignored": "bytes_per_elem was not used (the count is in elements)",
+    "bytes_per_elem_fixed_2": "bytes_per_elem was ignored: the count always used 2 bytes "
+                              "per element (right for fp16 only; multiply by the "
+                              "bytes_per_elem given)",
     # ex04
     "scores_no_batch": "the batch was left out of the score tensor's size",
     "scores_linear": "the score tensor grows like S, not S * S",
@@ -73,6 +79,9 @@ MISTAKES = {
     "intensity_float_bytes": "the intensity used 4 bytes per element; the default is 2 "
                              "(fp16)",
     "intensity_no_q_o": "the query read and the output write were left out of the bytes",
+    "softmax_over_group": "the softmax ran over the query heads of a group (dim -2 of the "
+                          "grouped (B, h_kv, h/h_kv, S) scores) instead of over the cached "
+                          "keys (dim -1)",
 }
 
 
@@ -102,6 +111,8 @@ def causal_pairs(s_q: int, s_k: int, mistake=None) -> int:
         return s_q * s_k // 2
     if mistake == "causal_ignored":
         return s_q * s_k
+    if mistake == "causal_no_diagonal":     # every query that sees a key loses its own
+        return causal_pairs(s_q, s_k) - min(s_q, s_k)
     n = min(s_q, s_k)
     return n * (n + 1) // 2 + n * (s_k - n)
 
@@ -121,6 +132,8 @@ def attention_bytes(batch, n_heads, n_kv_heads, s_q, s_k, d_head, bytes_per_elem
     elems = (q_rows + o_rows + kv_rows) * d_head
     if mistake == "bytes_per_elem_ignored":
         return elems
+    if mistake == "bytes_per_elem_fixed_2":
+        return elems * 2
     if mistake == "bytes_double":
         return 2 * elems * bytes_per_elem
     return elems * bytes_per_elem
@@ -207,10 +220,24 @@ def grouped(q, k, v, *, causal, mistake=None) -> torch.Tensor:
     reference), end-aligned causal mask."""
     h, h_kv = q.shape[1], k.shape[1]
     k64, v64 = ref.t64(k), ref.t64(v)
+    if mistake == "softmax_over_group":
+        return _softmax_over_group(q, k64, v64)
     if h != h_kv:
         k64 = ref.repeat_kv(k64, h // h_kv, mistake)
         v64 = ref.repeat_kv(v64, h // h_kv, mistake)
     return ref.attention(q, k64, v64, causal=causal, mistake=mistake)
+
+
+def _softmax_over_group(q, k64, v64) -> torch.Tensor:
+    """Grouped decode with the softmax over a group's query heads (dim -2 of
+    ``(B, h_kv, g, S)``) instead of over the keys: one decode query only."""
+    b, h, s_q, d = q.shape
+    h_kv = k64.shape[1]
+    if s_q != 1:
+        raise ValueError("the grouped layout holds one query position")
+    qg = ref.t64(q).reshape(b, h_kv, h // h_kv, d)                      # (B, h_kv, g, d)
+    scores = qg @ k64.transpose(-2, -1) / math.sqrt(d)                   # (B, h_kv, g, S)
+    return (torch.softmax(scores, dim=-2) @ v64).reshape(b, h, 1, d)
 
 
 def decode_with_cache(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, *, rope_base=10000.0,

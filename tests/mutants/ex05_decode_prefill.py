@@ -111,3 +111,16 @@ ONLY.update({"flops_causal_ignored": "attention_flops", "flops_factor_8": "atten
              "bytes_kv_once": "attention_bytes",
              "bound_swapped": "bound and not prefill_compute_bound",
              "prefill_scale_by_d": "prefill_attention"})
+
+# -- slips named since the outside review (issue 15)
+MUTANTS += [
+    Mutant("causal_pairs_no_diagonal",
+           "pairs = sum(min(s_k, max(0, s_k - s_q + i + 1)) for i in range(s_q))",
+           "pairs = sum(min(s_k, max(0, s_k - s_q + i)) for i in range(s_q))",
+           "left out the diagonal"),
+    # Right for fp16 only: named for what it is, not as "off by a factor of 2".
+    Mutant("bytes_fixed_2_per_elem", "return (q_and_o + k_and_v) * bytes_per_elem",
+           "return (q_and_o + k_and_v) * 2", "always used 2 bytes per element"),
+]
+ONLY.update({"causal_pairs_no_diagonal": "attention_flops",
+             "bytes_fixed_2_per_elem": "attention_bytes"})

@@ -84,3 +84,12 @@ ONLY["table_wrong_grouping"] = "intensity_table"
 ONLY.update({"intensity_flops_half": "decode_intensity",
              "intensity_float_bytes": "decode_intensity",
              "intensity_no_q_o": "decode_intensity"})
+
+# -- slips named since the outside review (issue 15)
+MUTANTS += [
+    Mutant("softmax_over_group",
+           "out = torch.softmax(scores, dim=-1) @ v_cache                           # (B, h_kv, g, d)",
+           "out = torch.softmax(scores, dim=-2) @ v_cache                           # (B, h_kv, g, d)",
+           "over the query heads of a group"),
+]
+ONLY["softmax_over_group"] = "gqa_decode_small or gqa_decode_every_grouping"

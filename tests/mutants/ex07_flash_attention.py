@@ -125,3 +125,16 @@ MUTANTS += [
 # sees them.  The other mistakes need not wait for it (half a minute of compiling).
 ONLY.update({m.name: "not compiles" for m in MUTANTS if m.name not in ONLY})
 ONLY.update({"kernel_global_read": "compiles", "kernel_dot_8_wide": "compiles"})
+
+# -- slips named since the outside review (issue 15)
+MUTANTS += [
+    Mutant("blockwise_no_final_divide",
+           "out = np.divide(acc, l[..., None], out=np.zeros_like(acc), where=l[..., None] > 0)",
+           "out = acc", "never normalized"),
+    # The same slip as numpy_rescale_acc_only, held to the public step test,
+    # which must name it at l (not only say "l is wrong").
+    Mutant("numpy_rescale_acc_only_public", "l_new = alpha * l + np.sum(p, axis=-1)",
+           "l_new = l + np.sum(p, axis=-1)", "rescales acc but not l"),
+]
+ONLY.update({"blockwise_no_final_divide": "blockwise",
+             "numpy_rescale_acc_only_public": "online_softmax_step_two_tiles"})

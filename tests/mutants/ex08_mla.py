@@ -83,3 +83,27 @@ MUTANTS += [
 ONLY.update({"cache_bytes_no_rope_key": "cache_bytes", "cache_saving_inverted": "cache_saving",
              "deepseek_bytes_no_rope_key": "deepseek_v3_constants",
              "deepseek_ratio_inverted": "deepseek_v3_constants"})
+
+# -- slips named since the outside review (issue 15)
+MUTANTS += [
+    Mutant("decode_default_position_s",
+           "pos = torch.tensor([s - 1 if position is None else int(position)]",
+           "pos = torch.tensor([s if position is None else int(position)]",
+           "default position was S"),
+    Mutant("cache_bytes_doubled",
+           "return n_layers * (d_c + d_rope) * seq_len * batch * bytes_per_elem",
+           "return 2 * n_layers * (d_c + d_rope) * seq_len * batch * bytes_per_elem",
+           "counted twice, as if it held a K and a V"),
+    Mutant("cache_saving_k_without_rope",
+           "return n_kv_heads * (d_nope + d_rope + d_v) / (d_c + d_rope)",
+           "return n_kv_heads * (d_nope + d_v) / (d_c + d_rope)",
+           "K width left out d_rope"),
+    Mutant("q_rope_at_position_0",
+           "return q[..., :d_nope], _rope(q[..., d_nope:], positions, rope_base)",
+           "return q[..., :d_nope], _rope(q[..., d_nope:], positions * 0, rope_base)",
+           "rotated at position 0"),
+]
+ONLY.update({"decode_default_position_s": "mla_decode_is_the_last_row",
+             "cache_bytes_doubled": "cache_bytes",
+             "cache_saving_k_without_rope": "cache_saving",
+             "q_rope_at_position_0": "mla_attention_small or mla_decode_is_the_last_row"})

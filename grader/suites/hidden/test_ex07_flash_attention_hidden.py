@@ -53,7 +53,8 @@ def _check_step(student, args, text):
              for name in STEP_MISTAKES}
     if not isinstance(got, (tuple, list)) or len(got) != 3:
         raise Feedback(f"online_softmax_step must return (m, l, acc), got {type(got).__name__}")
-    for i, name in enumerate(("m", "l", "acc")):
+    # acc before l: a step that rescales neither is named by its acc.
+    for i, name in ((0, "m"), (2, "acc"), (1, "l")):
         _on_case(text, lambda: check_close(
             got[i], want[i], what=f"the updated {name}", atol=STEP_TOL[0], rtol=STEP_TOL[1],
             mistakes={flash.describe(k): w[i] for k, w in wrong.items()}))

@@ -219,8 +219,8 @@ def test_mla_cache_bytes_hidden(student):
                  (60, 512, 64, 1, 1, 1)]:
         check_equal(student.mla_cache_bytes(*args), ref.cache_bytes(*args),
                     what=f"mla_cache_bytes{args}",
-                    mistakes=ref.mistakes_of(ref.cache_bytes, ["no_rope_key", "latent_as_k_and_v",
-                                                               "bytes_per_elem_ignored"], *args))
+                    mistakes=ref.mistakes_of(ref.cache_bytes, _public().CACHE_BYTES_MISTAKES,
+                                             *args))
     check_equal(student.mla_cache_bytes(61, 512, 64, 4096), ref.cache_bytes(61, 512, 64, 4096),
                 what="mla_cache_bytes(61, 512, 64, 4096) with default batch and bytes")
 
@@ -232,8 +232,7 @@ def test_mla_cache_saving_hidden(student):
                  (16, 64, 32, 64, 256)]:
         check_close(float(student.mla_cache_saving(*args)), ref.cache_saving(*args),
                     what=f"mla_cache_saving{args}", atol=0, rtol=1e-9,
-                    mistakes=ref.mistakes_of(ref.cache_saving, ["no_rope_key", "saving_inverted",
-                                                                "rope_key_per_head"], *args))
+                    mistakes=ref.mistakes_of(ref.cache_saving, _public().SAVING_MISTAKES, *args))
 
 
 @pytest.mark.points(2)

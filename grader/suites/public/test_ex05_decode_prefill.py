@@ -38,7 +38,8 @@ def test_attention_flops_small(student):
                     what=f"attention_flops(1, 1, 4, 4, 2, causal={causal})",
                     mistakes=rl.mistakes_of(rl.attention_flops,
                                             ["flops_half", "flops_double", "causal_half",
-                                             "causal_ignored"], *args, causal=causal))
+                                             "causal_ignored", "causal_no_diagonal"], *args,
+                                            causal=causal))
 
 
 @pytest.mark.points(1)
@@ -48,7 +49,8 @@ def test_attention_bytes_small(student):
     check_equal(student.attention_bytes(*args), rl.attention_bytes(*args),
                 what="attention_bytes(1, 1, 1, 4, 4, 2)",
                 mistakes=rl.mistakes_of(rl.attention_bytes,
-                                        ["bytes_no_output", "bytes_double", "bytes_half",
+                                        ["bytes_no_output", "bytes_per_elem_fixed_2",
+                                         "bytes_double", "bytes_half",
                                          "bytes_per_elem_ignored"], *args))
 
 

@@ -33,8 +33,9 @@ def decode_inputs(seed, b, h, h_kv, s, d, dtype=torch.float32):
 def check_gqa_decode(student, q, k, v):
     h, h_kv = q.shape[1], k.shape[1]
     mistakes = {}
-    for name in ("kv_tile", "no_scale", "softmax_over_queries"):
-        mistakes[ref.MISTAKES[name]] = rl.grouped(q, k, v, causal=True, mistake=name)
+    for name in ("kv_tile", "no_scale", "softmax_over_queries", "softmax_over_group"):
+        words = rl.MISTAKES.get(name) or ref.MISTAKES[name]
+        mistakes[words] = rl.grouped(q, k, v, causal=True, mistake=name)
     check_close(student.gqa_decode_attention(q, k, v), rl.grouped(q, k, v, causal=True),
                 what=f"gqa_decode_attention(q {tuple(q.shape)}, caches {tuple(k.shape)})",
                 atol=ATOL, rtol=RTOL,

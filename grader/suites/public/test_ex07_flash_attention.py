@@ -31,14 +31,20 @@ def test_online_softmax_step_two_tiles(student):
     m, l, acc = np.full(2, -np.inf), np.zeros(2), np.zeros((2, 4))
     got = student.online_softmax_step(m, l, acc, s1, v1)
     want = flash.step_reference(m, l, acc, s1, v1)
-    for name, g, w in zip(("m", "l", "acc"), got, want):
-        check_close(g, w, what=f"after the first tile, {name}", atol=1e-9, rtol=1e-7)
+    exp2 = flash.step_reference(m, l, acc, s1, v1, mistake="exp2_no_log2e")
+    for name, g, w, bad in zip(("m", "l", "acc"), got, want, exp2):
+        check_close(g, w, what=f"after the first tile, {name}", atol=1e-9, rtol=1e-7,
+                    mistakes={flash.describe("exp2_no_log2e"): bad})
     got = student.online_softmax_step(*want, s2, v2)
-    wrong = flash.step_reference(*want, s2, v2, mistake="no_rescale")
-    for name, g, w, bad in zip(("m", "l", "acc"), got, flash.step_reference(*want, s2, v2),
-                               wrong):
-        check_close(g, w, what=f"after the second tile, {name}", atol=1e-9, rtol=1e-7,
-                    mistakes={flash.describe("no_rescale"): bad} if name == "acc" else None)
+    # Each of m, l and acc is held to what each step mistake gives for it: a
+    # step that forgets to rescale l is named at l, not only at acc.  acc is
+    # checked before l: a step that rescales neither is named by its acc.
+    wrong = {flash.describe(n): flash.step_reference(*want, s2, v2, mistake=n)
+             for n in ("no_rescale", "no_rescale_l", "exp2_no_log2e")}
+    right = flash.step_reference(*want, s2, v2)
+    for i, name in ((0, "m"), (2, "acc"), (1, "l")):
+        check_close(got[i], right[i], what=f"after the second tile, {name}", atol=1e-9,
+                    rtol=1e-7, mistakes={d: bad[i] for d, bad in wrong.items()})
 
 
 @pytest.mark.points(1)

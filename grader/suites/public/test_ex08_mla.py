@@ -12,9 +12,13 @@ from grader.reference import mla_trace
 pytestmark = [pytest.mark.exercise("ex08_mla")]
 
 ATTENTION_MISTAKES = ["rope_on_latent", "scale_d_c", "scale_d_nope", "no_scale",
-                      "absorb_transposed", "rope_positions_unused"]
+                      "absorb_transposed", "rope_positions_unused", "q_rope_position_zero"]
 DECODE_MISTAKES = ["scale_d_c", "scale_d_nope", "no_scale", "absorb_transposed",
-                   "top_left_mask", "rope_positions_unused"]
+                   "top_left_mask", "rope_positions_unused", "q_rope_position_zero",
+                   "decode_position_s"]
+CACHE_BYTES_MISTAKES = ["no_rope_key", "latent_as_k_and_v", "cache_doubled",
+                        "bytes_per_elem_ignored"]
+SAVING_MISTAKES = ["no_rope_key", "saving_inverted", "rope_key_per_head", "k_width_no_rope"]
 # DeepSeek-V3's attention: 61 layers, 128 heads, d_c 512, d_rope 64, d_nope 128, d_v 128.
 V3 = dict(n_layers=61, n_heads=128, d_c=512, d_rope=64, d_nope=128, d_v=128)
 # The traced decode: widths all different, so a tensor's width says what it holds.
@@ -97,11 +101,9 @@ def test_deepseek_v3_constants(student):
     """DEEPSEEK_V3_MLA_BYTES_PER_TOKEN and DEEPSEEK_V3_MHA_OVER_MLA"""
     for name, want, wrong in [
             ("DEEPSEEK_V3_MLA_BYTES_PER_TOKEN", ref.cache_bytes(61, 512, 64, 1),
-             ref.mistakes_of(ref.cache_bytes, ["no_rope_key", "latent_as_k_and_v",
-                                               "bytes_per_elem_ignored"], 61, 512, 64, 1)),
+             ref.mistakes_of(ref.cache_bytes, CACHE_BYTES_MISTAKES, 61, 512, 64, 1)),
             ("DEEPSEEK_V3_MHA_OVER_MLA", ref.cache_saving(128, 128, 64, 128, 512),
-             ref.mistakes_of(ref.cache_saving, ["no_rope_key", "saving_inverted"],
-                             128, 128, 64, 128, 512))]:
+             ref.mistakes_of(ref.cache_saving, SAVING_MISTAKES, 128, 128, 64, 128, 512))]:
         value = getattr(student, name)
         if value is None:
             raise Feedback(f"not implemented yet: {name} is still None")
@@ -116,8 +118,7 @@ def check_formulas_at(student, s):
     check_equal(student.mla_cache_bytes(v["n_layers"], v["d_c"], v["d_rope"], s),
                 ref.cache_bytes(v["n_layers"], v["d_c"], v["d_rope"], s),
                 what=f"mla_cache_bytes(61, 512, 64, {s})",
-                mistakes=ref.mistakes_of(ref.cache_bytes, ["no_rope_key", "latent_as_k_and_v",
-                                                           "bytes_per_elem_ignored"],
+                mistakes=ref.mistakes_of(ref.cache_bytes, CACHE_BYTES_MISTAKES,
                                          v["n_layers"], v["d_c"], v["d_rope"], s))
     args = (v["n_heads"], s, v["d_c"], v["d_rope"])
     check_close(student.mla_decode_intensity(*args), ref.decode_intensity(*args),
