@@ -11,7 +11,8 @@ puts a first line on each downstream failure that names the same mistake:
 With ``deduct_once`` (an instructor's choice, ``--deduct-once``) those
 downstream failures keep their points: their answer is exactly what the
 named mistake gives, so they fail only because of it.  The report's notes
-say which tests kept their points.
+say which tests kept their points, and the formats show each as passed with
+that note ("KEPT" in the text table), not as a failure at full score.
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def attribute(report: Report, called: dict[int, list[str]], *,
             first = FOLLOWS.format(where=where, side="above" if p_root < pos else "below",
                                    mistake=mistake)
             if deduct_once:
-                t.score = t.max_score
+                t.score, t.kept = t.max_score, True
                 first += " " + KEPT
             t.output = f"{first}\n{t.output}"
             followers.append(t)

@@ -6,7 +6,7 @@ import json
 from click.testing import CliRunner
 
 from grader.cli import main
-from grader.report import FAILED, PASSED, Report, to_text
+from grader.report import FAILED, PASSED, Report, to_gradescope, to_junit, to_text
 from grader.report import TestResult as Result  # not "Test*": pytest would collect it
 from grader.rootcause import attribute
 from tests.conftest import SOLUTIONS, failures, grade_dir
@@ -59,6 +59,36 @@ def test_deduct_once_keeps_the_points_of_downstream_failures_and_says_which():
     assert report.notes[0] in to_text(report)
 
 
+def test_a_kept_test_is_shown_as_passed_with_its_reason_not_as_a_failure():
+    report, called = _report()
+    attribute(report, called, deduct_once=True)
+    mha = report.tests[3]
+    assert mha.kept and not any(t.kept for t in report.tests if t is not mha)
+    # Text: a row of its own kind, never "FAIL" at full score.
+    rows = [line.split() for line in to_text(report).splitlines() if line.startswith("  ")]
+    marks = {r[0]: r[-1] for r in rows if r[1:-1] == ["test", "mha"]}
+    assert marks == {"KEPT": "2/2"}
+    # Gradescope: passed, the output saying why (the root cause named upstream).
+    entry = next(e for e in to_gradescope(report)["tests"] if e["name"].endswith("test mha"))
+    assert entry["status"] == "passed" and entry["score"] == entry["max_score"]
+    assert entry["output"].startswith(f"This follows from the attention mistake named above "
+                                      f"({AXIS}). It keeps its points (--deduct-once)")
+    # The other failures stay failures.
+    statuses = [e["status"] for e in to_gradescope(report)["tests"]]
+    assert statuses == ["passed", "failed", "failed", "passed", "failed", "failed"]
+    # JUnit: no <failure> for it, and one fewer failure counted.
+    junit = to_junit(report)
+    assert 'failures="4"' in junit
+    case = junit[junit.index('name="test mha"'):]
+    case = case[:case.index("</testcase>")]
+    assert "<failure" not in case and "It keeps its points" in case
+    # Without --deduct-once the same test is a plain failure everywhere.
+    plain, called = _report()
+    attribute(plain, called)
+    assert not any(t.kept for t in plain.tests)
+    assert [e["status"] for e in to_gradescope(plain)["tests"]].count("failed") == 5
+
+
 def _softmax_axis_submission(tmp_path):
     sub = tmp_path / "submission"
     sub.mkdir()
@@ -104,6 +134,7 @@ def test_deduct_once_is_wired_through_grade_and_batch(tmp_path):
     assert result.exit_code == 0, result.output
     assert "--deduct-once: 2 test(s) kept their points" in result.output
     assert "It keeps its points (--deduct-once)" in result.output
+    assert sum(line.startswith("  KEPT ") for line in result.output.splitlines()) == 2
     folder = tmp_path / "class"
     (folder / "alice").mkdir(parents=True)
     (folder / "alice" / "ex02_mha.py").write_text((sub / "ex02_mha.py").read_text())
@@ -119,5 +150,5 @@ def test_deduct_once_is_wired_through_grade_and_batch(tmp_path):
         scores.append(data["score"])
     assert data["deduct_once"] is True
     kept = [t for t in data["tests"] if "It keeps its points" in t["output"]]
-    assert kept and all(t["score"] == t["max_score"] for t in kept)
+    assert kept and all(t["score"] == t["max_score"] and t["status"] == "passed" for t in kept)
     assert scores[1] == scores[0] + sum(t["max_score"] for t in kept)

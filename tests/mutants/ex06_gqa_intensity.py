@@ -88,8 +88,8 @@ ONLY.update({"intensity_flops_half": "decode_intensity",
 # -- slips named since the outside review (issue 15)
 MUTANTS += [
     Mutant("softmax_over_group",
-           "out = torch.softmax(scores, dim=-1) @ v_cache                           # (B, h_kv, g, d)",
-           "out = torch.softmax(scores, dim=-2) @ v_cache                           # (B, h_kv, g, d)",
+           "out = torch.softmax(scores, dim=-1) @ v_cache",
+           "out = torch.softmax(scores, dim=-2) @ v_cache",
            "over the query heads of a group"),
 ]
 ONLY["softmax_over_group"] = "gqa_decode_small or gqa_decode_every_grouping"
