@@ -1,6 +1,6 @@
 """The reference Triton kernel against PyTorch's attention backends.
 
-Prints forward TFLOP/s of ``grader/reference/flash.py``'s kernel (autotuned)
+Prints forward TFLOP/s of ``grader/reference/secret/flash.py``'s kernel (autotuned)
 and of every backend of ``torch.nn.functional.scaled_dot_product_attention``
 that runs the inputs (cuDNN, FlashAttention-2, memory-efficient), on the
 same inputs in the same run, and the ratio of the reference to the best
@@ -14,7 +14,7 @@ pointer kernel elsewhere; ``--variants`` times both apart.
 
 FLOPs: two matmuls of 2 * S_q * S_k * d_head each per (batch, head), so
 4 * B * h * S_q * S_k * d_head; causal masks skip about half of the (query,
-key) pairs and count half (``grader.reference.flash.attention_flops``).
+key) pairs and count half (``grader.reference.secret.flash.attention_flops``).
 Timing: fresh random inputs for every call, L2 flushed before it, the whole
 device synchronized around it, the median of ``--repeats`` calls, the
 contenders alternating (``grader/sandbox/probes/ex07.py``'s ``time_call``).
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-    from grader.reference import flash
+    from grader.reference.secret import flash
     from grader.sandbox.probes import ex07 as probe
     if not flash.HAS_TRITON:
         print(f"bench_flash.py {flash.NEEDS_TRITON}", file=sys.stderr)

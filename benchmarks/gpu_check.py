@@ -144,7 +144,7 @@ def worker_launch(smoke: bool) -> dict:
 # -- 3 -----------------------------------------------------------------------------------
 def _kernels(smoke: bool) -> dict:
     """name -> flash_attention-like callable (trusted code, loaded here)."""
-    from grader.reference import flash
+    from grader.reference.secret import flash
     from grader.sandbox.probes.gpu_compile import load_for_gpu
     import torch
     if smoke:
@@ -175,7 +175,7 @@ def _autotune_quietly(smoke):
 def correctness(smoke: bool) -> dict:
     import torch
 
-    from grader.reference import flash
+    from grader.reference.secret import flash
     dev = "cpu" if smoke else "cuda"
     shapes = SMOKE_SHAPES if smoke else GPU_SHAPES
     dtypes = ["float32"] if smoke else ["float16", "bfloat16"]
@@ -235,7 +235,7 @@ def _inputs(b, h, s, d, dtype, dev, seed=0):
 def reference_configs(smoke: bool) -> dict:
     import torch
 
-    from grader.reference import flash
+    from grader.reference.secret import flash
     dev = "cpu" if smoke else "cuda"
     b, h, s, d = (1, 2, 32, 16) if smoke else (4, 32, 4096, 128)
     dtype = torch.float32 if smoke else torch.bfloat16
@@ -266,7 +266,7 @@ def speed(smoke: bool) -> dict:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-    from grader.reference import flash
+    from grader.reference.secret import flash
     dev = "cpu" if smoke else "cuda"
     b, h, d = (1, 2, 16) if smoke else (4, 32, 128)
     dtype = torch.float32 if smoke else torch.bfloat16
@@ -336,7 +336,8 @@ def flash_attention(q, k, v, *, causal=True, sm_scale=None):
 
 
 def grader_verdict(smoke: bool) -> dict:
-    from grader.reference import flash, flash_speed
+    from grader.reference import flash_speed
+    from grader.reference.secret import flash
     from grader.sandbox.client import Limits, StudentModule
     env = {"TRITON_INTERPRET": "1"} if smoke else {}
     limits = Limits(call_timeout=600, env=env)

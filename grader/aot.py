@@ -15,8 +15,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 KERNEL_FILES = {  # name: (file, how flash_attention is called to pick the kernel)
-    "reference/pointers": ("grader/reference/flash.py", {"variant": "pointers"}),
-    "reference/descriptors": ("grader/reference/flash.py", {"variant": "descriptors"}),
+    "reference/pointers": ("grader/reference/secret/flash.py", {"variant": "pointers"}),
+    "reference/descriptors": ("grader/reference/secret/flash.py", {"variant": "descriptors"}),
     "solution": ("solutions/ex07_flash_attention.py", {}),
 }
 CAPABILITIES = (80, 90)

@@ -1,7 +1,7 @@
 """``attn-grade calibrate``: measure this GPU and write ex07's speed tiers for it.
 
 ex07's speed grade is the ratio of the student's TFLOP/s to the reference
-kernel's (``grader/reference/flash.py``), both measured in the same run.
+kernel's (``grader/reference/secret/flash.py``), both measured in the same run.
 What ratio a reasonable kernel reaches depends on the GPU model, so the
 thresholds are measured per model, here, and kept in
 ``grader/data/gpu_thresholds.json``:
@@ -69,7 +69,7 @@ def measure(repeats: int, seed: int = 0, cases=None, device: str = "cuda") -> di
     tests this code."""
     import torch
 
-    from grader.reference import flash
+    from grader.reference.secret import flash
     from grader.sandbox.probes import ex07 as probe
 
     dev = torch.device(device)
@@ -131,7 +131,7 @@ def calibrate(out, repeats, dry_run):
     """Measure this GPU and write ex07's speed tiers for its model."""
     import torch
 
-    from grader.reference import flash
+    from grader.reference.secret import flash
     if not torch.cuda.is_available():
         raise click.UsageError("calibrate measures a GPU, and this machine has no CUDA device.")
     if not flash.HAS_TRITON:

@@ -21,6 +21,9 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_DIR = PACKAGE_DIR.parent
+# Secret by place: every module in this folder stays with the instructors (the
+# student edition gets a replay module in its stead) and no worker may read it.
+SECRET_REFERENCE_DIR = PACKAGE_DIR / "reference" / "secret"
 SUITES_DIR = PACKAGE_DIR / "suites"
 CONTRACT_PATH = PACKAGE_DIR / "contract.json"
 

@@ -23,8 +23,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from grader.exercises import PACKAGE_DIR, REPO_DIR
-from grader.replay import SECRET_MODULES, Recorder
+from grader.exercises import PACKAGE_DIR, REPO_DIR, SECRET_REFERENCE_DIR
+from grader.replay import Recorder
 
 PACKAGE_NAME = "attn-course-student"
 # Files of the grader package that stay with instructors.
@@ -85,7 +85,7 @@ include = ["grader*"]
 
 [tool.setuptools.package-data]
 grader = ["contract.json", "suites/pytest.ini", "suites/*/*.py", "suites/*.py",
-          "sandbox/probes/*.py", "reference/recorded.bin", "data/*.json"]
+          "sandbox/probes/*.py", "reference/secret/recorded.bin", "data/*.json"]
 """
 
 STUDENT_README = """\
@@ -181,8 +181,10 @@ def _copy_package(dest: Path) -> None:
             skip |= INSTRUCTOR_ONLY & set(names)
         if folder == PACKAGE_DIR / "suites":
             skip.add("hidden")
-        if folder == PACKAGE_DIR / "reference":
-            skip |= {f"{m}.py" for m in SECRET_MODULES}
+        if folder == SECRET_REFERENCE_DIR:
+            # secret as a whole: every file here stays out (replay modules
+            # are written in their stead by record_public_answers)
+            skip |= set(names)
         return skip
 
     shutil.copytree(PACKAGE_DIR, dest, ignore=ignore)
@@ -272,7 +274,7 @@ def build(out: Path, install: str | None = None, git: bool = False) -> Path:
         (out / "exercises" / f"{name}.py").write_text(text)
     write_notebooks(out / "notebooks", stubs, install or DEFAULT_INSTALL)
     _copy_package(out / "grader")
-    record_public_answers(out / "grader" / "reference")
+    record_public_answers(out / "grader" / "reference" / "secret")
     (out / "pyproject.toml").write_text(STUDENT_PYPROJECT.format(name=PACKAGE_NAME))
     table = "\n".join(f"| `{e.name}` | {e.title} |" for e in EXERCISES.values()
                       if e.name in stubs)

@@ -1,11 +1,13 @@
 """Record and replay the secret references, for the student edition.
 
-The public suites compare a student's answers with ``grader.reference``
-modules, which are as good as solutions and stay out of the student edition.
+The public suites compare a student's answers with the ``grader.reference.secret``
+modules, which are as good as solutions and stay out of the student edition:
+every module in that folder is secret because of where it is, not because a
+list names it.
 At release time the public suites are run on the solutions with every
 function of those modules wrapped by a recorder: each call's arguments are
 digested and its result stored (as plain data, ``codec.pack``).  In the
-student edition, ``grader/reference/<module>.py`` is a small replay module:
+student edition, ``grader/reference/secret/<module>.py`` is a small replay module:
 its functions look their answer up by the same digest.  A call that was
 never recorded (one made only for a wrong answer, or on data measured on the
 student's machine) skips its test with a message: the hidden grade still
@@ -24,7 +26,18 @@ import numpy as np
 
 from grader.sandbox import codec
 
-SECRET_MODULES = ("attention", "by_hand", "roofline", "flash", "mla", "questions")
+from grader.exercises import SECRET_REFERENCE_DIR
+
+SECRET_PACKAGE = "grader.reference.secret"
+
+
+def secret_modules(folder: Path = SECRET_REFERENCE_DIR) -> tuple[str, ...]:
+    """The short names of the secret reference modules: every module in the
+    secret folder (an author adds one by putting it there, nothing else)."""
+    return tuple(sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__"))
+
+
+SECRET_MODULES = secret_modules()
 # Module constants computed where the edition runs, never recorded.
 LIVE_CONSTANTS = {
     "flash": {"HAS_TRITON": "__import__('importlib').util.find_spec('triton') is not None"},
@@ -115,7 +128,7 @@ class Recorder:
 
     def __enter__(self):
         for short in SECRET_MODULES:
-            mod = importlib.import_module(f"grader.reference.{short}")
+            mod = importlib.import_module(f"{SECRET_PACKAGE}.{short}")
             for name, fn in list(_public_functions(mod)):
                 self._saved.append((mod, name, fn))
                 setattr(mod, name, self._wrap(short, name, fn))
@@ -130,8 +143,10 @@ class Recorder:
         """Write the recorded calls and each replay module into ``folder``."""
         folder.mkdir(parents=True, exist_ok=True)
         (folder / RECORD_FILE).write_bytes(codec.pack(self.calls))
+        (folder / "__init__.py").write_text(
+            '"""Replayed answers of the instructors\' references (student edition)."""\n')
         for short in SECRET_MODULES:
-            mod = importlib.import_module(f"grader.reference.{short}")
+            mod = importlib.import_module(f"{SECRET_PACKAGE}.{short}")
             live = LIVE_CONSTANTS.get(short, {})
             names = sorted(name for name, _ in _public_functions(mod))
             constants = _constants(mod, live)
@@ -146,7 +161,7 @@ def _shipped_imports(mod) -> dict:
     """{name: module} of what a secret module takes from a module that ships
     (judging code it re-exports): the replay module imports those for real."""
     out = {}
-    secret = {f"grader.reference.{m}" for m in SECRET_MODULES}
+    secret = {f"{SECRET_PACKAGE}.{m}" for m in SECRET_MODULES}
     for name, value in vars(mod).items():
         origin = getattr(value, "__module__", None)
         if name.startswith("_") or not origin or origin == mod.__name__:
@@ -191,7 +206,7 @@ def replay_constants(short: str, packed_hex: str) -> dict:
 
 @functools.lru_cache(maxsize=1)
 def _recorded() -> dict:
-    path = Path(__file__).resolve().parent / "reference" / RECORD_FILE
+    path = SECRET_REFERENCE_DIR / RECORD_FILE
     if not path.is_file():
         return {}
     # NumPy arrays in place of tensors until a suite imports PyTorch: the
@@ -214,7 +229,7 @@ def replay_function(short: str, name: str):
         value = calls[key]
         return _fresh(value)
     replayed.__name__ = replayed.__qualname__ = name
-    replayed.__module__ = f"grader.reference.{short}"
+    replayed.__module__ = f"{SECRET_PACKAGE}.{short}"
     return replayed
 
 

@@ -23,8 +23,9 @@ from grader import calibrate as cal
 from grader.cli import main
 from grader.exercises import EXERCISES
 from grader.feedback import Feedback
-from grader.reference import attention as att
-from grader.reference import flash, flash_speed
+from grader.reference.secret import attention as att
+from grader.reference import flash_speed
+from grader.reference.secret import flash
 from grader.sandbox.client import Limits, StudentModule, Worker
 from tests.conftest import REPO, copy_solutions, grade_dir
 from tests.mutants import all_mutants
@@ -296,7 +297,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from grader.cli import main
 from grader.core import Options, grade
-from grader.reference import flash
+from grader.reference.secret import flash
 assert not flash.HAS_TRITON
 report = grade(Path(sys.argv[1]), Options(exercises=["ex02_mha", "ex07_flash_attention"]))
 help_ok = CliRunner().invoke(main, ["--help"]).exit_code == 0
@@ -332,7 +333,7 @@ def test_only_ex07_imports_triton():
     """Triton has no macOS or Windows wheels: only ex07's own files may import it.
 
     (PyTorch imports Triton by itself where it is installed; that is guarded.)"""
-    ours = {"grader/reference/flash.py", "grader/sandbox/probes/ex07.py",
+    ours = {"grader/reference/secret/flash.py", "grader/sandbox/probes/ex07.py",
             "grader/sandbox/probes/gpu_compile.py"}    # ex07 only, imports lazily
     offenders = []
     for folder in ("grader", "solutions", "exercises"):

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from grader.feedback import Feedback
-from grader.reference import flash, flash_speed
+from grader.reference import flash_speed
+from grader.reference.secret import flash
 from grader.sandbox.client import Limits, StudentModule
 from tests.conftest import copy_solutions
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from grader.reference import flash
+from grader.reference.secret import flash
 from tests.conftest import REPO
 
 

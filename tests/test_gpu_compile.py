@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.reference import flash
+from grader.reference.secret import flash
 
 pytestmark = pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)
 

@@ -128,7 +128,7 @@ def test_carry_forward_costs_only_the_first_wrong_step(tmp_path):
     sub.mkdir()
     # SCORES wrong (every entry doubled) and every later step done right from it.
     import numpy as np
-    from grader.reference import by_hand
+    from grader.reference.secret import by_hand
     scores = (by_hand.Q @ by_hand.K.T) * 2
     answers = {"SCORES": scores}
     for step in by_hand.STEPS[1:]:

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from grader import replay
 from grader.cli import main
 from grader.gradescope import validate_results
-from grader.reference import questions as qref
+from grader.reference.secret import questions as qref
 from grader.report import to_gradescope, to_text
 from tests.conftest import EXERCISES_DIR, SOLUTIONS, failures, grade_dir
 

@@ -55,7 +55,7 @@ def solution_lines():
 
 def reference_lines():
     for short in SECRET_MODULES:
-        path = PACKAGE_DIR / "reference" / f"{short}.py"
+        path = PACKAGE_DIR / "reference" / "secret" / f"{short}.py"
         tree = ast.parse(path.read_text())
         lines = path.read_text().splitlines()
         for node in ast.walk(tree):
@@ -75,7 +75,7 @@ def public_by_design(edition) -> str:
     the edition (stubs, notebooks, README, replay modules) and that no secret
     module ships.  The working logic of each task is searched for everywhere
     by ``test_no_working_logic_of_a_task_in_the_edition``."""
-    replayed = {edition / "grader" / "reference" / f"{m}.py" for m in SECRET_MODULES}
+    replayed = {edition / "grader" / "reference" / "secret" / f"{m}.py" for m in SECRET_MODULES}
     paths = list((REPO / "exercises").glob("*.py")) + \
         [p for p in (edition / "grader").rglob("*.py") if p not in replayed]
     return "\n".join(p.read_text() for p in paths)
@@ -108,7 +108,7 @@ def test_no_hidden_test_names_in_the_edition(edition):
     assert not (edition / "grader" / "suites" / "hidden").exists()
     assert not (edition / "solutions").exists() and not (edition / "tests").exists()
     for short in SECRET_MODULES:
-        text = (edition / "grader" / "reference" / f"{short}.py").read_text()
+        text = (edition / "grader" / "reference" / "secret" / f"{short}.py").read_text()
         assert "replay_function" in text and "def " not in text
 
 
@@ -155,7 +155,7 @@ def test_the_edition_prints_variants_but_holds_no_answer_of_them_or_the_question
     """Students get their exercise-A inputs; the answers, for any identifier, and
     the questions' key stay with the instructors."""
     from grader import replay
-    from grader.reference import questions as qref
+    from grader.reference.secret import questions as qref
     from grader.sandbox import codec
     from grader.variants import inputs_for
 
@@ -165,7 +165,7 @@ def test_the_edition_prints_variants_but_holds_no_answer_of_them_or_the_question
     assert proc.returncode == 0, proc.stderr
     assert inputs_for("alice").text() in proc.stdout
     assert (edition / "grader" / "variants.py").is_file()
-    replayed = (edition / "grader" / "reference" / "questions.py").read_text()
+    replayed = (edition / "grader" / "reference" / "secret" / "questions.py").read_text()
     packed = re.search(r"replay_constants\('questions', '([0-9a-f]+)'\)", replayed).group(1)
     shipped = codec.unpack(bytes.fromhex(packed))
     assert shipped["FORMS"] == qref.FORMS and "_KEY" not in shipped

@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from grader.cli import main
-from grader.reference import by_hand, cases
+from grader.reference import cases
+from grader.reference.secret import by_hand
 from grader.variants import COMMON, BadStudentId, inputs_for, normalize
 from tests.conftest import copy_solutions, failures, grade_dir
 

@@ -1,6 +1,6 @@
 """ex07's speed grade: the clock in the grading process, the reference in a worker of its own.
 
-The student's kernel and the reference kernel (``grader/reference/flash.py``)
+The student's kernel and the reference kernel (``grader/reference/secret/flash.py``)
 each run in their own worker on the same GPU; nothing of the reference is
 ever in the student's process, and nothing the student's process does can
 move the clock:
@@ -95,7 +95,7 @@ class LockedWorker(Worker):
 @contextlib.contextmanager
 def reference_side(limits: Limits):
     """A trusted worker holding the reference kernel (a copy of flash.py)."""
-    from grader.reference import flash
+    from grader.reference.secret import flash
     folder = Path(tempfile.mkdtemp(prefix="ex07-reference-"))
     shutil.copyfile(flash.__file__, folder / f"{REFERENCE_MODULE}.py")
     worker = LockedWorker(folder, REFERENCE_MODULE, limits)

@@ -2,7 +2,7 @@
 
 Judging code, not an answer: it ships with the student edition, where the
 public suite reads the trace of the student's own calls.  The ideal counts
-it compares with come in as arguments (from ``grader.reference.mla``).
+it compares with come in as arguments (from ``grader.reference.secret.mla``).
 
 The intensity is measured per cached token: two calls whose caches differ by
 ``dS`` tokens, same weights and new token.  The difference of their FLOPs and

@@ -14,7 +14,7 @@ import pytest
 
 from grader import variants
 from grader.feedback import Feedback, matching_mistake
-from grader.reference import by_hand
+from grader.reference.secret import by_hand
 from grader.sandbox.client import StudentError
 
 pytestmark = [pytest.mark.exercise("ex01_by_hand"), pytest.mark.hidden]

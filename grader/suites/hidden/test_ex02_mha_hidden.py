@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from grader.feedback import TOLERANCES, Feedback, check_close, expect_raises, named_mistake
-from grader.reference import attention as ref
+from grader.reference.secret import attention as ref
 from grader.reference.cases import heads, mha_case, rng_for
 
 pytestmark = [pytest.mark.exercise("ex02_mha"), pytest.mark.hidden]

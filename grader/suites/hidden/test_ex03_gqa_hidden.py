@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal, expect_raises
-from grader.reference import attention as ref
+from grader.reference.secret import attention as ref
 from grader.reference.cases import mha_case, rng_for
 
 pytestmark = [pytest.mark.exercise("ex03_gqa"), pytest.mark.hidden]

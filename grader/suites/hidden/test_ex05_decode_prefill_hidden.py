@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
-from grader.reference import roofline as rl
+from grader.reference.secret import roofline as rl
 from grader.reference.cases import case_seed
 
 pytestmark = [pytest.mark.exercise("ex05_decode_prefill"), pytest.mark.hidden]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from grader.feedback import Feedback, check_close, expect_raises
-from grader.reference import roofline as rl
+from grader.reference.secret import roofline as rl
 from grader.reference.cases import case_seed
 
 pytestmark = [pytest.mark.exercise("ex06_gqa_intensity"), pytest.mark.hidden]

@@ -4,7 +4,7 @@ Without CUDA every test here is "not run: needs a GPU" (worth nothing; under
 ``attn-grade grade --require-gpu`` a failure instead).
 
 Speed is graded as a ratio, never in seconds: the student's kernel and the
-reference kernel (``grader/reference/flash.py``) run in two workers on the
+reference kernel (``grader/reference/secret/flash.py``) run in two workers on the
 same GPU, on the same fresh inputs, alternating, and the clock is in the
 grading process (``grader/reference/flash_speed.py``).  The ratio of their
 TFLOP/s earns tiers whose thresholds come, per GPU model, from
@@ -18,7 +18,7 @@ import torch
 
 from grader.calibrate import tiers_for
 from grader.feedback import Feedback
-from grader.reference import flash
+from grader.reference.secret import flash
 from grader.reference.cases import rng_for
 
 pytestmark = [pytest.mark.exercise("ex07_flash_attention"), pytest.mark.hidden,

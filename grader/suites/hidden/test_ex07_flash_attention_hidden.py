@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from grader.feedback import Feedback, check_close
-from grader.reference import flash
+from grader.reference.secret import flash
 from grader.reference.cases import rng_for
 
 pytestmark = [pytest.mark.exercise("ex07_flash_attention"), pytest.mark.hidden,

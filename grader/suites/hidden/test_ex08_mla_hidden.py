@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal, expect_raises
-from grader.reference import mla as ref
+from grader.reference.secret import mla as ref
 from grader.reference import mla_trace
 from grader.reference.cases import case_seed, rng_for
 

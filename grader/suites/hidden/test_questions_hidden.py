@@ -11,7 +11,7 @@ import math
 import pytest
 
 from grader.feedback import Feedback
-from grader.reference import questions as qref
+from grader.reference.secret import questions as qref
 
 pytestmark = [pytest.mark.exercise("questions"), pytest.mark.hidden]
 

@@ -6,7 +6,7 @@ import torch
 
 from grader import measure
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
-from grader.reference import mla as ref
+from grader.reference.secret import mla as ref
 from grader.reference import mla_trace
 
 pytestmark = [pytest.mark.exercise("ex08_mla")]

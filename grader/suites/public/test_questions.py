@@ -8,7 +8,7 @@ import math
 import pytest
 
 from grader.feedback import Feedback
-from grader.reference import questions as forms
+from grader.reference.secret import questions as forms
 
 pytestmark = [pytest.mark.exercise("questions")]
 

@@ -2,7 +2,7 @@
 
 Written apart from ``solutions/ex08_mla.py``: float64, the explicit form
 only (every head's K and V rebuilt, which is fine for a reference), built on
-``grader.reference.attention``.  Decode is the last row of the explicit form
+``grader.reference.secret.attention``.  Decode is the last row of the explicit form
 over the cache, never the absorbed algebra, so that a mistake in the
 absorption cannot hide in the reference too.  As in the other references,
 each function has a ``mistake=`` switch reproducing one known wrong answer,
@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from grader.reference import attention as ref
+from grader.reference.secret import attention as ref
 
 MISTAKES = {
     "rope_on_latent": "RoPE was applied to the latent c_kv. The latent must stay free of "

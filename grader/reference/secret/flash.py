@@ -45,7 +45,7 @@ SUPPORTED_D_HEAD = (16, 32, 64, 128)
 # kernels' qk_scale argument (a kernel may not read a plain Python global).
 LOG2E = 1.4426950408889634
 
-# Mistakes of ex07 beyond those of grader.reference.attention.MISTAKES.
+# Mistakes of ex07 beyond those of grader.reference.secret.attention.MISTAKES.
 FLASH_MISTAKES = {
     "no_rescale": "the online softmax does not rescale the accumulator: when a tile raises "
                   "the row maximum from m to m_new, acc (and l) must be multiplied by "
@@ -54,7 +54,7 @@ FLASH_MISTAKES = {
                        "(-inf - -inf); shift by 0 while the row maximum is still -inf, and "
                        "give rows that see no key a zero output",
     "sm_scale_ignored": "the sm_scale argument was ignored (1/sqrt(d_head) was used instead)",
-    "kv_tile": None,  # the same words as grader.reference.attention's
+    "kv_tile": None,  # the same words as grader.reference.secret.attention's
     "no_rescale_l": "the online softmax rescales acc but not l: when a tile raises the row "
                     "maximum from m to m_new, the running sum l must be multiplied by "
                     "exp(m - m_new) too",
@@ -77,7 +77,7 @@ CANDIDATE_TILES = (16, 32, 64, 128)
 
 def describe(name: str) -> str:
     """The feedback words for mistake ``name``."""
-    from grader.reference.attention import MISTAKES  # lazily: see the docstring
+    from grader.reference.secret.attention import MISTAKES  # lazily: see the docstring
     return FLASH_MISTAKES.get(name) or MISTAKES[name]
 
 
@@ -117,7 +117,7 @@ def reference(q, k, v, causal: bool = True, sm_scale=None, mistake=None,
     """Exact attention in float64: ``q`` ``(B, h, S_q, d)``, ``k``/``v`` ``(B, h_kv, S_k, d)``.
 
     ``mistake`` reproduces one wrong answer (see ``FLASH_MISTAKES`` and
-    ``grader.reference.attention.MISTAKES``); ``no_rescale`` takes the tile
+    ``grader.reference.secret.attention.MISTAKES``); ``no_rescale`` takes the tile
     width as ``mistake=("no_rescale", block_n)``.  ``device`` (default: the
     input's) and ``chunk`` (query rows at a time) keep long sequences within
     memory.  Returns a float64 tensor on the CPU.

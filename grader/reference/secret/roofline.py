@@ -1,7 +1,7 @@
 """Independent references for exercises D-F: counting, timing fits, roofline.
 
 Written apart from ``solutions/`` (closed forms where the solutions loop,
-float64 attention from ``grader.reference.attention``).  As there, each
+float64 attention from ``grader.reference.secret.attention``).  As there, each
 function has a ``mistake=`` switch reproducing one known wrong answer, and
 ``MISTAKES`` says what the feedback calls it.
 """
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from grader.reference import attention as ref
+from grader.reference.secret import attention as ref
 
 MISTAKES = {
     # counting
