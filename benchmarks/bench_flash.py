@@ -17,7 +17,7 @@ FLOPs: two matmuls of 2 * S_q * S_k * d_head each per (batch, head), so
 key) pairs and count half (``grader.reference.secret.flash.attention_flops``).
 Timing: fresh random inputs for every call, L2 flushed before it, the whole
 device synchronized around it, the median of ``--repeats`` calls, the
-contenders alternating (``grader/sandbox/probes/ex07.py``'s ``time_call``).
+contenders alternating (``grader/sandbox/probes/ex07_flash_attention.py``'s ``time_call``).
 A benchmark, not a test: it needs CUDA and prints a table.
 """
 from __future__ import annotations
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     from grader.reference.secret import flash
-    from grader.sandbox.probes import ex07 as probe
+    from grader.sandbox.probes import ex07_flash_attention as probe
     if not flash.HAS_TRITON:
         print(f"bench_flash.py {flash.NEEDS_TRITON}", file=sys.stderr)
         return 2

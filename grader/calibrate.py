@@ -13,7 +13,7 @@ thresholds are measured per model, here, and kept in
 * the best backend of PyTorch's ``scaled_dot_product_attention`` is timed
   on the same inputs too, for the record (the reference should reach 0.9x).
 
-Timing is that of the grader (``grader/sandbox/probes/ex07.py``): fresh
+Timing is that of the grader (``grader/sandbox/probes/ex07_flash_attention.py``): fresh
 inputs for every call, L2 flushed, the device synchronized around each
 call, medians of ``--repeats`` calls, the two kernels alternating.  This
 runs trusted code only, in this process; it needs CUDA and Triton.
@@ -70,7 +70,7 @@ def measure(repeats: int, seed: int = 0, cases=None, device: str = "cuda") -> di
     import torch
 
     from grader.reference.secret import flash
-    from grader.sandbox.probes import ex07 as probe
+    from grader.sandbox.probes import ex07_flash_attention as probe
 
     dev = torch.device(device)
     flush = torch.empty(probe.FLUSH_BYTES // 4, dtype=torch.int32, device=dev) \

@@ -10,7 +10,7 @@ tools (release, Gradescope bundle, GPU calibration).
 
 Grading-only code: a few of the grader's own helpers are working answers to
 student tasks (``measure.time_call`` is a ``time_fn``, ``timing.lsq_slope`` a
-``loglog_slope``, ``probes/ex06.py`` counts the bytes an op reads, as
+``loglog_slope``, ``probes/ex06_gqa_intensity.py`` counts the bytes an op reads, as
 ``measure_intensity`` must).  ``GRADING_ONLY`` names them; the edition ships
 each as a stub that raises ``GradingOnly``, a pytest skip: the public check
 that needs one says "not checked in the student edition" and runs when
@@ -32,9 +32,9 @@ INSTRUCTOR_ONLY = {"release.py", "gradescope.py", "calibrate.py"}
 # Grader code that is a working answer to a student task: {file under
 # grader/: functions}, None for the whole module.  Shipped as stubs.
 GRADING_ONLY = {
-    "measure.py": ("time_call",),               # ex04's time_fn
-    "reference/timing.py": ("lsq_slope",),      # ex04's loglog_slope
-    "sandbox/probes/ex06.py": None,             # ex06's byte counting
+    "measure.py": ("time_call",),                       # ex04's time_fn
+    "reference/timing.py": ("lsq_slope",),              # ex04's loglog_slope
+    "sandbox/probes/ex06_gqa_intensity.py": None,       # ex06's byte counting
 }
 GRADING_ONLY_NOTE = ("not checked in the student edition: this check needs grader code "
                      "that would answer an exercise (the graded run has it)")

@@ -112,7 +112,7 @@ def test_flops_formula():
 def test_reference_kernel(reference, shape, variant):
     b, h, h_kv, s_q, s_k, d, causal = shape
     q, k, v = _qkv(b, h, h_kv, s_q, s_k, d, seed=1)
-    got = reference.probe("ex07.run_kernel", q, k, v, causal=causal, sm_scale=0.4,
+    got = reference.probe("ex07_flash_attention.run_kernel", q, k, v, causal=causal, sm_scale=0.4,
                           variant=variant)
     atol, rtol = flash.tolerance("float32", "cpu")
     assert torch.allclose(got.double(), flash.reference(q, k, v, causal, 0.4),
@@ -122,7 +122,7 @@ def test_reference_kernel(reference, shape, variant):
 @needs_triton
 def test_reference_kernel_fixed_config(reference):
     q, k, v = _qkv(1, 2, 1, 70, 50, 32, seed=2)
-    got = reference.probe("ex07.run_kernel", q, k, v, causal=True,
+    got = reference.probe("ex07_flash_attention.run_kernel", q, k, v, causal=True,
                           config={"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4,
                                  "num_stages": 2})
     assert torch.allclose(got.double(), flash.reference(q, k, v, True), atol=2e-5, rtol=2e-4)
@@ -132,7 +132,7 @@ def test_reference_kernel_fixed_config(reference):
 @needs_triton
 def test_trace_of_the_solution_is_clean(solution):
     q, k, v = _qkv(1, 4, 1, 16, 96, 32)
-    res = solution.probe("ex07.run_checked", q, k, v, causal=True, on="cpu")
+    res = solution.probe("ex07_flash_attention.run_checked", q, k, v, causal=True, on="cpu")
     assert res["launches"] and all(x["in_submission"] for x in res["launches"])
     assert res["forbidden"] == {} and sum(res["compute_ops"].values()) <= 2
     assert [b[1] for b in res["buffers"]] == [q.numel()]          # the output only
@@ -201,7 +201,7 @@ def test_cheats_are_named(tmp_path, cheat):
     student = _student(tmp_path)
     try:
         q, k, v = _qkv(1, 1, 1, 8, 8, 16)
-        res = student.probe("ex07.run_checked", q, k, v, causal=False, on="cpu")
+        res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=False, on="cpu")
     finally:
         student._worker.close()
     with pytest.raises(Feedback, match=expect):
@@ -333,7 +333,7 @@ def test_only_ex07_imports_triton():
     """Triton has no macOS or Windows wheels: only ex07's own files may import it.
 
     (PyTorch imports Triton by itself where it is installed; that is guarded.)"""
-    ours = {"grader/reference/secret/flash.py", "grader/sandbox/probes/ex07.py",
+    ours = {"grader/reference/secret/flash.py", "grader/sandbox/probes/ex07_flash_attention.py",
             "grader/sandbox/probes/gpu_compile.py"}    # ex07 only, imports lazily
     offenders = []
     for folder in ("grader", "solutions", "exercises"):

@@ -46,9 +46,9 @@ class FakeSide:
         self.seed = None
 
     def probe(self, name, *args, run_kernel=True, on=None, **kwargs):
-        if name == "ex07.speed_prepare":
+        if name == "ex07_flash_attention.speed_prepare":
             return {"variant": "pointers", "gpu": "Fake GPU"}
-        if name == "ex07.speed_run":
+        if name == "ex07_flash_attention.speed_run":
             case, n, seed = args
             self.seed = seed
             self.clock.now += n * self.draw_s + (n * self.call_s if run_kernel
@@ -56,7 +56,7 @@ class FakeSide:
             return {"n": n, "own_file": "ex07_flash_attention.py",
                     "launched_files": dict(self.files), "kernels": ["_k"],
                     "forbidden": dict(self.forbidden)}
-        if name == "ex07.speed_collect":
+        if name == "ex07_flash_attention.speed_collect":
             picks, rows = args
             self.clock.now += self.collect_s
             return [{"rows": self.answer(self.seed, i, rows), "shape": [1, 2, 20, 16],

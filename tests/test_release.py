@@ -142,7 +142,7 @@ def test_the_edition_checks_stubs_and_solutions(edition, tmp_path):
     # A timing test a busy machine cannot judge needs a regrade (its points stay
     # in the maximum): full marks otherwise.
     assert total.group(1) == total.group(2) or "NEEDS REGRADE" in out, out
-    # fully replayed; ex08's traced decode is not: its tracer (probes/ex06.py)
+    # fully replayed; ex08's traced decode is not: its tracer (probes/ex06_gqa_intensity.py)
     # counts a call's FLOPs and read bytes, ex06's task, so it runs when graded
     for exercise in ("ex01_by_hand", "ex02_mha", "ex03_gqa"):
         block = out.split(exercise, 1)[1].split("\nex0", 1)[0]

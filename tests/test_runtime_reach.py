@@ -10,11 +10,11 @@ from tests.conftest import copy_solutions, grade_dir
 
 
 @pytest.mark.parametrize("line", [
-    "import probes.ex06",
-    "from probes import ex06",
+    "import probes.ex06_gqa_intensity",
+    "from probes import ex06_gqa_intensity",
     "import codec",
-    "import importlib; importlib.import_module('probes.ex06')",
-    "import sys; t = sys.modules['probes.ex06']",
+    "import importlib; importlib.import_module('probes.ex06_gqa_intensity')",
+    "import sys; t = sys.modules['probes.ex06_gqa_intensity']",
     "__import__('probes')",
 ])
 def test_reaching_into_the_runtime_is_found(tmp_path, line):
@@ -34,7 +34,8 @@ def test_ordinary_modules_are_not_flagged(tmp_path):
 def test_a_forging_submission_needs_review_where_probes_measured(tmp_path):
     sub = copy_solutions(tmp_path / "sub", ["ex06_gqa_intensity"])
     path = sub / "ex06_gqa_intensity.py"
-    path.write_text(path.read_text() + "\nimport probes.ex06 as _tracer  # could patch it\n")
+    path.write_text(path.read_text()
+                    + "\nimport probes.ex06_gqa_intensity as _tracer  # could patch it\n")
     report = grade_dir(sub, ["ex06_gqa_intensity"])
     review = [t for t in report.tests if t.status == NEEDS_REGRADE]
     assert review and all("under review" in t.output and "line" in t.output for t in review)

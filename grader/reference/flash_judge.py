@@ -1,6 +1,6 @@
 """Judging a traced call of ex07's ``flash_attention`` (grading process only).
 
-The probe in the worker (``probes/ex07.py``) records what happened during
+The probe in the worker (``probes/ex07_flash_attention.py``) records what happened during
 the call; these checks turn that record into feedback.  Judging code, not an
 answer: it ships with the student edition.
 """

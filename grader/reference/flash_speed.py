@@ -5,7 +5,7 @@ each run in their own worker on the same GPU; nothing of the reference is
 ever in the student's process, and nothing the student's process does can
 move the clock:
 
-* the grading process times the round trip of one ``ex07.speed_run``
+* the grading process times the round trip of one ``ex07_flash_attention.speed_run``
   request (``calls`` calls on fresh inputs drawn from a seed sent with the
   request, then a full synchronize) to each worker, alternating which goes
   first, round after round;
@@ -13,7 +13,7 @@ move the clock:
   trip of a request that only draws the inputs (measured on the trusted
   side, so a student cannot inflate it);
 * after each round the grader picks calls and output rows at random and
-  asks both workers for them (``ex07.speed_collect``): a wrong, cached or
+  asks both workers for them (``ex07_flash_attention.speed_collect``): a wrong, cached or
   replayed output fails, and a collect that takes much longer than the
   reference's (outputs computed after the clock stopped, or a skipped
   synchronize whose work the copy then waits for) fails too;
@@ -146,27 +146,31 @@ def measure(student, reference, cases, *, calls: int = CALLS, rounds: int = 7,
     fingerprint = getattr(worker, "fingerprint", None)
     own_file = f"{getattr(worker, 'module', 'ex07_flash_attention')}.py"
     for case in cases:
-        info = reference.probe("ex07.speed_prepare", case, seed=rng.randrange(1 << 30), on=on)
-        student.probe("ex07.speed_prepare", case, seed=rng.randrange(1 << 30), on=on)
+        info = reference.probe("ex07_flash_attention.speed_prepare", case,
+                               seed=rng.randrange(1 << 30), on=on)
+        student.probe("ex07_flash_attention.speed_prepare", case,
+                      seed=rng.randrange(1 << 30), on=on)
         before = fingerprint() if fingerprint else ""
         gpu, variant = info["gpu"], info["variant"]
         variants.add(variant)
         overhead = statistics.median(
-            _timed(reference, clock, "ex07.speed_run", case, calls, rng.randrange(1 << 30),
-                   run_kernel=False, on=on)[0] for _ in range(3))
+            _timed(reference, clock, "ex07_flash_attention.speed_run", case, calls,
+                   rng.randrange(1 << 30), run_kernel=False, on=on)[0] for _ in range(3))
         t_student, t_ref, errors, problems, collect = [], [], [], [], []
         for r in range(rounds):
             draw = rng.randrange(1 << 30)       # the same fresh inputs for both sides
             order = [("student", student), ("reference", reference)]
             seconds, runs = {}, {}
             for name, side in (order if r % 2 == 0 else order[::-1]):
-                seconds[name], runs[name] = _timed(side, clock, "ex07.speed_run", case, calls,
-                                                   draw, on=on)
+                seconds[name], runs[name] = _timed(side, clock, "ex07_flash_attention.speed_run",
+                                                   case, calls, draw, on=on)
             problems += _launch_problems(runs["student"], own_file)
             chosen = sorted(rng.sample(range(calls), min(picks, calls)))
             rows_at = sorted(rng.sample(range(case["s_q"]), min(rows, case["s_q"])))
-            c_s, got = _timed(student, clock, "ex07.speed_collect", chosen, rows_at)
-            c_r, want = _timed(reference, clock, "ex07.speed_collect", chosen, rows_at)
+            c_s, got = _timed(student, clock, "ex07_flash_attention.speed_collect",
+                              chosen, rows_at)
+            c_r, want = _timed(reference, clock, "ex07_flash_attention.speed_collect",
+                               chosen, rows_at)
             collect.append([c_s, c_r])
             worst = 0.0
             if not isinstance(got, list) or len(got) != len(want):

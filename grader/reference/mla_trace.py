@@ -1,4 +1,4 @@
-"""Judging an op-level trace of ex08's ``mla_decode`` (from ``probes/ex08.py``).
+"""Judging an op-level trace of ex08's ``mla_decode`` (from ``probes/ex08_mla.py``).
 
 Judging code, not an answer: it ships with the student edition, where the
 public suite reads the trace of the student's own calls.  The ideal counts

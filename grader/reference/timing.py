@@ -3,7 +3,7 @@
 Pure functions of the data a probe returns, so that they can be tested
 without a machine: given one attempt of a student's scaling run, each length
 bracketed by two control runs of the grader's own naive attention (see
-``probes.ex04.scaling_run``), say whether it passes,
+``probes.ex04_quadratic.scaling_run``), say whether it passes,
 fails for a reason that noise cannot explain, or cannot be judged because the
 machine was too noisy.  The rules never fail a correct submission because of
 noise: noise can only ever lead to a retry or to "not graded".
@@ -30,7 +30,7 @@ SLEEP_TRIES = 5
 # slopes rise above that, for everyone at once: a 20 ms call is preempted
 # by the other processes more often than a 1 ms one (with 3-4 busy
 # processes per core the control measured 3.0-3.4).  The control is measured
-# at the same moments as the student's times (``probes.ex04.scaling_run``
+# at the same moments as the student's times (``probes.ex04_quadratic.scaling_run``
 # interleaves them length by length), so such a run is still judged, against
 # the slope the machine showed then.
 CONTROL_RANGE = (1.4, 4.0)
@@ -101,7 +101,7 @@ def _ms(t: float) -> str:
 
 
 def judge_scaling(seq_lens, attempt: dict, repeats_hint: int = 5) -> Verdict:
-    """Judge one attempt from ``probes.ex04.scaling_run``."""
+    """Judge one attempt from ``probes.ex04_quadratic.scaling_run``."""
     seq_lens = [int(s) for s in seq_lens]
     if "bad_result" in attempt:
         return Verdict(FAIL, "measure_scaling must return a dict {S: seconds}, got a "

@@ -1,4 +1,4 @@
-"""Adding up an op-level trace of ex06's decode attention (from probes/ex06.py).
+"""Adding up an op-level trace of ex06's decode attention (from probes/ex06_gqa_intensity.py).
 
 Judging code, not an answer: it ships with the student edition, where the
 public suite reads the trace of the student's own call.

@@ -22,7 +22,8 @@ def _names_runtime(node: ast.AST) -> bool:
     if isinstance(node, ast.ImportFrom):
         return node.level == 0 and (node.module or "").split(".")[0] in RUNTIME_MODULES
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        # importlib.import_module("probes.ex06"), sys.modules["probes"], __import__(...);
+        # importlib.import_module("probes.ex06_gqa_intensity"), sys.modules["probes"],
+        # __import__(...);
         # "codec" and "worker" are everyday words as strings: only their imports count
         return node.value.split(".")[0] == "probes" and \
             node.value.replace(".", "").replace("_", "").isalnum()

@@ -577,7 +577,7 @@ def _launch_descriptors(q, k, v, causal, sm_scale):
 # The checks of a traced call ship with the student edition (they judge the
 # student's own call, not an answer): grader/reference/flash_judge.py.  This
 # module's source is also loaded alone in a worker to time the reference
-# kernel (probes/ex07.py), where the judging code is neither present nor needed.
+# kernel (probes/ex07_flash_attention.py), where the judging code is neither present nor needed.
 try:
     from grader.reference.flash_judge import (GPU_TOLERANCES,  # noqa: E402,F401
                                               MAX_COMPUTE_OPS, check_authentic,
@@ -588,7 +588,7 @@ except ImportError:  # inside a worker
 
 
 def judge_speed(result: dict) -> dict:
-    """Ratios of TFLOP/s (student / reference) from ``ex07.benchmark``'s answer.
+    """Ratios of TFLOP/s (student / reference) from ``ex07_flash_attention.benchmark``'s answer.
 
     Raises ``Feedback`` if any timed call came back wrong (each is checked
     against the reference's output on the same inputs).  Returns the

@@ -5,5 +5,5 @@ to a student function) or runs it with ``student.probe("<module>.<function>",
 ...)``, which calls ``function(student_module, ...)`` in the worker.  Probes
 measure or trace what the student's code does; their answers are data and
 are checked in the grading process.  One module per exercise
-(``probes/ex04.py``, ...) plus ``common.py``.
+(``probes/ex04_quadratic.py``, ...) plus ``common.py``.
 """

@@ -16,7 +16,7 @@ and no driver: Triton lowers to PTX and its bundled ``ptxas`` assembles it.
   nothing launches and no GPU is needed; autotuned kernels are expanded into
   every configuration the autotuner would try.
 
-Imports nothing of the grader: it runs in a worker (``probes.ex07``) as well
+Imports nothing of the grader: it runs in a worker (``probes.ex07_flash_attention``) as well
 as in tests and benchmarks.  Needs Triton, and its kernels must be real
 ``JITFunction`` s: import the kernel's module without ``TRITON_INTERPRET=1``.
 """

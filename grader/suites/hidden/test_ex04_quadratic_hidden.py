@@ -74,7 +74,7 @@ def test_time_fn_warms_up(student):
     pub = _public()
     delays = [0.25, 0.25, 0.02]
     for _ in range(timing.SLEEP_TRIES):
-        run = student.probe("ex04.run_timer", delays, warmup=2, repeats=3)
+        run = student.probe("ex04_quadratic.run_timer", delays, warmup=2, repeats=3)
         check_calls(run, 2, 3, "time_fn(f, warmup=2, repeats=3)")
         got = pub.timer_result(run, "time_fn(f, warmup=2, repeats=3)", 0.02)
         overrun = run["wall"] - (0.25 + 0.25 + 3 * 0.02)
@@ -98,7 +98,7 @@ def test_time_fn_takes_the_median(student):
     pub = _public()
     delays = [0.0, 0.02, 0.06, 0.06, 0.3, 0.06]
     for _ in range(timing.SLEEP_TRIES):
-        run = student.probe("ex04.run_timer", delays, warmup=1, repeats=5)
+        run = student.probe("ex04_quadratic.run_timer", delays, warmup=1, repeats=5)
         check_calls(run, 1, 5, "time_fn(f, warmup=1, repeats=5)")
         got = pub.timer_result(run, "time_fn(f, warmup=1, repeats=5)", 0.02)
         overrun = run["wall"] - sum(delays)
@@ -119,7 +119,7 @@ def test_time_fn_takes_the_median(student):
 @pytest.mark.points(1)
 def test_time_fn_passes_arguments(student):
     """time_fn passes args and kwargs to fn, and keeps warmup/repeats"""
-    run = student.probe("ex04.run_timer", [0.0], warmup=1, repeats=2, call_args=[3, 4],
+    run = student.probe("ex04_quadratic.run_timer", [0.0], warmup=1, repeats=2, call_args=[3, 4],
                         call_kwargs={"scale": 2.0})
     check_calls(run, 1, 2, "time_fn(fn, 3, 4, warmup=1, repeats=2, scale=2.0)")
     for call in run["seen"]:
@@ -143,7 +143,7 @@ def test_time_fn_synchronizes_the_gpu(student):
     # No GPU here: a stand-in whose work completes after the call returns,
     # unless the timer synchronizes.  A correct timer can only measure more
     # than the work (noise lengthens it), never less.
-    out = student.probe("ex04.time_standin_gpu", 0.05)
+    out = student.probe("ex04_quadratic.time_standin_gpu", 0.05)
     if "unsupported" in out:
         pytest.skip("not graded: the synchronization could not be checked without a GPU "
                     f"({out['unsupported']}); a GPU grader checks it")
@@ -165,7 +165,7 @@ def test_time_fn_synchronizes_the_gpu(student):
 
 def check_sync_on_cuda(student):
     for _ in range(3):
-        out = student.probe("ex04.time_cuda")
+        out = student.probe("ex04_quadratic.time_cuda")
         got, kernel = out["result"], out["kernel_s"]
         if isinstance(got, dict):
             raise Feedback(f"time_fn returned a {got['not_a_number']}; expected a float")
@@ -232,7 +232,7 @@ def test_max_naive_seq_len_hidden(student):
 def test_plot_scaling_hidden(student):
     """plot_scaling draws the given data on log-log axes"""
     pairs = [[128, 0.0004], [256, 0.0017], [512, 0.0069], [1024, 0.031], [2048, 0.14]]
-    out = student.probe("ex04.plot", pairs, "hidden.png")
+    out = student.probe("ex04_quadratic.plot", pairs, "hidden.png")
     if out.get("no_matplotlib"):
         pytest.skip("needs matplotlib on the grading machine (pip install matplotlib)")
     if not out["exists"]:

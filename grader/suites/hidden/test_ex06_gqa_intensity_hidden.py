@@ -51,7 +51,7 @@ def test_gqa_decode_rejects_bad_shapes(student):
 def test_no_repeated_kv(student, h, h_kv):
     """gqa_decode_attention never materializes K/V repeated per query head"""
     b, s, d = 2, 512, 64
-    info = student.probe("ex06.trace", b, h, h_kv, s, d)
+    info = student.probe("ex06_gqa_intensity.trace", b, h, h_kv, s, d)
     # The trace must have seen the work: any real decode reads K and V (fp16) in
     # some op. Ops run out of the trace's sight (under torch's
     # _disable_current_modes, say) would otherwise pass as "nothing repeated".
@@ -88,7 +88,7 @@ CASES = [
 @pytest.mark.timeout_s(120)
 def test_measure_intensity_is_counted(student, case):
     """measure_intensity agrees with the grader's count of the same call"""
-    out = student.probe("ex06.intensity_run", case["n_heads"], case["n_kv_heads"],
+    out = student.probe("ex06_gqa_intensity.intensity_run", case["n_heads"], case["n_kv_heads"],
                         case["seq_len"], case["d_head"], case["batch"])
     want = [[case["batch"], case["n_heads"], 1, case["d_head"]],
             [case["batch"], case["n_kv_heads"], case["seq_len"], case["d_head"]]]
@@ -103,7 +103,7 @@ def test_measure_intensity_is_counted(student, case):
 @pytest.mark.timeout_s(120)
 def test_intensity_table_hidden(student):
     """intensity_table on hidden heads and lengths: counted, and rising with h / h_kv"""
-    _public().check_table(student.probe("ex06.table_run", 16, [1, 4, 16], 2048, 64),
+    _public().check_table(student.probe("ex06_gqa_intensity.table_run", 16, [1, 4, 16], 2048, 64),
                           16, (1, 4, 16), 2048, 64)
 
 

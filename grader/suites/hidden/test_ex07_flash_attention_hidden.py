@@ -1,7 +1,7 @@
 """Hidden tests for ex07_flash_attention: every tile size, ragged shapes, proof of work.
 
 The NumPy parts are checked for any tile width, fully masked tiles included.
-``flash_attention`` is called through the ``ex07.run_checked`` probe: on the
+``flash_attention`` is called through the ``ex07_flash_attention.run_checked`` probe: on the
 GPU if there is one, else on the CPU under Triton's interpreter (float32,
 small shapes).  Every call gets fresh random inputs, its output is checked,
 and so is how it was computed: a Triton kernel of the submission launched,
@@ -172,7 +172,7 @@ def test_blockwise_holds_one_tile(student):
     """blockwise_attention folds in tiles of at most block_size keys with online_softmax_step"""
     rng = rng_for("ex07-blockwise", "tiles")
     q, k, v = (rng.standard_normal((2, s, 4)) for s in (5, 22, 22))
-    res = student.probe("ex07.blockwise_traced", q, k, v, 6, causal=False)
+    res = student.probe("ex07_flash_attention.blockwise_traced", q, k, v, 6, causal=False)
     widths = res["widths"]
     if not widths:
         raise Feedback("blockwise_attention did not call online_softmax_step: fold each tile "
@@ -203,8 +203,8 @@ def _flash_check(student, key, shape, *, sm_scale=None, pass_sm_scale=True, pass
                  machine=None):
     b, h, h_kv, s_q, s_k, d, causal = shape
     q, k, v = _heads(key, b, h, h_kv, s_q, s_k, d)
-    res = student.probe("ex07.run_checked", q, k, v, causal=causal, sm_scale=sm_scale,
-                        pass_sm_scale=pass_sm_scale, pass_causal=pass_causal)
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=causal,
+                        sm_scale=sm_scale, pass_sm_scale=pass_sm_scale, pass_causal=pass_causal)
     if machine is not None:
         machine.setdefault("ex07 kernels ran on", res["gpu"] or
                            "the CPU, in Triton's interpreter (float32; GPU tests not run)")
@@ -253,7 +253,7 @@ def test_flash_no_score_matrix(student):
     """flash_attention never allocates an (S_q, S_k) score buffer"""
     b, h, s, d = 1, 1, 96, 16          # S*S = 9216 elements > q, k, v (1536 each)
     q, k, v = _heads(("scores",), b, h, h, s, s, d)
-    res = student.probe("ex07.run_checked", q, k, v, causal=False)
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=False)
     flash.check_authentic(res, q, k, v, what="flash_attention(q, k, v, causal=False)")
     flash.check_output(res, q, flash.reference(q, k, v, False),
                        what="flash_attention(q, k, v, causal=False)")
@@ -265,7 +265,7 @@ def test_flash_gqa_without_copies(student):
     """GQA reads the shared K/V head in place (no repeated copy of K or V)"""
     q, k, v = _heads(("gqa-copy",), 1, 4, 1, 16, 96, 32)
     what = "flash_attention(q, k, v) with h=4, h_kv=1"
-    res = student.probe("ex07.run_checked", q, k, v, causal=True)
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True)
     flash.check_output(res, q, flash.reference(q, k, v, True), what=what,
                        mistakes=flash.flash_mistakes(q, k, v, True, names=["kv_tile"]))
     flash.check_no_kv_copy(res, q, k, what=what)
@@ -276,7 +276,7 @@ def test_flash_gqa_without_copies(student):
 def test_flash_inputs_unchanged(student):
     """flash_attention leaves q, k and v as they were"""
     q, k, v = _heads(("inputs",), 1, 2, 2, 21, 21, 32)
-    res = student.probe("ex07.run_checked", q, k, v, causal=True, sm_scale=0.5)
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True, sm_scale=0.5)
     flash.check_inputs_unchanged(res, q, k, v, what="flash_attention(q, k, v, sm_scale=0.5)")
     flash.check_output(res, q, flash.reference(q, k, v, True, 0.5),
                        what="flash_attention(q, k, v, sm_scale=0.5)")
@@ -288,7 +288,7 @@ def test_flash_fresh_inputs(student):
     """every call computes its own answer (three calls, same shape, new data)"""
     for i in range(3):
         q, k, v = _heads(("fresh", i), 1, 2, 2, 24, 24, 16)
-        res = student.probe("ex07.run_checked", q, k, v, causal=True)
+        res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True)
         what = f"call {i + 1} of 3 with new inputs of the same shape"
         _on_case(what, lambda: flash.check_output(
             res, q, flash.reference(q, k, v, True), what="flash_attention(q, k, v)",

@@ -122,7 +122,7 @@ def test_token_by_token_reproduces_attention(student, dtype):
     for i in range(2):
         args, h, pos, text = random_case(rng, dtype, max_s=20, positions=i == 1)
         x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = args
-        got = student.probe("ex08.decode_loop", x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o, h, pos)
+        got = student.probe("ex08_mla.decode_loop", x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o, h, pos)
         if isinstance(got, dict):
             raise Feedback(f"decoding token by token ({text}): {got.get('bad_result')}")
         kwargs = {} if pos is None else {"positions": pos}
@@ -258,7 +258,7 @@ TRACED = [dict(batch=1, n_heads=16, d=32, d_c=48, d_rope=4, d_nope=20, d_v=12),
 @pytest.mark.timeout_s(120)
 def test_mla_decode_traced_hidden(student, shape):
     """mla_decode on hidden shapes: no per-head K/V of the cached tokens, counted work per token"""
-    traces = student.probe("ex08.trace_decode", shape["batch"], shape["n_heads"], [200, 456],
+    traces = student.probe("ex08_mla.trace_decode", shape["batch"], shape["n_heads"], [200, 456],
                            shape["d"], shape["d_c"], shape["d_rope"], shape["d_nope"],
                            shape["d_v"], "float32", 3)
     ideal = ref.decode_core_per_token(shape["n_heads"], shape["d_c"], shape["d_rope"],

@@ -47,7 +47,7 @@ def test_naive_attention_small(student):
 def test_time_fn_times_a_slow_function(student):
     """time_fn of a function that sleeps 50 ms"""
     for _ in range(timing.SLEEP_TRIES):
-        run = student.probe("ex04.run_timer", [0.05])
+        run = student.probe("ex04_quadratic.run_timer", [0.05])
         got = timer_result(run, "time_fn(f) where f sleeps 0.05 s per call", 0.05)
         if got <= 0.2:
             return
@@ -122,7 +122,7 @@ def save_plot(student, request, pairs) -> str:
     """Plot the student's measurement with their plot_scaling; say where it went
     (relative to the output folder)."""
     try:
-        out = student.probe("ex04.plot", pairs, "ex04_scaling.png")
+        out = student.probe("ex04_quadratic.plot", pairs, "ex04_scaling.png")
     except StudentError as exc:
         return f"(no plot saved: plot_scaling failed: {str(exc).splitlines()[0]})"
     if out.get("no_matplotlib"):
@@ -146,13 +146,13 @@ def test_measure_scaling_shows_the_quadratic(student, request, machine):
     """measure_scaling on this machine: the slope is near 2"""
     device = measure.default_device()
     threads = ", 1 thread" if device == "cpu" else ""
-    picked = student.probe("ex04.pick_lengths", device)
+    picked = student.probe("ex04_quadratic.pick_lengths", device)
     lens = picked["seq_lens"]
     machine.setdefault("ex04 lengths", f"{lens} on {device}{threads} (chosen where the "
                                        "quadratic dominates)")
     verdicts = []
     while not timing.scaling_decided(verdicts):
-        attempt = student.probe("ex04.scaling_run", lens, device)
+        attempt = student.probe("ex04_quadratic.scaling_run", lens, device)
         verdicts.append(timing.judge_scaling(lens, attempt))
     final = timing.final_scaling_verdict(verdicts)
     last = verdicts[-1]
@@ -180,7 +180,7 @@ def test_measure_scaling_shows_the_quadratic(student, request, machine):
 def test_plot_scaling_is_loglog(student):
     """plot_scaling saves a log-log plot"""
     pairs = [[256, 0.0012], [512, 0.0051], [1024, 0.021]]
-    out = student.probe("ex04.plot", pairs)
+    out = student.probe("ex04_quadratic.plot", pairs)
     if out.get("no_matplotlib"):
         pytest.skip("needs matplotlib on the grading machine (pip install matplotlib)")
     data = bytes(np.asarray(out["png"], dtype=np.uint8))

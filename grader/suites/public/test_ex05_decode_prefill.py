@@ -202,8 +202,8 @@ def test_prefill_compute_bound_decode_memory_bound(student, request, machine):
                     what=f"bound({intensity:.4g}, {peaks.flops:.4g}, {peaks.bytes_per_s:.4g}) "
                          f"for {name} on this machine",
                     hint=BOUND_HINT)
-    run = student.probe("ex05.roofline_run", device, list(pshape), list(dshape), dtype,
-                        [pf, pb], [df, db])
+    run = student.probe("ex05_decode_prefill.roofline_run", device, list(pshape), list(dshape),
+                        dtype, [pf, pb], [df, db])
     if "bad_result" in run:
         raise Feedback(f"achieved(...) must return a dict, got a {run['bad_result']}")
     for name, (flops, nbytes) in (("prefill", (pf, pb)), ("decode", (df, db))):

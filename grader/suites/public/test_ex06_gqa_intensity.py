@@ -109,7 +109,7 @@ def judge_counts(student_row, trace, *, batch, n_heads, n_kv_heads, seq_len, d_h
 def test_intensity_table_measured(student, request):
     """intensity_table(): measured intensity rises with h / h_kv"""
     h, kv_heads, s, d = 32, (1, 8, 32), 4096, 128
-    run = student.probe("ex06.table_run", h, list(kv_heads), s, d)
+    run = student.probe("ex06_gqa_intensity.table_run", h, list(kv_heads), s, d)
     rows = check_table(run, h, kv_heads, s, d)
     lines = [f"{'h_kv':>5} {'h/h_kv':>7} {'ideal':>7} {'yours':>7} {'grader':>15}   "
              f"(h={h}, S={s}, d_head={d}, fp16)"]

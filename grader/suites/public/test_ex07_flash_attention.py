@@ -68,7 +68,7 @@ def test_blockwise_small(student):
 def test_flash_attention_small(student, name, causal, s, d_head):
     """flash_attention on a small case, B=1, h=2"""
     q, k, v = _heads(name, 1, 2, 2, s, s, d_head)
-    res = student.probe("ex07.run_checked", q, k, v, causal=causal)
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=causal)
     what = f"flash_attention(q, k, v, causal={causal})"
     flash.check_output(res, q, flash.reference(q, k, v, causal), what=what,
                        mistakes=flash.flash_mistakes(q, k, v, causal))
@@ -80,7 +80,7 @@ def test_flash_attention_small(student, name, causal, s, d_head):
 def test_flash_attention_in_your_kernel(student):
     """flash_attention runs your own Triton kernel and never builds the (S_q, S_k) scores"""
     q, k, v = _heads("kernel", 1, 1, 1, 64, 64, 16)
-    res = student.probe("ex07.run_checked", q, k, v, causal=True)
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True)
     what = "flash_attention(q, k, v)"
     flash.check_authentic(res, q, k, v, what=what)
     flash.check_output(res, q, flash.reference(q, k, v, True), what=what)
@@ -94,7 +94,7 @@ def test_flash_attention_gpu_fp16(student):
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
     q, k, v = (x.half() for x in _heads("gpu", 1, 4, 2, 1024, 1024, 64))
-    res = student.probe("ex07.run_checked", q, k, v, causal=True)
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True)
     what = "flash_attention(q, k, v) in float16 on the GPU"
     flash.check_output(res, q, flash.reference(q, k, v, True, device="cuda"), what=what)
     flash.check_authentic(res, q, k, v, what=what)
@@ -107,7 +107,7 @@ def test_kernel_compiles_for_sm80_and_sm90(request):
     # flash_judge, not flash: judging code ships as is in the student edition.
     compiler = flash_judge.compile_worker(request)
     try:
-        res = compiler.probe("ex07.compile_check")
+        res = compiler.probe("ex07_flash_attention.compile_check")
     finally:
         compiler._worker.close()
     request.node.feedback_on_pass = flash_judge.judge_compile(res)

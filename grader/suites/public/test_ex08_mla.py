@@ -170,7 +170,7 @@ def test_mla_decode_traced(student, request):
     """mla_decode builds no per-head K/V; its measured intensity, and why it sits below the formula's"""
     t = TRACE
     lens = (256, 512)
-    traces = student.probe("ex08.trace_decode", t["batch"], t["n_heads"], list(lens), t["d"],
+    traces = student.probe("ex08_mla.trace_decode", t["batch"], t["n_heads"], list(lens), t["d"],
                            t["d_c"], t["d_rope"], t["d_nope"], t["d_v"])
     ideal = ref.decode_core_per_token(t["n_heads"], t["d_c"], t["d_rope"], t["batch"], 4)
     rebuilt = ref.rebuilt_kv_per_token(t["n_heads"], t["d_c"], t["d_nope"], t["d_v"],

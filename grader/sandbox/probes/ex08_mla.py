@@ -2,7 +2,7 @@
 it reads, what it allocates, its matmul FLOPs), and a decode loop over a
 growing cache built by the student's own ``mla_cache``.
 
-The trace is ex06's (``probes/ex06.py``): a ``TorchDispatchMode`` that sees
+The trace is ex06's (``probes/ex06_gqa_intensity.py``): a ``TorchDispatchMode`` that sees
 every ``aten`` operation after PyTorch has decomposed composite functions,
 with FLOPs from ``torch.utils.flop_counter.FlopCounterMode``.  Only plain
 data comes back; the grading process judges it.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .ex06 import _traced
+from .ex06_gqa_intensity import _traced
 
 
 def _weights(g, batch, n_heads, seq_len, d, d_c, d_rope, d_nope, d_v, dtype):

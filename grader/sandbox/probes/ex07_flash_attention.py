@@ -20,7 +20,7 @@ return what they saw as data; the suites judge it in the grading process.
 * ``compile_check``: the student's kernels compiled for sm_80 and sm_90a.
 
 Probes are trusted code, not secret ones; they import nothing from the
-grader (``grader.sandbox.probes.ex07`` is also imported by the benchmark
+grader (``grader.sandbox.probes.ex07_flash_attention`` is also imported by the benchmark
 script and ``attn-grade calibrate`` for ``time_call``).
 """
 from __future__ import annotations
