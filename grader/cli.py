@@ -16,7 +16,7 @@ import click
 
 from grader import report as fmt
 from grader.core import GraderConfigError, Options, grade
-from grader.exercises import EXERCISES, REPO_DIR, SUITES_DIR, available
+from grader.exercises import EXERCISES, REPO_DIR, SUITES_DIR, available, by_letter
 from grader.report import write_private
 from grader.submission import SubmissionError, materialize
 
@@ -55,7 +55,8 @@ def _match(name: str, known: list[str]) -> list[str]:
     (``ex02_mha``) or file name (``ex02_mha.py``)."""
     name = name.removesuffix(".py").removesuffix(".ipynb")
     if len(name) == 1 and name.isalpha():
-        return [e for e in known if EXERCISES[e].title.upper().startswith(f"{name.upper()}:")]
+        ex = by_letter(name)
+        return [ex.name] if ex is not None and ex.name in known else []
     return [e for e in known if e == name or e.split("_")[0] == name]
 
 
@@ -69,7 +70,7 @@ def _exercise_names(names: tuple[str, ...], param_hint: str) -> list[str] | None
         if not match:
             close = [e for e in EXERCISES if name in e]
             hint = f" Did you mean {close[0]}?" if close else ""
-            letters = ", ".join(EXERCISES[e].title.split(":")[0] for e in known)
+            letters = ", ".join(EXERCISES[e].letter for e in known)
             raise click.BadParameter(f"unknown exercise {name!r}; choose from "
                                      f"{', '.join(known)} (or a letter, {letters}).{hint}",
                                      param_hint=param_hint)

@@ -1,8 +1,22 @@
-"""The eight exercises: names, titles, and what their workers need.
+"""The registry of exercises: the one manifest of each exercise's facts.
 
-Names are the public contract (``grader/contract.json``, a copy of the
-curriculum's).  One module more is graded like an exercise but is not in the
-contract (``in_contract=False``): ``questions``, the interview questions
+Each entry says, for one exercise module: its ``letter`` (A..H, Q for the
+questions) and ``title``; what its module ``needs`` to run (NumPy, PyTorch,
+Triton; GPU where some tests need CUDA, ``gpu_for`` saying which); the
+earlier exercises it imports (``after``: its notebook loads them); the
+secret references its suites import (``secret``: modules of
+``grader/reference/secret/``); its probe modules (``probes``: files of
+``grader/sandbox/probes/`` named like the exercise); its default time limit
+per call (``call_timeout``) and what its worker's environment gets
+(``worker_env``).
+
+Everything else that lists exercises or their facts reads them from here
+(the CLI's letters, the notebooks, the student edition's README) or is held
+to them by ``tests/test_manifest.py`` (the README's table, the suites'
+imports of secret references and probes, the solutions' imports, the probe
+files).  Names are the public contract (``grader/contract.json``, a copy of
+the curriculum's).  One module more is graded like an exercise but is not in
+the contract (``in_contract=False``): ``questions``, the interview questions
 (numbers and letters graded here, free text collected for staff).  Being in
 this registry gives it everything an exercise has (stub derived from its
 solution, notebook, suites, batch column, release) without a second list;
@@ -26,15 +40,49 @@ REPO_DIR = PACKAGE_DIR.parent
 SECRET_REFERENCE_DIR = PACKAGE_DIR / "reference" / "secret"
 SUITES_DIR = PACKAGE_DIR / "suites"
 CONTRACT_PATH = PACKAGE_DIR / "contract.json"
+PROBES_DIR = PACKAGE_DIR / "sandbox" / "probes"
+# Probe modules of no one exercise: helpers any suite may pass or call.
+SHARED_PROBES = ("common", "gpu_compile")
+# What an exercise may need, and how the READMEs say it.  NumPy, PyTorch and
+# Triton: its module imports them; GPU: some of its tests need CUDA (without
+# one they are "not run" and count for nothing).
+NEEDS = {"NumPy": "NumPy", "PyTorch": "PyTorch", "Triton": "Triton (Linux only)",
+         "GPU": "a GPU"}
 
 
 @dataclass(frozen=True)
 class Exercise:
-    name: str
+    name: str                     # the module: exercises/<name>.py, solutions/<name>.py
+    letter: str                   # how the course names it: A..H, Q for the questions
     title: str
-    worker_env: dict = field(default_factory=dict)
-    call_timeout: float = 10.0
+    needs: tuple[str, ...] = ()   # keys of NEEDS
+    gpu_for: str = ""             # with "GPU" in needs: what a GPU adds
+    after: tuple[str, ...] = ()   # earlier exercises its module imports
+    secret: tuple[str, ...] = ()  # modules of grader/reference/secret/ its suites import
+    probes: tuple[str, ...] = ()  # its modules of grader/sandbox/probes/
+    worker_env: Mapping = field(default_factory=dict)
+    call_timeout: float = 10.0    # seconds per call, by default (--timeout overrides)
     in_contract: bool = True      # False: the project's own extension, not a contract module
+
+    def __post_init__(self):
+        unknown = [n for n in self.needs if n not in NEEDS]
+        if unknown:
+            raise ValueError(f"{self.name}: unknown need {unknown[0]!r}; "
+                             f"choose from {', '.join(NEEDS)}")
+        if ("GPU" in self.needs) != bool(self.gpu_for):
+            raise ValueError(f"{self.name}: say what a GPU is for (gpu_for) exactly "
+                             "when it needs one")
+
+    @property
+    def label(self) -> str:
+        """``"B: multi-head attention with RoPE"``."""
+        return f"{self.letter}: {self.title}"
+
+    @property
+    def needs_text(self) -> str:
+        """The README's "needs" cell: ``"NumPy"``, ``"nothing"``, ..."""
+        parts = [NEEDS[n] + (f" for {self.gpu_for}" if n == "GPU" else "") for n in self.needs]
+        return ", ".join(parts) or "nothing"
 
 
 class _InterpretWithoutCuda(Mapping):
@@ -58,17 +106,29 @@ class _InterpretWithoutCuda(Mapping):
 
 
 EXERCISES = {e.name: e for e in [
-    Exercise("ex01_by_hand", "A: attention by hand"),
-    Exercise("ex02_mha", "B: multi-head attention with RoPE"),
-    Exercise("ex03_gqa", "C: grouped-query attention"),
-    Exercise("ex04_quadratic", "D: measuring the quadratic", call_timeout=60.0),
-    Exercise("ex05_decode_prefill", "E: decode vs prefill", call_timeout=60.0),
-    Exercise("ex06_gqa_intensity", "F: the arithmetic intensity of GQA decode",
+    Exercise("ex01_by_hand", "A", "attention by hand", secret=("by_hand",)),
+    Exercise("ex02_mha", "B", "multi-head attention with RoPE", needs=("NumPy",),
+             secret=("attention",)),
+    Exercise("ex03_gqa", "C", "grouped-query attention", needs=("NumPy",),
+             after=("ex02_mha",), secret=("attention",)),
+    Exercise("ex04_quadratic", "D", "measuring the quadratic", needs=("PyTorch",),
+             secret=("attention", "roofline"), probes=("ex04_quadratic",),
              call_timeout=60.0),
-    Exercise("ex07_flash_attention", "G: a fused attention kernel in Triton",
+    Exercise("ex05_decode_prefill", "E", "decode vs prefill", needs=("PyTorch",),
+             secret=("attention", "roofline"), probes=("ex05_decode_prefill",),
+             call_timeout=60.0),
+    Exercise("ex06_gqa_intensity", "F", "the arithmetic intensity of GQA decode",
+             needs=("PyTorch",), secret=("attention", "roofline"),
+             probes=("ex06_gqa_intensity",), call_timeout=60.0),
+    Exercise("ex07_flash_attention", "G", "a fused attention kernel in Triton",
+             needs=("NumPy", "PyTorch", "Triton", "GPU"), gpu_for="the speed tiers",
+             secret=("flash",), probes=("ex07_flash_attention",),
              worker_env=_InterpretWithoutCuda(), call_timeout=120.0),
-    Exercise("ex08_mla", "H: multi-head latent attention (MLA)", call_timeout=60.0),
-    Exercise("questions", "Q: interview questions", in_contract=False),
+    # ex08's probe imports ex06's tracer (a probe module may import another)
+    Exercise("ex08_mla", "H", "multi-head latent attention (MLA)", needs=("PyTorch",),
+             secret=("mla",), probes=("ex08_mla",), call_timeout=60.0),
+    Exercise("questions", "Q", "interview questions", secret=("questions",),
+             in_contract=False),
 ]}
 
 
@@ -88,3 +148,8 @@ def suite_files(exercise: str, suite: str) -> list[Path]:
 def available() -> list[str]:
     """Exercises that have at least a public suite."""
     return [name for name in EXERCISES if suite_files(name, "public")]
+
+
+def by_letter(letter: str) -> Exercise | None:
+    """The exercise the course calls ``letter`` (any case), if any."""
+    return next((e for e in EXERCISES.values() if e.letter == letter.upper()), None)

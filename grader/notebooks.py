@@ -95,7 +95,7 @@ def build_notebook(exercise: str, stub_source: str, install: str = DEFAULT_INSTA
     nb.metadata["attn"] = {"exercise": exercise}
     cells = [
         nbformat.v4.new_markdown_cell(
-            f"# Exercise {ex.title}\n\n{doc}\n\n"
+            f"# Exercise {ex.label}\n\n{doc}\n\n"
             "**How to work here.** Write your code in the cell tagged "
             f"`{TAG_PREFIX}{exercise}` below and run it: it saves `{exercise}.py` "
             "beside this notebook. Then run the self-check cell: it grades that file "
@@ -105,10 +105,10 @@ def build_notebook(exercise: str, stub_source: str, install: str = DEFAULT_INSTA
         *([nbformat.v4.new_code_cell(BEFORE_STUB[exercise])] if exercise in BEFORE_STUB
           else []),
     ]
-    needs = dependencies(stub_source)
-    if needs:
-        named = ", ".join(f"`{n}.py` (exercise {EXERCISES[n].title.split(':')[0]})"
-                          for n in needs)
+    earlier = list(ex.after)   # the registry's; tests/test_manifest.py checks the imports
+    if earlier:
+        named = ", ".join(f"`{n}.py` (exercise {EXERCISES[n].letter})"
+                          for n in earlier)
         cells += [
             nbformat.v4.new_markdown_cell(
                 f"**This exercise builds on your earlier work:** it imports {named}. "
@@ -117,7 +117,7 @@ def build_notebook(exercise: str, stub_source: str, install: str = DEFAULT_INSTA
                 "in Colab, it asks you to upload one of them."),
             nbformat.v4.new_code_cell(
                 "from grader.notebooks import load_earlier\n"
-                f"load_earlier({needs!r})", metadata={"tags": ["load-earlier"]}),
+                f"load_earlier({earlier!r})", metadata={"tags": ["load-earlier"]}),
         ]
     cells += [
         nbformat.v4.new_code_cell(f"{WRITEFILE} {exercise}.py\n{stub_source}",

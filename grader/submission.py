@@ -205,8 +205,9 @@ def materialize(path: Path | str):
             [p for p in path.iterdir() if p.is_dir() and not p.is_symlink()
              and (p.name in REPO_FOLDERS or not ignored(p.name) and not modules_in(path))]
         if not modules_in(path) and not packed:
-            raise SubmissionError(f"no exercise modules (ex01_by_hand.py ... "
-                                  f"ex07_flash_attention.py) were found in {path}.")
+            course = [name for name, ex in EXERCISES.items() if ex.in_contract]
+            raise SubmissionError(f"no exercise modules ({course[0]}.py ... "
+                                  f"{course[-1]}.py) were found in {path}.")
         if not packed:
             yield path
             return
