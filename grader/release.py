@@ -95,14 +95,14 @@ STUDENT_README = """\
 pip install -e . && attn-grade check         # check your exercises with the public tests
 ```
 
-Eight exercises on attention in transformers, and interview questions. Each module in `exercises/`
+{count} exercises on attention in transformers, and interview questions. Each module in `exercises/`
 states its task, shapes and conventions in its docstrings, and raises
 `NotImplementedError` (exercise A: constants set to `None`) where your work
 goes. Prefer notebooks? `notebooks/` has one per exercise, with a self-check
 cell. {colab}
 
-| module | exercise |
-| --- | --- |
+| module | exercise | needs |
+| --- | --- | --- |
 {table}
 
 ## Checking yourself
@@ -127,8 +127,8 @@ exercise, like its own timer) and run when you are graded.
 
 On a machine without a GPU, install the CPU build of PyTorch first
 (`pip install torch --index-url https://download.pytorch.org/whl/cpu`).
-Exercise G needs Triton, which has Linux wheels only; on macOS and Windows
-every other exercise works, and G says that it needs Triton (use Colab or
+{triton}, which has Linux wheels only; on macOS and Windows
+every other exercise works, and {triton_letters} says that it needs Triton (use Colab or
 Linux for it). Exercises D-F measure your machine: close other heavy
 programs while they run.
 
@@ -138,9 +138,7 @@ Hand in the modules of `exercises/` (a folder or a zip of them), your
 notebooks (the grader reads the cells tagged `attn:<exercise>`, or those
 starting with `%%writefile exNN_name.py`), or this whole repository. The
 GitHub workflow in `.github/workflows/check.yml` runs the self-check on every
-push and fails when a public test fails. Exercise C imports your B
-(`ex02_mha`): its notebook loads it from `ex02_mha.py` or `ex02_mha.ipynb`
-beside it.
+push and fails when a public test fails.{builds_on}
 """
 
 STUDENT_WORKFLOW = """\
@@ -258,10 +256,45 @@ def _git_init(out: Path) -> None:
                            f"{(exc.stderr or '').strip()[:200]}") from None
 
 
+NUMBER_WORDS = ("No", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine",
+                "Ten", "Eleven", "Twelve")
+
+
+def exercise_count(names: list[str] | None = None) -> str:
+    """``"Eight"``: how many of ``names`` (default: all registered) are
+    contract exercises, as the READMEs say it (the questions are extra)."""
+    from grader.exercises import EXERCISES
+
+    n = sum(EXERCISES[name].in_contract for name in (EXERCISES if names is None else names))
+    return NUMBER_WORDS[n] if n < len(NUMBER_WORDS) else str(n)
+
+
+def student_readme(names: list[str], install: str | None = None) -> str:
+    """The edition's README for the exercises ``names``, from the registry."""
+    from grader.exercises import EXERCISES
+
+    shipped = [e for e in EXERCISES.values() if e.name in names]
+    table = "\n".join(f"| `{e.name}` | {e.label} | {e.needs_text} |" for e in shipped)
+    where = (f"In Colab, the first code cell installs the checker from `{install}`."
+             if install else "The notebooks were made without an install address: in "
+             "Colab, `pip install` this repository first (its git URL).")
+    triton = [e.letter for e in shipped if "Triton" in e.needs]
+    builds_on = "".join(
+        f" Exercise {e.letter} imports your {', '.join(EXERCISES[n].letter for n in e.after)} "
+        f"({', '.join(f'`{n}`' for n in e.after)}): its notebook loads "
+        f"{'it' if len(e.after) == 1 else 'them'} from "
+        f"{' or '.join(f'`{n}.py` or `{n}.ipynb`' for n in e.after)} beside it."
+        for e in shipped if e.after)
+    return STUDENT_README.format(
+        count=exercise_count(names), table=table, colab=where,
+        triton=(f"Exercise{'s' if len(triton) > 1 else ''} {', '.join(triton)} "
+                f"need{'' if len(triton) > 1 else 's'} Triton"),
+        triton_letters=", ".join(triton) or "none", builds_on=builds_on)
+
+
 def build(out: Path, install: str | None = None, git: bool = False) -> Path:
     """Write the student edition into ``out``.  ``install``: where the edition
     will live (a pip-installable URL), for the notebooks' install cell."""
-    from grader.exercises import EXERCISES
     from grader.notebooks import DEFAULT_INSTALL, write_notebooks
     from grader.stubs import derive_all
 
@@ -276,12 +309,7 @@ def build(out: Path, install: str | None = None, git: bool = False) -> Path:
     _copy_package(out / "grader")
     record_public_answers(out / "grader" / "reference" / "secret")
     (out / "pyproject.toml").write_text(STUDENT_PYPROJECT.format(name=PACKAGE_NAME))
-    table = "\n".join(f"| `{e.name}` | {e.title} |" for e in EXERCISES.values()
-                      if e.name in stubs)
-    where = (f"In Colab, the first code cell installs the checker from `{install}`."
-             if install else "The notebooks were made without an install address: in "
-             "Colab, `pip install` this repository first (its git URL).")
-    (out / "README.md").write_text(STUDENT_README.format(table=table, colab=where))
+    (out / "README.md").write_text(student_readme(list(stubs), install))
     (out / ".github" / "workflows").mkdir(parents=True)
     (out / ".github" / "workflows" / "check.yml").write_text(STUDENT_WORKFLOW)
     (out / ".gitignore").write_text("__pycache__/\n*.egg-info/\n*.png\n")
