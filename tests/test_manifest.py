@@ -1,0 +1,220 @@
+"""The registry (``grader/exercises.py``) is the one manifest of each exercise.
+
+What is generated from it (the student edition's README, the notebooks, the
+CLI's letters) cannot drift; what is written by hand or is a fact of the code
+(the README's table, the probe files, the suites' imports of secret
+references and probes, the solutions' imports) is held to it here, in both
+directions: a row, file or import the registry does not know fails, and so
+does a registered one that is missing."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from grader.exercises import (EXERCISES, NEEDS, PROBES_DIR, SECRET_REFERENCE_DIR,
+                              SHARED_PROBES, by_letter, suite_files)
+from grader.notebooks import BEFORE_STUB, dependencies
+from grader.release import exercise_count, student_readme
+from tests.conftest import REPO, SOLUTIONS
+
+# What a module's import means for its "needs" (other imports need nothing extra).
+IMPORT_NEEDS = {"numpy": "NumPy", "torch": "PyTorch", "triton": "Triton"}
+# Not a file of the probes folder: the worker's runtime copies the grader's
+# measurement kit there as probes/measure.py (grader/sandbox/client.py).
+RUNTIME_PROBES = {"measure"}
+# A probe named in code or docs: student.probe("mod.fn"), Func("probe:mod.fn"),
+# probes.mod / probes/mod.py, from probes import mod.
+PROBE_MENTION = re.compile(r"""probe\(\s*["'](\w+)\.|["']probe:(\w+)\.|"""
+                           r"""\bprobes[./](\w+)|\bprobes import (\w+)""")
+
+
+def _suites(ex) -> list[Path]:
+    return suite_files(ex.name, "hidden")      # public and hidden
+
+
+def _probes_named(text: str) -> set[str]:
+    return {next(g for g in m.groups() if g) for m in PROBE_MENTION.finditer(text)}
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """Root names a module imports when it is imported (not inside functions)."""
+    found: set[str] = set()
+
+    def visit(nodes):
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                found.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+            elif isinstance(node, (ast.If, ast.Try, ast.With)):
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    visit(getattr(node, field, []))
+            elif isinstance(node, ast.ExceptHandler):
+                visit(node.body)
+
+    visit(ast.parse(path.read_text()).body)
+    return found
+
+
+def _secret_imports(path: Path) -> set[str]:
+    """Modules of grader/reference/secret/ a suite file imports."""
+    package = "grader.reference.secret"
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == package:
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package + "."):
+            found.add(node.module.split(".")[3])
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[3] for a in node.names
+                         if a.name.startswith(package + "."))
+    return found
+
+
+def test_letters_and_labels():
+    letters = [ex.letter for ex in EXERCISES.values()]
+    assert len(set(letters)) == len(letters), f"a letter is used twice: {letters}"
+    course = [ex.letter for ex in EXERCISES.values() if ex.in_contract]
+    # the course's exercises are A, B, C, ... in registry order
+    assert course == [chr(ord("A") + i) for i in range(len(course))], course
+    assert all(len(x) == 1 and x.isupper() for x in letters), letters
+    assert EXERCISES["questions"].letter == "Q"
+    assert by_letter("b") is EXERCISES["ex02_mha"] and by_letter("Z") is None
+    for ex in EXERCISES.values():
+        assert ex.title and not ex.title.startswith(f"{ex.letter}:"), ex.title
+        assert (SOLUTIONS / f"{ex.name}.py").is_file(), f"no solutions/{ex.name}.py"
+
+
+def test_every_probe_file_belongs_to_an_exercise_and_every_registered_one_exists():
+    files = {p.stem for p in PROBES_DIR.glob("*.py")} - {"__init__"}
+    registered = {p for ex in EXERCISES.values() for p in ex.probes}
+    stray = files - registered - set(SHARED_PROBES)
+    assert not stray, (f"probe files no exercise claims: {sorted(stray)}; name them in the "
+                       "registry (grader/exercises.py) or in SHARED_PROBES")
+    missing = (registered | set(SHARED_PROBES)) - files
+    assert not missing, f"registered probes without a file in {PROBES_DIR}: {sorted(missing)}"
+    for ex in EXERCISES.values():
+        # named like their exercise: one name everywhere
+        assert all(p == ex.name for p in ex.probes), (ex.name, ex.probes)
+
+
+def test_every_probe_named_in_code_or_docs_is_registered():
+    known = {p for ex in EXERCISES.values() for p in ex.probes} | set(SHARED_PROBES) \
+        | RUNTIME_PROBES
+    # this file excepted: its comments show the forms with a made-up name
+    paths = [p for folder in ("grader", "tests", "benchmarks")
+             for p in (REPO / folder).rglob("*.py")
+             if "__pycache__" not in p.parts and p != Path(__file__)]
+    paths += [REPO / "README.md", *(REPO / "docs").glob("*.md")]
+    unknown = {f"{p.relative_to(REPO)}: {name}" for p in paths
+               for name in _probes_named(p.read_text()) - known}
+    assert not unknown, f"probe modules that are not registered: {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_suites_call_their_own_probes_and_import_the_registered_secrets(name):
+    ex = EXERCISES[name]
+    suites = _suites(ex)
+    assert suites, f"{name} has no suite"
+    called = set().union(*(_probes_named(p.read_text()) for p in suites))
+    others = called - set(ex.probes) - set(SHARED_PROBES)
+    assert not others, f"{name}'s suites call probes of other exercises: {sorted(others)}"
+    imported = set().union(*(_secret_imports(p) for p in suites))
+    assert imported == set(ex.secret), (
+        f"{name}'s suites import the secret references {sorted(imported)}, the registry "
+        f"says {sorted(ex.secret)}")
+
+
+def test_every_secret_reference_is_used_by_a_registered_exercise():
+    modules = {p.stem for p in SECRET_REFERENCE_DIR.glob("*.py")} - {"__init__"}
+    registered = {m for ex in EXERCISES.values() for m in ex.secret}
+    assert registered <= modules, f"no such secret reference: {sorted(registered - modules)}"
+    assert modules <= registered, (f"secret references no exercise names: "
+                                   f"{sorted(modules - registered)}")
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_needs_and_earlier_exercises_are_what_the_module_imports(name):
+    ex = EXERCISES[name]
+    solution = SOLUTIONS / f"{name}.py"
+    imports = _top_level_imports(solution)
+    packages = {IMPORT_NEEDS[i] for i in imports if i in IMPORT_NEEDS}
+    assert packages == set(ex.needs) - {"GPU"}, (
+        f"solutions/{name}.py imports {sorted(packages) or 'none of NumPy, PyTorch, Triton'}; "
+        f"the registry says it needs {sorted(set(ex.needs) - {'GPU'})}")
+    gpu_tests = any("mark.gpu" in p.read_text() for p in _suites(ex))
+    assert gpu_tests == ("GPU" in ex.needs), (
+        f"{name}: {'some' if gpu_tests else 'none'} of its tests need a GPU, "
+        f"the registry says {'it does' if 'GPU' in ex.needs else 'none does'}")
+    assert dependencies(solution.read_text()) == list(ex.after), \
+        f"solutions/{name}.py imports {dependencies(solution.read_text())}, registry: {ex.after}"
+    order = list(EXERCISES)
+    assert all(order.index(e) < order.index(name) for e in ex.after), ex.after
+    assert list(NEEDS) == ["NumPy", "PyTorch", "Triton", "GPU"]
+    assert [n for n in NEEDS if n in ex.needs] == list(ex.needs), "needs in NEEDS' order"
+
+
+def test_notebook_extras_are_for_registered_exercises():
+    assert set(BEFORE_STUB) <= set(EXERCISES), sorted(set(BEFORE_STUB) - set(EXERCISES))
+
+
+def _readme_table(text: str) -> list[list[str]]:
+    section = text.split("\n## The exercises\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return [[cell.strip() for cell in row.strip().strip("|").split(" | ")] for row in rows]
+
+
+def _readme_problems(text: str) -> list[str]:
+    """How README.md's table of exercises disagrees with the registry."""
+    rows = _readme_table(text)
+    modules = [row[0].strip("`") for row in rows]
+    problems = [f"no row for {n}" for n in EXERCISES if n not in modules]
+    problems += [f"a row for {m}, which the registry does not know" for m in modules
+                 if m not in EXERCISES]
+    if not problems and modules != list(EXERCISES):
+        problems.append("the rows are not in the registry's order")
+    for row in rows:
+        ex = EXERCISES.get(row[0].strip("`"))
+        if ex is None:
+            continue
+        if len(row) != 3:
+            problems.append(f"{ex.name}: the row needs three cells, module | exercise | needs")
+            continue
+        if not row[1].startswith(ex.label):
+            problems.append(f"{ex.name} is called {row[1]!r}; the registry: {ex.label!r}")
+        if row[2] != ex.needs_text:
+            problems.append(f"{ex.name} needs {row[2]!r}; the registry: {ex.needs_text!r}")
+    if f"{exercise_count()} exercises on attention" not in text:
+        problems.append(f"it does not say {exercise_count()} exercises")
+    return problems
+
+
+def test_readme_table_is_the_registry():
+    problems = _readme_problems((REPO / "README.md").read_text())
+    assert not problems, "README.md's exercise table: " + "; ".join(problems)
+
+
+def test_readme_check_notices_a_missing_row_an_unknown_one_and_a_wrong_need():
+    readme = (REPO / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `ex03_gqa` |"))
+    assert _readme_problems(readme.replace(row + "\n", "")) == ["no row for ex03_gqa"]
+    unknown = readme.replace(row, row + "\n" + row.replace("ex03_gqa", "ex09_extra"))
+    assert _readme_problems(unknown) == ["a row for ex09_extra, which the registry does not know"]
+    wrong = readme.replace(row, row.replace("| NumPy |", "| PyTorch |"))
+    assert _readme_problems(wrong) == ["ex03_gqa needs 'PyTorch'; the registry: 'NumPy'"]
+
+
+def test_student_readme_lists_every_exercise_from_the_registry():
+    text = student_readme(list(EXERCISES), "git+https://example.org/course")
+    for ex in EXERCISES.values():
+        assert f"| `{ex.name}` | {ex.label} | {ex.needs_text} |" in text
+    triton = [ex.letter for ex in EXERCISES.values() if "Triton" in ex.needs]
+    assert f"Exercise {', '.join(triton)} needs Triton" in text
+    assert f"{exercise_count()} exercises on attention" in text
+    for ex in EXERCISES.values():
+        for earlier in ex.after:
+            assert f"Exercise {ex.letter} imports your {EXERCISES[earlier].letter}" in text
+    assert "| `ex02_mha`" not in student_readme(["ex01_by_hand", "questions"])
