@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from grader import rootcause
-from grader.exercises import EXERCISES, SUITES_DIR, suite_files
+from grader.exercises import EXERCISES, suite_files
 from grader.feedback import Feedback
+from grader.paths import SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
 from grader.sandbox import isolation
 from grader.sandbox.client import Limits, StudentError, StudentModule, Worker

@@ -19,13 +19,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-REPO_DIR = PACKAGE_DIR.parent
-# Secret by place: every module in this folder stays with the instructors (the
-# student edition gets a replay module in its stead) and no worker may read it.
-SECRET_REFERENCE_DIR = PACKAGE_DIR / "reference" / "secret"
-SUITES_DIR = PACKAGE_DIR / "suites"
-CONTRACT_PATH = PACKAGE_DIR / "contract.json"
+from grader.paths import CONTRACT_PATH, SUITES_DIR
 
 
 @dataclass(frozen=True)

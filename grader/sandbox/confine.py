@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from grader.exercises import PACKAGE_DIR, REPO_DIR, SECRET_REFERENCE_DIR
+from grader.paths import GIT_DIR, HIDDEN_SUITES_DIR, SECRET_REFERENCE_DIR, SOLUTIONS_DIR, TESTS_DIR
 
 UID_RANGE = (61000, 64999)   # ids no account uses on common distributions
 _used_uids: set[int] = set()     # held by a live worker of this process
@@ -34,8 +34,7 @@ def secret_paths() -> list[Path]:
     """Folders a student must never read: hidden suites, the secret references
     (the whole folder, whatever it holds), solutions, the package's tests
     (mutants are copies of solutions) and git history."""
-    paths = [PACKAGE_DIR / "suites" / "hidden", SECRET_REFERENCE_DIR,
-             REPO_DIR / "solutions", REPO_DIR / "tests", REPO_DIR / ".git"]
+    paths = [HIDDEN_SUITES_DIR, SECRET_REFERENCE_DIR, SOLUTIONS_DIR, TESTS_DIR, GIT_DIR]
     return [p for p in paths if p.is_dir()]
 
 
