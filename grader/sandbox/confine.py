@@ -5,9 +5,10 @@ As root (a grading container, CI), each worker runs as a fresh unprivileged
 user id that no other process uses, in a private folder that only it can
 read; the folders holding the hidden suites, the references, the solutions,
 the package's tests and the git history are made readable by root alone
-(``protect_secrets``), and the grader writes its results with a private
-umask.  Without root none of that is possible: the worker runs as the
-grading user, from a private folder, and could read what that user can read.
+(``protect_secrets``, a step of grading: ``grader.core.protect_secret_folders``),
+and the grader writes its results with a private umask.  Without root none
+of that is possible: the worker runs as the grading user, from a private
+folder, and could read what that user can read.
 README's threat model says so.
 """
 from __future__ import annotations
