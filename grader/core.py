@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -49,7 +49,6 @@ class Options:
     deduct_once: bool = False             # a named root cause costs points once per exercise
     isolation: str = "auto"               # auto, strict or fallback (sandbox.isolation)
     artifacts_dir: Path | None = None     # grader-owned folder for files like the ex04 plot
-    extra: dict = field(default_factory=dict)
 
 
 def _title(item) -> str:
@@ -89,8 +88,9 @@ def describe_failure(excinfo) -> str:
 
 
 class GradingPlugin:
-    """Owns the workers and collects results; suites reach it through
-    ``config.stash[PLUGIN_KEY]`` (see ``suites/conftest.py``)."""
+    """Owns the workers and collects results.  Only the suites' fixtures
+    (``suites/conftest.py``) reach it, through ``config.stash[PLUGIN_KEY]``;
+    a suite asks those fixtures for what it needs."""
 
     def __init__(self, submission: Path, options: Options, report: Report):
         self.submission = submission
