@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from grader.paths import REPO_DIR
+
 KERNEL_FILES = {  # name: (file, how flash_attention is called to pick the kernel)
     "reference/pointers": ("grader/reference/secret/flash.py", {"variant": "pointers"}),
     "reference/descriptors": ("grader/reference/secret/flash.py", {"variant": "descriptors"}),
@@ -44,7 +44,7 @@ class Row:
 @functools.lru_cache(maxsize=None)
 def _module(path: str):
     from grader.sandbox.probes import gpu_compile
-    return gpu_compile.load_for_gpu(str(REPO / path), "_aot_" + path.replace("/", "_")[:-3])
+    return gpu_compile.load_for_gpu(str(REPO_DIR / path), "_aot_" + path.replace("/", "_")[:-3])
 
 
 @functools.lru_cache(maxsize=None)

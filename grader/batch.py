@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from grader.exercises import EXERCISES
+from grader.paths import PACKAGE_DIR
 
 
 @dataclass
@@ -167,7 +168,7 @@ def grader_version() -> str:
         except metadata.PackageNotFoundError:
             version = "unknown"
         h = hashlib.sha256()
-        package = Path(__file__).resolve().parent
+        package = PACKAGE_DIR
         for file in sorted(package.rglob("*.py")):
             if "__pycache__" not in file.parts:
                 h.update(str(file.relative_to(package)).encode() + b"\0" + file.read_bytes())

@@ -28,7 +28,9 @@ from pathlib import Path
 
 import click
 
-DATA_PATH = Path(__file__).resolve().parent / "data" / "gpu_thresholds.json"
+from grader.paths import GPU_THRESHOLDS_PATH
+
+DATA_PATH = GPU_THRESHOLDS_PATH
 FRACTIONS = (0.35, 0.60, 0.85)      # of the plain kernel's ratio, for tiers 1, 2, 3
 PLAIN = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 

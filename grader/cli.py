@@ -16,7 +16,8 @@ import click
 
 from grader import report as fmt
 from grader.core import GraderConfigError, Options, grade
-from grader.exercises import EXERCISES, REPO_DIR, SUITES_DIR, available, by_letter
+from grader.exercises import EXERCISES, available, by_letter
+from grader.paths import EXERCISES_DIR, HIDDEN_SUITES_DIR, REPO_DIR, SOLUTIONS_DIR
 from grader.report import write_private
 from grader.submission import SubmissionError, materialize
 
@@ -35,7 +36,7 @@ def _isolation_option(default: str = "auto"):
 
 # The student edition ships no hidden suites: its attn-grade has only the
 # commands that are honest there (``check``), none that claims a grade.
-STUDENT_EDITION = not (SUITES_DIR / "hidden").is_dir()
+STUDENT_EDITION = not HIDDEN_SUITES_DIR.is_dir()
 INSTRUCTOR_COMMANDS = ("grade", "batch", "merge", "gradescope", "release", "notebooks",
                        "stubs", "calibrate")
 
@@ -446,7 +447,7 @@ def notebooks(out, install, force):
 
 def _stub_sources() -> dict[str, str]:
     """The student stubs: derived from solutions/ where present, else exercises/."""
-    solutions, exercises = REPO_DIR / "solutions", REPO_DIR / "exercises"
+    solutions, exercises = SOLUTIONS_DIR, EXERCISES_DIR
     if solutions.is_dir():
         from grader.stubs import derive_all
         return derive_all(solutions)
@@ -510,7 +511,7 @@ def release(out, install, make_git):
     except ImportError:
         raise click.UsageError("this is an instructors' command, not part of the student "
                                "edition.") from None
-    if not (REPO_DIR / "solutions").is_dir():
+    if not SOLUTIONS_DIR.is_dir():
         raise click.UsageError("solutions/ is not here: the student edition is built from "
                                "the instructors' edition.")
     if out.exists() and any(out.iterdir()):
@@ -540,7 +541,7 @@ def stubs(check_only):
     """Regenerate exercises/ from the solutions' BEGIN/END SOLUTION markers."""
     from grader.stubs import derive_all, write_stubs
 
-    solutions, exercises = REPO_DIR / "solutions", REPO_DIR / "exercises"
+    solutions, exercises = SOLUTIONS_DIR, EXERCISES_DIR
     if not solutions.is_dir():
         raise click.UsageError("solutions/ is not here: stubs are made in the "
                                "instructors' edition.")

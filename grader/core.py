@@ -14,16 +14,17 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from grader import rootcause
-from grader.exercises import EXERCISES, SUITES_DIR, suite_files
+from grader.exercises import EXERCISES, suite_files
 from grader.feedback import Feedback
+from grader.paths import SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
-from grader.sandbox import isolation
+from grader.sandbox import confine, isolation
 from grader.sandbox.client import Limits, StudentError, StudentModule, Worker
 
 PLUGIN_KEY = pytest.StashKey["GradingPlugin"]()
@@ -48,7 +49,6 @@ class Options:
     deduct_once: bool = False             # a named root cause costs points once per exercise
     isolation: str = "auto"               # auto, strict or fallback (sandbox.isolation)
     artifacts_dir: Path | None = None     # grader-owned folder for files like the ex04 plot
-    extra: dict = field(default_factory=dict)
 
 
 def _title(item) -> str:
@@ -88,8 +88,9 @@ def describe_failure(excinfo) -> str:
 
 
 class GradingPlugin:
-    """Owns the workers and collects results; suites reach it through
-    ``config.stash[PLUGIN_KEY]`` (see ``suites/conftest.py``)."""
+    """Owns the workers and collects results.  Only the suites' fixtures
+    (``suites/conftest.py``) reach it, through ``config.stash[PLUGIN_KEY]``;
+    a suite asks those fixtures for what it needs."""
 
     def __init__(self, submission: Path, options: Options, report: Report):
         self.submission = submission
@@ -260,10 +261,20 @@ def run_seed(seed: int | None) -> int:
     return seed
 
 
+def protect_secret_folders(iso: isolation.Isolation) -> list[Path]:
+    """A step of grading, before any worker starts: where the workers see this
+    machine's files (no namespaces) and we are root, the hidden suites, secret
+    references, solutions and tests become readable by root alone
+    (``confine.protect_secrets``).  In namespaces nothing of the package is
+    mounted, and without root nothing can be done: then nothing changes."""
+    return [] if iso.namespaces else confine.protect_secrets()
+
+
 def grade(submission: Path | str, options: Options | None = None) -> Report:
     """Grade a folder of exercise modules; always returns a ``Report``.
 
-    Sets PyTorch to one thread in this process once a suite has imported it
+    Protects the secret folders first where workers could read them
+    (``protect_secret_folders``).  Sets PyTorch to one thread in this process once a suite has imported it
     (see ``_one_thread``)."""
     options = options or Options()
     submission = Path(submission).resolve()
@@ -280,6 +291,7 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
         iso = isolation.decide(options.isolation, options.memory_mb)
     except (ValueError, isolation.IsolationUnavailable) as exc:
         raise GraderConfigError(str(exc)) from None
+    protect_secret_folders(iso)
     report = Report(submission=str(submission), suite=options.suite, exercises=list(names),
                     seed=run_seed(options.seed), student_id=options.student_id,
                     isolation=iso.level, isolation_text=iso.text)

@@ -33,14 +33,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-REPO_DIR = PACKAGE_DIR.parent
-# Secret by place: every module in this folder stays with the instructors (the
-# student edition gets a replay module in its stead) and no worker may read it.
-SECRET_REFERENCE_DIR = PACKAGE_DIR / "reference" / "secret"
-SUITES_DIR = PACKAGE_DIR / "suites"
-CONTRACT_PATH = PACKAGE_DIR / "contract.json"
-PROBES_DIR = PACKAGE_DIR / "sandbox" / "probes"
+from grader.paths import CONTRACT_PATH, SUITES_DIR
+
 # Probe modules of no one exercise: helpers any suite may pass or call.
 SHARED_PROBES = ("common", "gpu_compile")
 # What an exercise may need, and how the READMEs say it.  NumPy, PyTorch and

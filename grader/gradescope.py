@@ -35,7 +35,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.exercises import PACKAGE_DIR, REPO_DIR
+from grader.paths import PACKAGE_DIR, REPO_DIR
 
 VISIBILITIES = {"hidden", "after_due_date", "after_published", "visible"}
 OUTPUT_FORMATS = {"text", "html", "simple_format", "md", "ansi"}
@@ -177,7 +177,7 @@ def run(root: Path, isolation: str = "auto") -> dict:
 
     start = time.monotonic()
     results = root / "results" / "results.json"
-    _log(f"grader {Path(__file__).resolve().parent}, python {sys.executable}")
+    _log(f"grader {PACKAGE_DIR}, python {sys.executable}")
     try:
         upload = root / "submission"
         _log(f"upload: {describe(upload)}")

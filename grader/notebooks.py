@@ -1,4 +1,4 @@
-"""Notebooks: one per exercise for students, and notebook submissions.
+"""Notebooks: one per exercise for students, and their self-check.
 
 Each notebook holds the task (markdown, from the module's docstring), an
 install cell (for Colab or a fresh environment), the stub in a code cell
@@ -8,9 +8,9 @@ that grades the saved module with the public suite and shows one table
 (HTML in Jupyter, text elsewhere).  An exercise that imports an earlier
 one (C uses B's ``ex02_mha``) has a cell that says so and loads the earlier
 module: from its ``.py`` beside the notebook, from the earlier notebook
-beside it, or (in Colab) from an upload.  A notebook submission is graded
-from its tagged cells, or, where the tags were lost, from the cells that
-start with ``%%writefile exNN_name.py``.
+beside it, or (in Colab) from an upload.  Reading a notebook submission (its
+tagged cells, or the ``%%writefile exNN_name.py`` ones) is intake's:
+``grader.submission``.
 """
 from __future__ import annotations
 
@@ -19,22 +19,20 @@ import contextlib
 import html
 import io
 import os
-import re
 import sys
 from pathlib import Path
 
 import nbformat
 
 from grader.exercises import EXERCISES
-from grader.submission import SubmissionError
+# Built here, read at intake: the tagged ``%%writefile`` cells of an exercise.
+from grader.submission import (TAG_PREFIX, WRITEFILE, SubmissionError, extract_modules,
+                               read_notebook)
 
-TAG_PREFIX = "attn:"
-WRITEFILE = "%%writefile"
 # What the install cell pip-installs when no URL was given: nothing that
 # pip can find (the student package is not on PyPI), so the cell says so
 # instead of failing; ``release --install URL`` records the real place.
 DEFAULT_INSTALL = ""
-WRITEFILE_LINE = re.compile(r"^%%writefile\s+(?:\S*/)?(ex\d\d_\w+)\.py\s*$")
 
 
 def dependencies(source: str) -> list[str]:
@@ -72,10 +70,6 @@ BEFORE_STUB = {
         "from grader.variants import inputs_for\n"
         "print(inputs_for(\"YOUR_ID\").text())"),
 }
-
-
-class NotebookError(SubmissionError):
-    """A notebook that cannot be used; the text is one sentence."""
 
 
 def _docstring(source: str) -> str:
@@ -147,47 +141,6 @@ def write_notebooks(out: Path, stubs: dict[str, str], install: str = DEFAULT_INS
     for (exercise, source), path in zip(stubs.items(), paths):
         nbformat.write(build_notebook(exercise, source, install), str(path))
     return paths
-
-
-def read(path: Path):
-    try:
-        nb = nbformat.read(str(path), as_version=4)
-        nbformat.validate(nb)
-    except (ValueError, OSError, nbformat.ValidationError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise NotebookError(f"{path} is not a valid notebook ({first}).") from None
-    return nb
-
-
-def extract_modules(path: Path) -> dict[str, str]:
-    """{exercise: module source} from the code cells tagged ``attn:<exercise>``;
-    where no cell carries a tag (an editor dropped them), from the cells whose
-    first line is ``%%writefile exNN_name.py``."""
-    nb = read(Path(path))
-    found: dict[str, list[str]] = {}
-    by_writefile: dict[str, list[str]] = {}
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        source = cell.source
-        first, _, rest = source.partition("\n")
-        writes = WRITEFILE_LINE.match(first.strip())
-        if first.strip().startswith(WRITEFILE):
-            source = rest
-        for tag in cell.get("metadata", {}).get("tags", []):
-            name = str(tag)[len(TAG_PREFIX):] if str(tag).startswith(TAG_PREFIX) else None
-            if name in EXERCISES:
-                found.setdefault(name, []).append(source)
-        if writes and writes.group(1) in EXERCISES:
-            # %%writefile replaces the file: the last such cell is what Jupyter saved
-            by_writefile[writes.group(1)] = [source]
-    for name, parts in by_writefile.items():
-        found.setdefault(name, parts)
-    if not found:
-        raise NotebookError(f"{path} has no code cell tagged {TAG_PREFIX}<exercise> "
-                            f"(for example {TAG_PREFIX}ex02_mha) or starting with "
-                            f"{WRITEFILE} exNN_name.py, so there is nothing to grade.")
-    return {name: "\n\n".join(parts).rstrip() + "\n" for name, parts in found.items()}
 
 
 def _in_colab() -> bool:
@@ -324,7 +277,7 @@ def run_notebook(path: Path, cwd: Path) -> list[str]:
     with ``%`` or ``!`` are skipped, the rest is Python run in one namespace.
     Returns each cell's printed output.  Used by tests and by instructors who
     want to execute a notebook without Jupyter."""
-    nb = read(Path(path))
+    nb = read_notebook(Path(path))
     outputs, namespace = [], {"__name__": "__main__"}
     old_cwd = os.getcwd()
     os.chdir(cwd)

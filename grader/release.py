@@ -23,7 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from grader.exercises import PACKAGE_DIR, REPO_DIR, SECRET_REFERENCE_DIR
+from grader.paths import PACKAGE_DIR, SECRET_REFERENCE_DIR, SOLUTIONS_DIR, SUITES_DIR
 from grader.replay import Recorder
 
 PACKAGE_NAME = "attn-course-student"
@@ -177,7 +177,7 @@ def _copy_package(dest: Path) -> None:
         skip = {n for n in names if n == "__pycache__"}
         if folder == PACKAGE_DIR:
             skip |= INSTRUCTOR_ONLY & set(names)
-        if folder == PACKAGE_DIR / "suites":
+        if folder == SUITES_DIR:
             skip.add("hidden")
         if folder == SECRET_REFERENCE_DIR:
             # secret as a whole: every file here stays out (replay modules
@@ -227,7 +227,7 @@ def record_public_answers(dest_reference: Path) -> Recorder:
     from grader.core import Options, grade
 
     with Recorder() as recorder:
-        report = grade(REPO_DIR / "solutions", Options(suite="public"))
+        report = grade(SOLUTIONS_DIR, Options(suite="public"))
     # A test this (busy) machine could not judge keeps its points in the
     # maximum ("needs regrade"); it is no failure of the solutions.
     judged = report.max_score - sum(t.max_score for t in report.tests
@@ -301,7 +301,7 @@ def build(out: Path, install: str | None = None, git: bool = False) -> Path:
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty")
     out.mkdir(parents=True, exist_ok=True)
-    stubs = derive_all(REPO_DIR / "solutions")
+    stubs = derive_all(SOLUTIONS_DIR)
     (out / "exercises").mkdir()
     for name, text in stubs.items():
         (out / "exercises" / f"{name}.py").write_text(text)

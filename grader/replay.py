@@ -24,9 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from grader.paths import SECRET_REFERENCE_DIR
 from grader.sandbox import codec
-
-from grader.exercises import SECRET_REFERENCE_DIR
 
 SECRET_PACKAGE = "grader.reference.secret"
 

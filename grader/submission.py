@@ -1,7 +1,8 @@
 """What a submission may be, turned into a folder of exercise modules.
 
 A submission is a folder of ``exNN_*.py`` modules, a notebook (``.ipynb``)
-whose code cells carry ``attn:<exercise>`` tags, a ``.zip`` holding either,
+whose code cells carry ``attn:<exercise>`` tags (or, where an editor lost the
+tags, start with ``%%writefile exNN_name.py``), a ``.zip`` holding either,
 or a student's whole repository (the student edition, as a GitHub upload to
 Gradescope brings it): its ``exercises/`` and ``notebooks/`` are read.
 What an archiver or an editor leaves behind (``__MACOSX``, dotfiles,
@@ -14,6 +15,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -25,10 +27,19 @@ from grader.exercises import EXERCISES
 
 MAX_ZIP_BYTES = 50 << 20        # unpacked size of a zip submission
 MAX_ZIP_FILES = 2000
+# A notebook's exercise cells (``grader.notebooks`` builds them so): tagged
+# ``attn:<exercise>``, and starting with ``%%writefile <exercise>.py``.
+TAG_PREFIX = "attn:"
+WRITEFILE = "%%writefile"
+WRITEFILE_LINE = re.compile(r"^%%writefile\s+(?:\S*/)?(ex\d\d_\w+)\.py\s*$")
 
 
 class SubmissionError(ValueError):
     """A submission that cannot be read; the text is one sentence."""
+
+
+class NotebookError(SubmissionError):
+    """A notebook that cannot be used; the text is one sentence."""
 
 
 # Folders that never hold a student's work.
@@ -128,6 +139,50 @@ def repository_roots(found: Path, depth: int = 3) -> list[Path]:
     return out
 
 
+def read_notebook(path: Path):
+    """The notebook at ``path``, validated; ``NotebookError`` when it is none."""
+    import nbformat   # here: grading a folder of modules never needs it
+
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+        nbformat.validate(nb)
+    except (ValueError, OSError, nbformat.ValidationError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise NotebookError(f"{path} is not a valid notebook ({first}).") from None
+    return nb
+
+
+def extract_modules(path: Path) -> dict[str, str]:
+    """{exercise: module source} from the code cells tagged ``attn:<exercise>``;
+    where no cell carries a tag (an editor dropped them), from the cells whose
+    first line is ``%%writefile exNN_name.py``."""
+    nb = read_notebook(Path(path))
+    found: dict[str, list[str]] = {}
+    by_writefile: dict[str, list[str]] = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        source = cell.source
+        first, _, rest = source.partition("\n")
+        writes = WRITEFILE_LINE.match(first.strip())
+        if first.strip().startswith(WRITEFILE):
+            source = rest
+        for tag in cell.get("metadata", {}).get("tags", []):
+            name = str(tag)[len(TAG_PREFIX):] if str(tag).startswith(TAG_PREFIX) else None
+            if name in EXERCISES:
+                found.setdefault(name, []).append(source)
+        if writes and writes.group(1) in EXERCISES:
+            # %%writefile replaces the file: the last such cell is what Jupyter saved
+            by_writefile[writes.group(1)] = [source]
+    for name, parts in by_writefile.items():
+        found.setdefault(name, parts)
+    if not found:
+        raise NotebookError(f"{path} has no code cell tagged {TAG_PREFIX}<exercise> "
+                            f"(for example {TAG_PREFIX}ex02_mha) or starting with "
+                            f"{WRITEFILE} exNN_name.py, so there is nothing to grade.")
+    return {name: "\n\n".join(parts).rstrip() + "\n" for name, parts in found.items()}
+
+
 def _unfinished(source: str) -> int:
     """How much of a stub is left: ``NotImplementedError``s, and module
     constants still ``None`` (exercise A's stub)."""
@@ -146,8 +201,6 @@ def _unfinished(source: str) -> int:
 def _candidates(found: Path) -> tuple[dict[str, list[str]], list[Path]]:
     """{exercise: [sources]} from modules (first) and notebooks, and the
     folders they were found in."""
-    from grader.notebooks import extract_modules
-
     roots = repository_roots(found)
     if roots:   # a repository: its own top level, exercises/ and notebooks/
         folders = [f for r in roots for f in (r, *(r / n for n in REPO_FOLDERS)) if f.is_dir()]
@@ -221,7 +274,6 @@ def materialize(path: Path | str):
             _unzip(path, unpacked)
             _flatten(unpacked, folder)
         elif kind == "notebook":
-            from grader.notebooks import extract_modules
             for name, source in extract_modules(path).items():
                 (folder / f"{name}.py").write_text(source)
         else:  # a folder with notebooks or zips in it

@@ -391,7 +391,7 @@ def test_kernel_exercise_cheats(tmp_path, cheat, phrase):
 def test_links_to_hidden_files_are_not_followed(sub):
     """A module that is a link to a hidden suite (git keeps links) is not
     copied for the worker: its content never reaches student code."""
-    from grader.exercises import PACKAGE_DIR
+    from grader.paths import PACKAGE_DIR
     hidden = PACKAGE_DIR / "suites" / "hidden" / "test_ex03_gqa_hidden.py"
     (sub / "ex03_gqa.py").unlink()
     (sub / "ex03_gqa.py").symlink_to(hidden)

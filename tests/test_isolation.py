@@ -138,3 +138,24 @@ def test_cgroups_of_a_killed_grader_are_removed_by_the_next(monkeypatch):
         mine.remove()
         if stale.exists():
             stale.rmdir()
+
+
+def test_grading_protects_the_secret_folders_as_a_step_of_its_own(tmp_path, monkeypatch,
+                                                                   no_bwrap):
+    """Deciding the isolation (as the doctor does) changes nothing; grading
+    protects the secret folders itself, before any worker starts, wherever
+    the workers see this machine's files."""
+    from grader import core
+    from grader.sandbox import confine, isolation
+
+    calls = []
+    monkeypatch.setattr(confine, "protect_secrets", lambda: calls.append("protect") or [])
+    iso = isolation.decide("auto", 8192)
+    assert not iso.namespaces and calls == []
+    assert CliRunner().invoke(main, ["doctor"]).exit_code == 0 and calls == []
+    sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand"])
+    report = grade_dir(sub, ["ex01_by_hand"])
+    assert calls == ["protect"] and report.exercise_scores()["ex01_by_hand"] == (7, 7)
+    calls.clear()
+    core.protect_secret_folders(isolation.Isolation(isolation.NAMESPACES, "", True))
+    assert calls == []   # in namespaces nothing of the package is mounted

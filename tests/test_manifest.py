@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.exercises import (EXERCISES, NEEDS, PROBES_DIR, SECRET_REFERENCE_DIR,
-                              SHARED_PROBES, by_letter, suite_files)
+from grader.exercises import EXERCISES, NEEDS, SHARED_PROBES, by_letter, suite_files
+from grader.paths import PROBES_DIR, SECRET_REFERENCE_DIR
 from grader.notebooks import BEFORE_STUB, dependencies
 from grader.release import exercise_count, student_readme
 from tests.conftest import REPO, SOLUTIONS
@@ -32,7 +32,18 @@ PROBE_MENTION = re.compile(r"""probe\(\s*["'](\w+)\.|["']probe:(\w+)\.|"""
 
 
 def _suites(ex) -> list[Path]:
-    return suite_files(ex.name, "hidden")      # public and hidden
+    """An exercise's suites (public and hidden), and the shipped checks modules
+    (grader/reference/*_checks.py) they import: what its grading runs."""
+    files = suite_files(ex.name, "hidden")
+    helpers = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "grader.reference":
+                helpers.update(a.name for a in node.names if a.name.endswith("_checks"))
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    "grader.reference.") and node.module.endswith("_checks"):
+                helpers.add(node.module.rsplit(".", 1)[1])
+    return files + [REPO / "grader" / "reference" / f"{h}.py" for h in sorted(helpers)]
 
 
 def _probes_named(text: str) -> set[str]:

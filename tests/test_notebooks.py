@@ -130,7 +130,7 @@ def test_not_a_zip_and_wrong_kind(tmp_path):
 def test_links_in_a_folder_submission_are_not_followed(tmp_path):
     """A folder read file by file (it holds a notebook or a zip) never follows a
     link, to a file or to a folder: copied as root it could bring in hidden files."""
-    from grader.exercises import PACKAGE_DIR
+    from grader.paths import PACKAGE_DIR
     from grader.submission import _flatten
 
     hidden = PACKAGE_DIR / "suites" / "hidden"

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from grader.cli import main
-from grader.exercises import PACKAGE_DIR
+from grader.paths import PACKAGE_DIR
 from grader.replay import SECRET_MODULES
 from tests.conftest import REPO, SOLUTIONS, copy_solutions
 

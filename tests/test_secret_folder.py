@@ -16,7 +16,7 @@ PROBE = """\
 import json, sys
 from pathlib import Path
 from grader import replay
-from grader.exercises import SECRET_REFERENCE_DIR
+from grader.paths import SECRET_REFERENCE_DIR
 from grader.release import _copy_package
 from grader.sandbox import bwrap, confine
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.exercises import CONTRACT_PATH, EXERCISES, contract
+from grader.exercises import EXERCISES, contract
+from grader.paths import CONTRACT_PATH
 from grader.stubs import StubError, derive_stub
 from tests.conftest import EXERCISES_DIR, REPO, SOLUTIONS
 

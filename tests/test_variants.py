@@ -226,7 +226,7 @@ def test_hidden_suites_draw_only_through_the_seeded_helpers():
     """A fixed seed in a hidden suite would make its cases memorizable."""
     import re
 
-    from grader.exercises import SUITES_DIR
+    from grader.paths import SUITES_DIR
     fixed = re.compile(r"default_rng\(\s*\d|manual_seed\(\s*(seed|\d)|np\.random\.(seed|rand)"
                        r"|_inputs\(\s*\d")
     for path in sorted((SUITES_DIR / "hidden").glob("test_*.py")):

@@ -138,16 +138,13 @@ COMPILE_HINTS = (
 )
 
 
-def compile_worker(request):
+def compile_worker(submission_dir, worker_limits):
     """A second worker for the student's ex07 module, imported as on a GPU
-    (no ``TRITON_INTERPRET``): the student's code runs only there."""
-    from grader.core import PLUGIN_KEY
-    from grader.sandbox.client import Limits, StudentModule, Worker
-    plugin = request.config.stash[PLUGIN_KEY]
-    opts = plugin.options
-    limits = Limits(call_timeout=600, import_timeout=opts.import_timeout,
-                    memory_bytes=opts.memory_mb << 20, env={})
-    return StudentModule(Worker(plugin.submission, "ex07_flash_attention", limits), 600)
+    (no ``TRITON_INTERPRET``): the student's code runs only there.  Takes the
+    suites' ``submission_dir`` and ``worker_limits`` fixtures."""
+    from grader.sandbox.client import StudentModule, Worker
+    limits = worker_limits(600)      # no env: nothing of the exercise's TRITON_INTERPRET
+    return StudentModule(Worker(submission_dir, "ex07_flash_attention", limits), 600)
 
 
 def judge_compile(result: dict) -> str:

@@ -26,7 +26,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from grader.exercises import PACKAGE_DIR, REPO_DIR
+from grader.paths import GIT_DIR, PACKAGE_DIR, REPO_DIR, SOLUTIONS_DIR, TESTS_DIR
 
 SANDBOX = "/sandbox"   # inside: submission/ (the worker's cwd) and runtime/
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
@@ -93,7 +93,7 @@ def _under_system(path: Path) -> bool:
 def secrets_inside(roots: list[Path]) -> list[Path]:
     """What must stay hidden but lies inside a mounted root (the grader
     installed into the venv, say): each gets an empty tmpfs over it."""
-    secret = [PACKAGE_DIR, REPO_DIR / "solutions", REPO_DIR / "tests", REPO_DIR / ".git"]
+    secret = [PACKAGE_DIR, SOLUTIONS_DIR, TESTS_DIR, GIT_DIR]
     return [s for s in secret if s.exists() and any(r in s.parents for r in roots)]
 
 

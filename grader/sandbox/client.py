@@ -23,11 +23,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.paths import HIDDEN_SUITES_DIR, MEASURE_KIT, SANDBOX_DIR as RUNTIME_DIR
 from grader.sandbox import bwrap, codec, confine, memcg
 
-RUNTIME_DIR = Path(__file__).resolve().parent
-RUNTIME_FILES = ("worker.py", "codec.py")
-MEASURE_KIT = RUNTIME_DIR.parent / "measure.py"  # self-contained: torch + stdlib
+RUNTIME_FILES = ("worker.py", "codec.py")   # with probes/ and MEASURE_KIT (torch + stdlib)
 
 
 class StudentError(Exception):
@@ -433,8 +432,7 @@ def _call_text(name: str, args, kwargs) -> str:
 
 def _student_edition() -> bool:
     """The student edition has no hidden suites (grader.release)."""
-    from grader.exercises import SUITES_DIR
-    return not (SUITES_DIR / "hidden").is_dir()
+    return not HIDDEN_SUITES_DIR.is_dir()
 
 
 class StudentModule:

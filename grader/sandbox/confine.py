@@ -5,9 +5,10 @@ As root (a grading container, CI), each worker runs as a fresh unprivileged
 user id that no other process uses, in a private folder that only it can
 read; the folders holding the hidden suites, the references, the solutions,
 the package's tests and the git history are made readable by root alone
-(``protect_secrets``), and the grader writes its results with a private
-umask.  Without root none of that is possible: the worker runs as the
-grading user, from a private folder, and could read what that user can read.
+(``protect_secrets``, a step of grading: ``grader.core.protect_secret_folders``),
+and the grader writes its results with a private umask.  Without root none
+of that is possible: the worker runs as the grading user, from a private
+folder, and could read what that user can read.
 README's threat model says so.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from grader.exercises import PACKAGE_DIR, REPO_DIR, SECRET_REFERENCE_DIR
+from grader.paths import GIT_DIR, HIDDEN_SUITES_DIR, SECRET_REFERENCE_DIR, SOLUTIONS_DIR, TESTS_DIR
 
 UID_RANGE = (61000, 64999)   # ids no account uses on common distributions
 _used_uids: set[int] = set()     # held by a live worker of this process
@@ -34,8 +35,7 @@ def secret_paths() -> list[Path]:
     """Folders a student must never read: hidden suites, the secret references
     (the whole folder, whatever it holds), solutions, the package's tests
     (mutants are copies of solutions) and git history."""
-    paths = [PACKAGE_DIR / "suites" / "hidden", SECRET_REFERENCE_DIR,
-             REPO_DIR / "solutions", REPO_DIR / "tests", REPO_DIR / ".git"]
+    paths = [HIDDEN_SUITES_DIR, SECRET_REFERENCE_DIR, SOLUTIONS_DIR, TESTS_DIR, GIT_DIR]
     return [p for p in paths if p.is_dir()]
 
 

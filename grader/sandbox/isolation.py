@@ -35,6 +35,8 @@ class Isolation:
 
 
 def decide(mode: str, memory_mb: int) -> Isolation:
+    """The isolation workers will get in ``mode``; changes nothing on this
+    machine (grading protects the secret folders itself: ``grader.core``)."""
     if mode not in MODES:
         raise ValueError(f"unknown isolation {mode!r}: use {', '.join(MODES)}")
     ok, why = (False, "the fallback was asked for") if mode == "fallback" else bwrap.usable()
@@ -52,7 +54,6 @@ def decide(mode: str, memory_mb: int) -> Isolation:
         raise IsolationUnavailable(f"--isolation strict: {why}; run `attn-grade doctor` to "
                                    "see what this machine lacks")
     if confine.is_root():
-        confine.protect_secrets()
         if confine.can_drop_privileges():
             return Isolation(UID, f"WEAK ISOLATION ({why}): each exercise runs as its own "
                              "unprivileged user, sharing this machine's network, /tmp and "

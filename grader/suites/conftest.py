@@ -1,18 +1,26 @@
-"""Fixtures for the grading suites.
+"""Fixtures for the grading suites: everything a suite needs of the grading
+run, so that no suite reaches into the plugin (``grader.core``) or pytest's
+configuration itself.
 
 ``student``: the submission's module for the test's exercise (declared on
 the suite module with ``pytestmark = [pytest.mark.exercise("ex02_mha")]``),
 run in a sandboxed worker.  ``machine``: facts about the grading machine
-measured once per run and shown at the top of the report.  ``run_seed``
+measured once per run and shown at the top of the report;
+``machine_peaks``: its measured peaks (kept there).  ``run_seed``
 (automatic): the run's secret seed, from which every random hidden case is
-drawn (``grader.reference.cases``).
+drawn (``grader.reference.cases``).  ``roster_student_id``,
+``artifacts_dir``, ``for_staff``, ``submission_dir`` and ``worker_limits``:
+what a few suites need of the run's options.
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from grader.core import PLUGIN_KEY
 from grader.reference import cases
+from grader.sandbox.client import Limits
 
 
 def _plugin(config):
@@ -39,8 +47,30 @@ def machine(request):
 
 
 @pytest.fixture
-def grading_options(request):
-    return _plugin(request.config).options
+def machine_peaks(machine):
+    """The grading machine's peaks (``grader.measure.Peaks``), measured the
+    first time a test asks and then kept in ``machine`` (top of the report); a
+    suite that measures them again stores them there too.  A suite that wants
+    them measured before its first test says
+    ``pytest.mark.usefixtures("machine_peaks")``."""
+    from grader import measure   # here: it imports PyTorch, which NumPy suites never need
+
+    return measure.grading_peaks(machine, measure.default_device())
+
+
+@pytest.fixture(scope="session")
+def roster_student_id(request) -> str | None:
+    """Exercise A's identifier for this submission from the course roster
+    (``attn-grade batch --roster``), or None."""
+    return _plugin(request.config).options.student_id
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir(request) -> Path | None:
+    """The grader-owned folder for files made for the student (``--artifacts``,
+    ``Options.artifacts_dir``), or None: never the submission's folder."""
+    folder = _plugin(request.config).options.artifacts_dir
+    return Path(folder) if folder else None
 
 
 @pytest.fixture
@@ -49,6 +79,25 @@ def for_staff(request):
     (``Report.manual``): a dict with exercise, question, points (the staff's),
     answer and rubric."""
     return _plugin(request.config).report.manual.append
+
+
+@pytest.fixture(scope="session")
+def submission_dir(request) -> Path:
+    """The submission's folder, for a worker a suite starts itself (never to
+    be read or imported in the grading process)."""
+    return _plugin(request.config).submission
+
+
+@pytest.fixture(scope="session")
+def worker_limits(request):
+    """``worker_limits(call_timeout)``: ``Limits`` for a worker a suite starts
+    itself, with this run's import time limit and memory."""
+    options = _plugin(request.config).options
+
+    def limits(call_timeout: float) -> Limits:
+        return Limits(call_timeout=call_timeout, import_timeout=options.import_timeout,
+                      memory_bytes=options.memory_mb << 20)
+    return limits
 
 
 @pytest.fixture(scope="session", autouse=True)

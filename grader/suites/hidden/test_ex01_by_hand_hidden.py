@@ -59,8 +59,8 @@ def _declared(student):
         raise
 
 
-def _graded(student, options) -> _Graded:
-    declared, roster = _declared(student), options.student_id
+def _graded(student, roster: str | None) -> _Graded:
+    declared = _declared(student)
     try:
         mine = None if declared is None else variants.normalize(declared)
     except variants.BadStudentId as exc:
@@ -85,8 +85,8 @@ def _graded(student, options) -> _Graded:
 
 
 @pytest.fixture
-def graded(student, grading_options) -> _Graded:
-    return _graded(student, grading_options)
+def graded(student, roster_student_id) -> _Graded:
+    return _graded(student, roster_student_id)
 
 
 def _step_ok(step, answers, exact, inputs) -> bool:

@@ -1,8 +1,4 @@
 """Hidden tests for ex04_quadratic: hidden data, every known mistake named."""
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -12,23 +8,12 @@ from grader.reference.secret import attention as ref
 from grader.reference.secret import roofline as rl
 from grader.reference import timing
 from grader.reference.cases import case_seed, rng_for
-from grader.reference import timing
+# one definition of how a timer and a plot are judged, the public suite's
+from grader.reference.ex04_checks import check_loglog, timer_result
 
 pytestmark = [pytest.mark.exercise("ex04_quadratic"), pytest.mark.hidden]
 
 ATOL, RTOL = TOLERANCES["float32"]
-
-
-def _public():
-    """The public suite's helpers (one definition of how a timer is judged)."""
-    name = "_ex04_public_suite"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "public" / "test_ex04_quadratic.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
 
 
 ATTENTION_MISTAKES = ["no_scale", "scale_by_d", "softmax_over_queries", "no_mask",
@@ -71,12 +56,11 @@ def test_time_fn_warms_up(student):
     # A failure is only declared when the machine was quiet during the run
     # (the calls overran their sleeps by less than 0.1 s in all), so that no
     # stall can be mistaken for a timed warm-up.
-    pub = _public()
     delays = [0.25, 0.25, 0.02]
     for _ in range(timing.SLEEP_TRIES):
         run = student.probe("ex04_quadratic.run_timer", delays, warmup=2, repeats=3)
         check_calls(run, 2, 3, "time_fn(f, warmup=2, repeats=3)")
-        got = pub.timer_result(run, "time_fn(f, warmup=2, repeats=3)", 0.02)
+        got = timer_result(run, "time_fn(f, warmup=2, repeats=3)", 0.02)
         overrun = run["wall"] - (0.25 + 0.25 + 3 * 0.02)
         if got >= 0.2 and overrun < 0.1:
             raise Feedback(f"time_fn(f, warmup=2, repeats=3) returned {got:.3g} s where the "
@@ -95,12 +79,11 @@ def test_time_fn_takes_the_median(student):
     # mean 100, min 20.  Sleeps never end early, so a result under 60 ms is
     # wrong on any machine; one over 90 ms is judged only when the calls
     # overran their sleeps by less than 30 ms in all (a quiet run).
-    pub = _public()
     delays = [0.0, 0.02, 0.06, 0.06, 0.3, 0.06]
     for _ in range(timing.SLEEP_TRIES):
         run = student.probe("ex04_quadratic.run_timer", delays, warmup=1, repeats=5)
         check_calls(run, 1, 5, "time_fn(f, warmup=1, repeats=5)")
-        got = pub.timer_result(run, "time_fn(f, warmup=1, repeats=5)", 0.02)
+        got = timer_result(run, "time_fn(f, warmup=1, repeats=5)", 0.02)
         overrun = run["wall"] - sum(delays)
         if got < 0.058:
             raise Feedback(f"time_fn returned {got:.3g} s where the timed calls took 20, 60, "
@@ -237,4 +220,4 @@ def test_plot_scaling_hidden(student):
         pytest.skip("needs matplotlib on the grading machine (pip install matplotlib)")
     if not out["exists"]:
         raise Feedback("plot_scaling did not write the file at the path it was given")
-    _public().check_loglog(out, pairs)
+    check_loglog(out, pairs)

@@ -1,30 +1,16 @@
 """Hidden tests for ex05_decode_prefill: exact counts on hidden parameters,
 kernels against the reference, the KV cache and RoPE."""
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference.secret import roofline as rl
 from grader.reference.cases import case_seed
+from grader.reference.ex05_checks import check_decode_with_cache
 
 pytestmark = [pytest.mark.exercise("ex05_decode_prefill"), pytest.mark.hidden]
 
 ATOL, RTOL = TOLERANCES["float32"]
-
-
-def _public():
-    name = "_ex05_public_suite"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "public" / "test_ex05_decode_prefill.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
 
 
 FLOP_MISTAKES = ["flops_half", "flops_double", "causal_top_left", "causal_half",
@@ -155,5 +141,5 @@ def test_decode_attention_hidden(student, seed, b, h, s, d):
 ], ids=["mha", "gqa", "mqa-base500"])
 def test_decode_with_cache_hidden(student, seed, b, s, d, h, h_kv, d_head, base):
     """decode_with_cache: equals full causal attention; the cache holds rotated keys"""
-    _public().check_decode_with_cache(student, seed=case_seed("ex05-cache", seed), b=b, s=s,
-                                      d=d, h=h, h_kv=h_kv, d_head=d_head, rope_base=base)
+    check_decode_with_cache(student, seed=case_seed("ex05-cache", seed), b=b, s=s, d=d, h=h,
+                            h_kv=h_kv, d_head=d_head, rope_base=base)

@@ -1,47 +1,32 @@
 """Hidden tests for ex06_gqa_intensity: grouping for every h_kv, no repeated
 K/V, counts that match what the code executes."""
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from grader.feedback import Feedback, check_close, expect_raises
 from grader.reference.secret import roofline as rl
 from grader.reference.cases import case_seed
+from grader.reference.ex06_checks import check_gqa_decode, check_table, decode_inputs, \
+    judge_counts
 
 pytestmark = [pytest.mark.exercise("ex06_gqa_intensity"), pytest.mark.hidden]
-
-
-def _public():
-    name = "_ex06_public_suite"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "public" / "test_ex06_gqa_intensity.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
 
 
 @pytest.mark.points(1)
 @pytest.mark.parametrize("h_kv", [1, 2, 8, 16], ids=["mqa", "kv2", "kv8", "mha"])
 def test_gqa_decode_every_grouping(student, h_kv):
     """gqa_decode_attention against the reference, 16 query heads"""
-    pub = _public()
-    pub.check_gqa_decode(student, *pub.decode_inputs(case_seed("ex06-decode", h_kv), 2, 16,
-                                                         h_kv, 37, 16))
+    check_gqa_decode(student, *decode_inputs(case_seed("ex06-decode", h_kv), 2, 16, h_kv, 37,
+                                             16))
 
 
 @pytest.mark.points(1)
 def test_gqa_decode_rejects_bad_shapes(student):
     """gqa_decode_attention raises ValueError for 2 query positions or h % h_kv != 0"""
-    pub = _public()
-    q, k, v = pub.decode_inputs(case_seed("ex06-errors", 1), 1, 4, 2, 5, 8)
+    q, k, v = decode_inputs(case_seed("ex06-errors", 1), 1, 4, 2, 5, 8)
     expect_raises(lambda: student.gqa_decode_attention(q.expand(1, 4, 2, 8).contiguous(), k, v),
                   "ValueError", what="gqa_decode_attention with q of 2 positions",
                   unchecked="the shape of q was not checked (decode has one query position)")
-    q6, k4, v4 = pub.decode_inputs(case_seed("ex06-errors", 2), 1, 6, 4, 5, 8)
+    q6, k4, v4 = decode_inputs(case_seed("ex06-errors", 2), 1, 6, 4, 5, 8)
     expect_raises(lambda: student.gqa_decode_attention(q6, k4, v4),
                   "ValueError", what="gqa_decode_attention with 6 query heads over 4 KV heads")
 
@@ -96,15 +81,15 @@ def test_measure_intensity_is_counted(student, case):
     trace = same_call[0]["trace"] if same_call else out["fresh"]
     what = "measure_intensity({n_heads}, {n_kv_heads}, {seq_len}, {d_head}, batch={batch})" \
         .format(**case)
-    _public().judge_counts(out["student"], trace, what=what, **case)
+    judge_counts(out["student"], trace, what=what, **case)
 
 
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(120)
 def test_intensity_table_hidden(student):
     """intensity_table on hidden heads and lengths: counted, and rising with h / h_kv"""
-    _public().check_table(student.probe("ex06_gqa_intensity.table_run", 16, [1, 4, 16], 2048, 64),
-                          16, (1, 4, 16), 2048, 64)
+    check_table(student.probe("ex06_gqa_intensity.table_run", 16, [1, 4, 16], 2048, 64), 16, (1, 4, 16),
+                2048, 64)
 
 
 @pytest.mark.points(1)

@@ -34,7 +34,6 @@ CORRECTNESS_CASES = {  # id: (B, h, h_kv, S_q, S_k, d_head, causal)
 }
 SPEED_CASES = flash.SPEED_CASES    # bf16, B=4, h=32, d_head=128, S 2048 and 8192
 SPEED_ROUNDS = 7                       # timed requests of each side per shape
-_SPEED = pytest.StashKey[dict]()       # one benchmark per grading run
 
 
 def _need_gpu():
@@ -67,21 +66,24 @@ def test_gpu_long_sequences(student, dtype, machine):
                            f"rtol={rtol:g}; accumulate in float32)") from None
 
 
-def _speed(request) -> dict:
-    """The speed measurement, run once per grading run (kept in its pytest
-    config) and shared by the tier tests: the student's kernel in a fresh
-    worker whose submission folder is read-only, the reference in a trusted
-    worker of its own, the clock here (``grader/reference/flash_speed.py``)."""
-    from grader.core import PLUGIN_KEY
+@pytest.fixture(scope="module")
+def speed_runs() -> dict:
+    """This grading run's speed measurement (the module runs once per run),
+    shared by the tier tests: measured by the first, remembered for the rest."""
+    return {}
+
+
+def _speed(runs: dict, submission_dir, worker_limits) -> dict:
+    """The speed measurement, run once per grading run and shared by the tier
+    tests: the student's kernel in a fresh worker whose submission folder is
+    read-only, the reference in a trusted worker of its own, the clock here
+    (``grader/reference/flash_speed.py``)."""
     from grader.reference import flash_speed
-    from grader.sandbox.client import Limits, StudentModule
-    runs = request.config.stash.setdefault(_SPEED, {})
+    from grader.sandbox.client import StudentModule
     key = "ex07_flash_attention"
     if key not in runs:
-        plugin = request.config.stash[PLUGIN_KEY]
-        limits = Limits(call_timeout=600, import_timeout=plugin.options.import_timeout,
-                        memory_bytes=plugin.options.memory_mb << 20)
-        worker = flash_speed.LockedWorker(plugin.submission, key, limits)
+        limits = worker_limits(600)
+        worker = flash_speed.LockedWorker(submission_dir, key, limits)
         try:
             with flash_speed.reference_side(limits) as reference:
                 runs[key] = flash_speed.measure(StudentModule(worker, 600), reference,
@@ -103,10 +105,10 @@ def _speed(request) -> dict:
 # instructors: students see the tier, not the measurements.
 @pytest.mark.visibility("hidden")
 @pytest.mark.parametrize("tier", [1, 2, 3])
-def test_gpu_speed(request, machine, tier):
+def test_gpu_speed(request, machine, tier, speed_runs, submission_dir, worker_limits):
     """speed against the reference kernel, same run, same inputs (tier by TFLOP/s ratio)"""
     _need_gpu()
-    result = _speed(request)
+    result = _speed(speed_runs, submission_dir, worker_limits)
     gpu = result["gpu"]
     machine.setdefault("GPU", gpu)
     machine.setdefault("reference kernel", result["variant"])

@@ -1,10 +1,6 @@
 """Hidden tests for ex08_mla: random shapes in float32 and float64, decode equal
 to the explicit form at every length and token by token with a growing cache,
 causality, relative positions, the formulas, and traced decodes."""
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -13,20 +9,11 @@ from grader.feedback import TOLERANCES, Feedback, check_close, check_equal, expe
 from grader.reference.secret import mla as ref
 from grader.reference import mla_trace
 from grader.reference.cases import case_seed, rng_for
+from grader.reference.ex08_checks import ATTENTION_MISTAKES, CACHE_BYTES_MISTAKES, \
+    DECODE_MISTAKES, SAVING_MISTAKES, check_attention, check_decode, check_dtype, mla_inputs
 
 pytestmark = [pytest.mark.exercise("ex08_mla"), pytest.mark.hidden]
 N_CASES = 6
-
-
-def _public():
-    name = "_ex08_public_suite"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "public" / "test_ex08_mla.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
 
 
 def random_case(rng, dtype, *, max_s=64, positions=False):
@@ -38,7 +25,7 @@ def random_case(rng, dtype, *, max_s=64, positions=False):
     d = int(rng.choice([8, 16, 24, 32, 48]))
     seed = int(rng.integers(2 ** 31))
     torch_dtype = getattr(torch, dtype)
-    args = _public().mla_inputs(seed, b, s, d, h, d_c, d_rope, d_nope, d_v, torch_dtype)
+    args = mla_inputs(seed, b, s, d, h, d_c, d_rope, d_nope, d_v, torch_dtype)
     pos = None
     if positions:   # absolute positions with gaps and an offset, as in a packed batch
         pos = torch.as_tensor(np.sort(rng.choice(np.arange(4 * s + 10), size=s, replace=False)))
@@ -68,7 +55,7 @@ def test_mla_cache_random(student, dtype):
         wrong = ref.mistakes_of(ref.cache, ["rope_on_latent", "rope_positions_unused"], x,
                                 w_dkv, w_kr, **kwargs)
         for j, part in enumerate(("c_kv", "k_rope")):
-            _public().check_dtype(got[j], x.dtype, f"mla_cache ({part})")
+            check_dtype(got[j], x.dtype, f"mla_cache ({part})")
             check_close(got[j], want[j], what=f"mla_cache(...)[{j}], {part}, on a case with "
                         f"{text}", atol=atol, rtol=rtol,
                         mistakes={k: v[j] for k, v in wrong.items()})
@@ -85,9 +72,8 @@ def test_mla_attention_random(student, dtype):
         kwargs = {"causal": i % 3 != 2}
         if pos is not None:
             kwargs["positions"] = pos
-        _public().check_attention(student, args, h, what=f"mla_attention on a case with "
-                                  f"{text}, causal={kwargs['causal']}", atol=atol, rtol=rtol,
-                                  **kwargs)
+        check_attention(student, args, h, what=f"mla_attention on a case with "
+                        f"{text}, causal={kwargs['causal']}", atol=atol, rtol=rtol, **kwargs)
 
 
 @pytest.mark.points(3)
@@ -106,10 +92,10 @@ def test_mla_decode_every_length(student, dtype):
             args = (x[:, s - 1:s], c_kv[:, :s].contiguous(), k_rope[:, :s].contiguous(), w_q,
                     w_uk, w_uv, w_o, h)
             got = student.mla_decode(*args)
-            _public().check_dtype(got, x.dtype, "mla_decode")
+            check_dtype(got, x.dtype, "mla_decode")
             check_close(got, full[:, s - 1:s], what=f"mla_decode with a cache of S={s} "
                         f"({text}) against row {s - 1} of the explicit form", atol=atol,
-                        rtol=rtol, mistakes=ref.mistakes_of(ref.decode, _public().DECODE_MISTAKES,
+                        rtol=rtol, mistakes=ref.mistakes_of(ref.decode, DECODE_MISTAKES,
                                                             *args))
 
 
@@ -126,7 +112,7 @@ def test_token_by_token_reproduces_attention(student, dtype):
         if isinstance(got, dict):
             raise Feedback(f"decoding token by token ({text}): {got.get('bad_result')}")
         kwargs = {} if pos is None else {"positions": pos}
-        wrong = ref.mistakes_of(ref.attention, _public().ATTENTION_MISTAKES, *args, h, **kwargs)
+        wrong = ref.mistakes_of(ref.attention, ATTENTION_MISTAKES, *args, h, **kwargs)
         check_close(got, ref.attention(*args, h, **kwargs),
                     what=f"token-by-token decode (mla_cache of each new token appended to the "
                          f"cache, then mla_decode at its position) on a case with {text}"
@@ -137,14 +123,13 @@ def test_token_by_token_reproduces_attention(student, dtype):
 @pytest.mark.points(1)
 def test_mla_decode_explicit_position(student):
     """mla_decode at a given position rotates the query there (the cache is as given)"""
-    x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = _public().mla_inputs(
+    x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = mla_inputs(
         case_seed("mla-explicit"), 2, 9, 16, 4, 12, 6, 8, 10)
     pos = torch.tensor([3, 5, 6, 10, 11, 15, 20, 21, 30])
     c_kv, k_rope = ref.cache(x, w_dkv, w_kr, positions=pos)
     args = (x[:, -1:], c_kv, k_rope, w_q, w_uk, w_uv, w_o, 4)
-    _public().check_decode(student, *args, position=30,
-                           what="mla_decode(x_t, c_kv, k_rope, ..., position=30)",
-                           atol=1e-9, rtol=1e-7)
+    check_decode(student, *args, position=30,
+                 what="mla_decode(x_t, c_kv, k_rope, ..., position=30)", atol=1e-9, rtol=1e-7)
     check_close(student.mla_decode(*args, position=30),
                 ref.attention(x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o, 4, positions=pos)[:, -1:],
                 what="mla_decode at position 30 against the explicit form's last row",
@@ -154,7 +139,7 @@ def test_mla_decode_explicit_position(student):
 @pytest.mark.points(1)
 def test_causality(student):
     """changing later tokens never changes earlier outputs"""
-    x, *w = _public().mla_inputs(case_seed("mla-causal"), 1, 12, 16, 2, 10, 4, 6, 6)
+    x, *w = mla_inputs(case_seed("mla-causal"), 1, 12, 16, 2, 10, 4, 6, 6)
     y = x.clone()
     y[:, 7:] = torch.randn(1, 5, 16, dtype=torch.float64, generator=torch.Generator()
                            .manual_seed(case_seed("mla-causal-later")))
@@ -168,7 +153,7 @@ def test_causality(student):
 @pytest.mark.points(2)
 def test_relative_positions(student):
     """shifting every position changes nothing (scores see relative positions only)"""
-    args = _public().mla_inputs(case_seed("mla-shift"), 2, 10, 16, 3, 8, 6, 6, 4)
+    args = mla_inputs(case_seed("mla-shift"), 2, 10, 16, 3, 8, 6, 6, 4)
     pos = torch.tensor([0, 1, 2, 4, 7, 8, 9, 13, 14, 20])
     base = student.mla_attention(*args, 3, positions=pos)
     for shift in (5, 1000):
@@ -193,7 +178,7 @@ def test_relative_positions(student):
 @pytest.mark.parametrize("problem", ["w_q_rows", "w_o_cols", "odd_d_rope", "w_uk_cols"])
 def test_value_errors(student, problem):
     """mla_attention rejects weights whose shapes do not fit (advice: 0 points)"""
-    x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = _public().mla_inputs(
+    x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = mla_inputs(
         case_seed("mla-errors"), 1, 4, 12, 2, 8, 4, 6, 6)
     g = torch.Generator().manual_seed(case_seed("mla-errors-w"))
     if problem == "w_q_rows":
@@ -219,7 +204,7 @@ def test_mla_cache_bytes_hidden(student):
                  (60, 512, 64, 1, 1, 1)]:
         check_equal(student.mla_cache_bytes(*args), ref.cache_bytes(*args),
                     what=f"mla_cache_bytes{args}",
-                    mistakes=ref.mistakes_of(ref.cache_bytes, _public().CACHE_BYTES_MISTAKES,
+                    mistakes=ref.mistakes_of(ref.cache_bytes, CACHE_BYTES_MISTAKES,
                                              *args))
     check_equal(student.mla_cache_bytes(61, 512, 64, 4096), ref.cache_bytes(61, 512, 64, 4096),
                 what="mla_cache_bytes(61, 512, 64, 4096) with default batch and bytes")
@@ -232,7 +217,7 @@ def test_mla_cache_saving_hidden(student):
                  (16, 64, 32, 64, 256)]:
         check_close(float(student.mla_cache_saving(*args)), ref.cache_saving(*args),
                     what=f"mla_cache_saving{args}", atol=0, rtol=1e-9,
-                    mistakes=ref.mistakes_of(ref.cache_saving, _public().SAVING_MISTAKES, *args))
+                    mistakes=ref.mistakes_of(ref.cache_saving, SAVING_MISTAKES, *args))
 
 
 @pytest.mark.points(2)

@@ -1,29 +1,22 @@
 """Public tests for ex04_quadratic: the timer, the memory wall, and your own
 measurement of the quadratic on the grading machine."""
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
 from grader import artifacts, measure
-from grader.core import PLUGIN_KEY
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference.secret import attention as ref
 from grader.reference.secret import roofline as rl
 from grader.reference import timing
+from grader.reference.ex04_checks import check_loglog, timer_result
 from grader.sandbox.client import StudentError
 
-pytestmark = [pytest.mark.exercise("ex04_quadratic")]
+pytestmark = [pytest.mark.exercise("ex04_quadratic"),
+              pytest.mark.usefixtures("machine_peaks")]   # measured before the first test
 
 ATOL, RTOL = TOLERANCES["float32"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def machine_peaks(machine):
-    """The grading machine's peaks, measured once per run, top of the report."""
-    return measure.grading_peaks(machine, measure.default_device())
 
 
 def _qkv(seed, shape):
@@ -52,30 +45,6 @@ def test_time_fn_times_a_slow_function(student):
         if got <= 0.2:
             return
     pytest.skip(f"not graded: machine too noisy (a 50 ms sleep measured {got:.3g} s)")
-
-
-def timer_result(run, what, expected):
-    """The seconds a probe's ``run_timer`` got back, or Feedback when they are
-    wrong in a way noise cannot explain (noise only makes sleeps longer)."""
-    got = run["result"]
-    if isinstance(got, dict):
-        raise Feedback(f"{what}: time_fn returned a {got['not_a_number']}; expected seconds "
-                       "as a float")
-    bad = timing.time_feedback(got, f"{what}: time_fn")
-    if bad:  # before any noise check: NaN passes every comparison as "too noisy"
-        raise Feedback(bad)
-    if got < 0.98 * expected:
-        raise Feedback(f"{what}: expected at least {expected:g} s, got {got:.4g} s.\n"
-                       "The clock must enclose the call, in seconds (time.perf_counter()), "
-                       "not milliseconds or nanoseconds.")
-    per_call = run["wall"] / max(run["calls"], 1)   # what each call really took, on average
-    if got > 2.5 * per_call + 0.01:
-        ratio = got / per_call
-        hint = ("This looks like: the total of all repeats was returned instead of the "
-                "time of one call (the median)." if ratio > 2.5 else "")
-        raise Feedback(f"{what}: time_fn returned {got:.4g} s, but its {run['calls']} calls "
-                       f"took {run['wall']:.3g} s in all ({per_call:.3g} s each).\n{hint}")
-    return got
 
 
 @pytest.mark.points(1)
@@ -108,17 +77,7 @@ def test_max_naive_seq_len_exact_fit(student):
                                                   *args))
 
 
-def artifacts_dir(request) -> Path | None:
-    """The grader-owned folder for files made for the student
-    (``Options.artifacts_dir``), or None: never the submission's folder."""
-    plugin = request.config.stash.get(PLUGIN_KEY, None)
-    if plugin is None:
-        return None
-    folder = plugin.options.artifacts_dir or plugin.options.extra.get("artifacts_dir")
-    return Path(folder) if folder else None
-
-
-def save_plot(student, request, pairs) -> str:
+def save_plot(student, artifacts_dir, pairs) -> str:
     """Plot the student's measurement with their plot_scaling; say where it went
     (relative to the output folder)."""
     try:
@@ -130,11 +89,10 @@ def save_plot(student, request, pairs) -> str:
     data = bytes(np.asarray(out.get("png", []), dtype=np.uint8))
     if not data.startswith(PNG_MAGIC):
         return "(no plot saved: plot_scaling wrote no PNG file)"
-    folder = artifacts_dir(request)
-    if folder is None:
+    if artifacts_dir is None:
         return "(plot not kept: give --artifacts DIR to keep it)"
     try:
-        name = artifacts.save(folder, "ex04_scaling.png", data)
+        name = artifacts.save(artifacts_dir, "ex04_scaling.png", data)
     except (OSError, ValueError) as exc:
         return f"(no plot saved: {exc})"
     return f"your log-log plot: {name} (in the output folder)"
@@ -142,7 +100,7 @@ def save_plot(student, request, pairs) -> str:
 
 @pytest.mark.points(3)
 @pytest.mark.timeout_s(180)
-def test_measure_scaling_shows_the_quadratic(student, request, machine):
+def test_measure_scaling_shows_the_quadratic(student, request, machine, artifacts_dir):
     """measure_scaling on this machine: the slope is near 2"""
     device = measure.default_device()
     threads = ", 1 thread" if device == "cpu" else ""
@@ -160,7 +118,7 @@ def test_measure_scaling_shows_the_quadratic(student, request, machine):
         good = next(v for v in verdicts if v.status == timing.PASS)
         table = timing.scaling_table(good, device, threads)
         pairs = [[s, t] for s, t, _ in good.rows]
-        note = save_plot(student, request, pairs)
+        note = save_plot(student, artifacts_dir, pairs)
         request.node.feedback_on_pass = table + ("\n" + note if note else "")
         return
     if final == timing.FAIL:
@@ -190,34 +148,3 @@ def test_plot_scaling_is_loglog(student):
         raise Feedback("plot_scaling wrote a file that is not a PNG image (the path ends "
                        "in .png: let matplotlib's savefig pick the format from it)")
     check_loglog(out, pairs)
-
-
-def check_loglog(out, pairs):
-    xs = np.array([p[0] for p in pairs], dtype=float)
-    ys = np.array([p[1] for p in pairs], dtype=float)
-    for axes in out["saved"]:
-        for ax in axes:
-            for line in ax["lines"]:
-                data = np.asarray(line, dtype=float)
-                if data.ndim != 2 or data.shape[0] != len(xs):
-                    continue
-                order = np.argsort(data[:, 0])
-                data = data[order]
-                logs = ax["xscale"] == "log" and ax["yscale"] == "log"
-                if logs and np.allclose(data[:, 0], xs) and np.allclose(data[:, 1], ys,
-                                                                         rtol=1e-6):
-                    return
-                # Plotting log(S) against log(t) on linear axes is a log-log plot too.
-                for log in (np.log, np.log10, np.log2):
-                    if np.allclose(data[:, 0], log(xs)) and np.allclose(data[:, 1], log(ys)):
-                        return
-    scales = [(ax["xscale"], ax["yscale"]) for axes in out["saved"] for ax in axes]
-    if not out["saved"]:
-        raise Feedback("plot_scaling saved no matplotlib figure (use fig.savefig(path) or "
-                       "plt.savefig(path))")
-    linear = scales and all(scale == ("linear", "linear") for scale in scales)
-    named = ("\nThis looks like: the plot has linear axes (on log-log axes a power law is a "
-             "straight line whose slope is the exponent)." if linear else "")
-    raise Feedback("plot_scaling's figure has no line of time against S on log-log axes "
-                   f"(axes scales found: {scales}); use ax.loglog(...) or set both scales "
-                   f"to 'log'{named}")

@@ -1,31 +1,19 @@
 """Public tests for ex05_decode_prefill: small cases, and prefill and decode
 measured on the grading machine against its peaks."""
-import math
-
 import pytest
-import torch
 
 from grader import measure
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference.secret import attention as ref
 from grader.reference.secret import roofline as rl
 from grader.reference import timing
+from grader.reference.ex05_checks import check_decode_with_cache, randn
 from grader.sandbox.codec import Func
 
-pytestmark = [pytest.mark.exercise("ex05_decode_prefill")]
+pytestmark = [pytest.mark.exercise("ex05_decode_prefill"),
+              pytest.mark.usefixtures("machine_peaks")]   # measured before the first test
 
 ATOL, RTOL = TOLERANCES["float32"]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def machine_peaks(machine):
-    """The grading machine's peaks, measured once per run, top of the report."""
-    return measure.grading_peaks(machine, measure.default_device())
-
-
-def _rand(seed, *shape, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=dtype)
 
 
 @pytest.mark.points(1)
@@ -57,7 +45,7 @@ def test_attention_bytes_small(student):
 @pytest.mark.points(1)
 def test_prefill_attention_small(student):
     """prefill_attention on a small causal case"""
-    q, k, v = (_rand(s, 1, 2, 6, 4) for s in (1, 2, 3))
+    q, k, v = (randn(s, 1, 2, 6, 4) for s in (1, 2, 3))
     check_close(student.prefill_attention(q, k, v), ref.attention(q, k, v, causal=True),
                 what="prefill_attention(q, k, v)", atol=ATOL, rtol=RTOL,
                 mistakes=rl.attention_mistakes(["no_scale", "softmax_over_queries",
@@ -68,7 +56,7 @@ def test_prefill_attention_small(student):
 @pytest.mark.points(1)
 def test_decode_attention_small(student):
     """decode_attention: one query sees the whole cache"""
-    q, k, v = _rand(4, 1, 2, 1, 4), _rand(5, 1, 2, 7, 4), _rand(6, 1, 2, 7, 4)
+    q, k, v = randn(4, 1, 2, 1, 4), randn(5, 1, 2, 7, 4), randn(6, 1, 2, 7, 4)
     check_close(student.decode_attention(q, k, v), ref.attention(q, k, v, causal=True),
                 what="decode_attention(q, k_cache, v_cache)", atol=ATOL, rtol=RTOL,
                 mistakes=rl.attention_mistakes(["top_left_mask", "mask_wrong_triangle",
@@ -129,32 +117,6 @@ def test_decode_with_cache_small(student):
     check_decode_with_cache(student, seed=7, b=1, s=5, d=8, h=2, h_kv=1, d_head=4)
 
 
-DWC_MISTAKES = ["rope_after_caching", "rope_positions_unused", "rope_on_values",
-                "cache_not_grown", "decode_top_left", "decode_positions_off_by_one"]
-
-
-def check_decode_with_cache(student, *, seed, b, s, d, h, h_kv, d_head, rope_base=10000.0,
-                            dtype=torch.float64):
-    x = _rand(seed, b, s, d, dtype=dtype)
-    w_q = _rand(seed + 1, h * d_head, d, dtype=dtype) / math.sqrt(d)
-    w_k = _rand(seed + 2, h_kv * d_head, d, dtype=dtype) / math.sqrt(d)
-    w_v = _rand(seed + 3, h_kv * d_head, d, dtype=dtype) / math.sqrt(d)
-    w_o = _rand(seed + 4, d, h * d_head, dtype=dtype) / math.sqrt(h * d_head)
-    args = (x, w_q, w_k, w_v, w_o, h, h_kv)
-    got = student.decode_with_cache(*args, rope_base=rope_base)
-    what = f"decode_with_cache(x {tuple(x.shape)}, ..., n_heads={h}, n_kv_heads={h_kv})"
-    if not isinstance(got, (tuple, list)) or len(got) != 3:
-        raise Feedback(f"{what} must return (out, k_cache, v_cache); got "
-                       f"{type(got).__name__}")
-    want = rl.decode_with_cache(*args, rope_base=rope_base)
-    wrong = {name: rl.decode_with_cache(*args, rope_base=rope_base, mistake=name)
-             for name in DWC_MISTAKES}
-    atol, rtol = TOLERANCES["float32"]
-    for i, part in ((0, "out"), (1, "k_cache"), (2, "v_cache")):
-        check_close(got[i], want[i], what=f"{what}: {part}", atol=atol, rtol=rtol,
-                    mistakes={rl.MISTAKES[n]: w[i] for n, w in wrong.items()})
-
-
 # -- measured on this machine ---------------------------------------------------
 
 def roofline_shapes(device):
@@ -180,10 +142,10 @@ def roofline_counts(prefill_shape, decode_shape, bpe):
 
 @pytest.mark.points(2)
 @pytest.mark.timeout_s(120)
-def test_prefill_compute_bound_decode_memory_bound(student, request, machine):
+def test_prefill_compute_bound_decode_memory_bound(student, request, machine, machine_peaks):
     """on this machine's peaks: prefill is compute-bound, decode memory-bound"""
     device = measure.default_device()
-    peaks = measure.grading_peaks(machine, device)
+    peaks = machine_peaks
     pshape, dshape, dtype, bpe = roofline_shapes(device)
     (pf, pb), (df, db) = roofline_counts(pshape, dshape, bpe)
     i_pre, i_dec = pf / pb, df / db

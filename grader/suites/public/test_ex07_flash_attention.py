@@ -102,10 +102,10 @@ def test_flash_attention_gpu_fp16(student):
 
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(600)
-def test_kernel_compiles_for_sm80_and_sm90(request):
+def test_kernel_compiles_for_sm80_and_sm90(request, submission_dir, worker_limits):
     """your kernel compiles for real GPUs (sm_80 and sm_90), with every config it launches"""
     # flash_judge, not flash: judging code ships as is in the student edition.
-    compiler = flash_judge.compile_worker(request)
+    compiler = flash_judge.compile_worker(submission_dir, worker_limits)
     try:
         res = compiler.probe("ex07_flash_attention.compile_check")
     finally:

@@ -2,62 +2,20 @@
 (traced: no per-head K/V, and its measured intensity), and the DeepSeek-V3
 numbers next to this machine's ridge point."""
 import pytest
-import torch
 
 from grader import measure
-from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
+from grader.feedback import Feedback, check_close, check_equal
 from grader.reference.secret import mla as ref
 from grader.reference import mla_trace
+from grader.reference.ex08_checks import CACHE_BYTES_MISTAKES, SAVING_MISTAKES, \
+    check_attention, check_decode, mla_inputs
 
 pytestmark = [pytest.mark.exercise("ex08_mla")]
 
-ATTENTION_MISTAKES = ["rope_on_latent", "scale_d_c", "scale_d_nope", "no_scale",
-                      "absorb_transposed", "rope_positions_unused", "q_rope_position_zero"]
-DECODE_MISTAKES = ["scale_d_c", "scale_d_nope", "no_scale", "absorb_transposed",
-                   "top_left_mask", "rope_positions_unused", "q_rope_position_zero",
-                   "decode_position_s"]
-CACHE_BYTES_MISTAKES = ["no_rope_key", "latent_as_k_and_v", "cache_doubled",
-                        "bytes_per_elem_ignored"]
-SAVING_MISTAKES = ["no_rope_key", "saving_inverted", "rope_key_per_head", "k_width_no_rope"]
 # DeepSeek-V3's attention: 61 layers, 128 heads, d_c 512, d_rope 64, d_nope 128, d_v 128.
 V3 = dict(n_layers=61, n_heads=128, d_c=512, d_rope=64, d_nope=128, d_v=128)
 # The traced decode: widths all different, so a tensor's width says what it holds.
 TRACE = dict(batch=2, n_heads=8, d=48, d_c=64, d_rope=8, d_nope=24, d_v=40)
-
-
-def mla_inputs(seed, b, s, d, h, d_c, d_rope, d_nope, d_v, dtype=torch.float64):
-    """``(x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o)`` as torch tensors."""
-    g = torch.Generator().manual_seed(seed)
-
-    def w(rows, cols):
-        return (torch.randn(rows, cols, generator=g, dtype=torch.float64) / cols ** 0.5) \
-            .to(dtype)
-    x = torch.randn(b, s, d, generator=g, dtype=torch.float64).to(dtype)
-    return (x, w(h * (d_nope + d_rope), d), w(d_c, d), w(h * d_nope, d_c), w(h * d_v, d_c),
-            w(d_rope, d), w(d, h * d_v))
-
-
-def check_dtype(got, dtype, what):
-    if isinstance(got, torch.Tensor) and got.dtype != dtype:
-        raise Feedback(f"{what} returned {got.dtype} for {dtype} inputs: the output keeps "
-                       f"the input's dtype")
-
-
-def check_attention(student, args, n_heads, *, what, atol, rtol, **kwargs):
-    got = student.mla_attention(*args, n_heads, **kwargs)
-    check_dtype(got, args[0].dtype, what)
-    check_close(got, ref.attention(*args, n_heads, **kwargs), what=what, atol=atol, rtol=rtol,
-                mistakes=ref.mistakes_of(ref.attention, ATTENTION_MISTAKES, *args, n_heads,
-                                         **kwargs))
-
-
-def check_decode(student, x_t, c_kv, k_rope, w_q, w_uk, w_uv, w_o, n_heads, *, what, atol,
-                 rtol, **kwargs):
-    args = (x_t, c_kv, k_rope, w_q, w_uk, w_uv, w_o, n_heads)
-    got = student.mla_decode(*args, **kwargs)
-    check_dtype(got, x_t.dtype, what)
-    check_close(got, ref.decode(*args, **kwargs), what=what, atol=atol, rtol=rtol,
-                mistakes=ref.mistakes_of(ref.decode, DECODE_MISTAKES, *args, **kwargs))
 
 
 @pytest.mark.points(1)

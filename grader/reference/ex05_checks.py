@@ -1,0 +1,43 @@
+"""Checks that exercise E's public and hidden suites share (shipped with the
+public suite): seeded inputs, and decode with a KV cache against the
+reference, every known mistake named."""
+import math
+
+import torch
+
+from grader.feedback import TOLERANCES, Feedback, check_close
+from grader.reference.secret import roofline as rl
+
+
+def randn(seed, *shape, dtype=torch.float32):
+    """A seeded standard-normal tensor."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=dtype)
+
+
+DWC_MISTAKES = ["rope_after_caching", "rope_positions_unused", "rope_on_values",
+                "cache_not_grown", "decode_top_left", "decode_positions_off_by_one"]
+
+
+def check_decode_with_cache(student, *, seed, b, s, d, h, h_kv, d_head, rope_base=10000.0,
+                            dtype=torch.float64):
+    """``student.decode_with_cache`` on seeded inputs of these sizes: its output
+    and both caches against the reference's (the caches hold rotated keys)."""
+    x = randn(seed, b, s, d, dtype=dtype)
+    w_q = randn(seed + 1, h * d_head, d, dtype=dtype) / math.sqrt(d)
+    w_k = randn(seed + 2, h_kv * d_head, d, dtype=dtype) / math.sqrt(d)
+    w_v = randn(seed + 3, h_kv * d_head, d, dtype=dtype) / math.sqrt(d)
+    w_o = randn(seed + 4, d, h * d_head, dtype=dtype) / math.sqrt(h * d_head)
+    args = (x, w_q, w_k, w_v, w_o, h, h_kv)
+    got = student.decode_with_cache(*args, rope_base=rope_base)
+    what = f"decode_with_cache(x {tuple(x.shape)}, ..., n_heads={h}, n_kv_heads={h_kv})"
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        raise Feedback(f"{what} must return (out, k_cache, v_cache); got "
+                       f"{type(got).__name__}")
+    want = rl.decode_with_cache(*args, rope_base=rope_base)
+    wrong = {name: rl.decode_with_cache(*args, rope_base=rope_base, mistake=name)
+             for name in DWC_MISTAKES}
+    atol, rtol = TOLERANCES["float32"]
+    for i, part in ((0, "out"), (1, "k_cache"), (2, "v_cache")):
+        check_close(got[i], want[i], what=f"{what}: {part}", atol=atol, rtol=rtol,
+                    mistakes={rl.MISTAKES[n]: w[i] for n, w in wrong.items()})

@@ -1,0 +1,129 @@
+"""Checks that exercise F's public and hidden suites share (shipped with the
+public suite): seeded decode inputs, grouped decode against the reference,
+and a student's counted FLOPs, bytes and intensities against the grader's
+count of the same call."""
+import torch
+
+from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
+from grader.reference.secret import attention as ref
+from grader.reference.secret import roofline as rl
+
+ATOL, RTOL = TOLERANCES["float32"]
+# A student's byte count may differ from each of the grader's readings of
+# "a view reads nothing" by rounding-level details (a scalar tensor, say).
+BYTES_SLACK = 0.03
+
+
+def decode_inputs(seed, b, h, h_kv, s, d, dtype=torch.float32):
+    """Seeded ``(q, k_cache, v_cache)`` of one decode step."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, 1, d, generator=g, dtype=dtype)
+    k = torch.randn(b, h_kv, s, d, generator=g, dtype=dtype)
+    v = torch.randn(b, h_kv, s, d, generator=g, dtype=dtype)
+    return q, k, v
+
+
+def check_gqa_decode(student, q, k, v):
+    """``student.gqa_decode_attention`` against the grouped reference."""
+    h, h_kv = q.shape[1], k.shape[1]
+    mistakes = {}
+    for name in ("kv_tile", "no_scale", "softmax_over_queries", "softmax_over_group"):
+        words = rl.MISTAKES.get(name) or ref.MISTAKES[name]
+        mistakes[words] = rl.grouped(q, k, v, causal=True, mistake=name)
+    check_close(student.gqa_decode_attention(q, k, v), rl.grouped(q, k, v, causal=True),
+                what=f"gqa_decode_attention(q {tuple(q.shape)}, caches {tuple(k.shape)})",
+                atol=ATOL, rtol=RTOL,
+                mistakes={d: w for d, w in mistakes.items() if h != h_kv or "tile" not in d})
+
+
+def judge_counts(student_row, trace, *, batch, n_heads, n_kv_heads, seq_len, d_head,
+                 what) -> str:
+    """Hold a student's measured counts to the grader's count of the same call.
+    Returns a one-line summary; raises Feedback on a mismatch."""
+    if "bad_result" in student_row:
+        raise Feedback(f"{what} must return a dict with 'flops', 'bytes' and 'intensity'; got "
+                       f"a {student_row['bad_result']}")
+    missing = [k for k in ("flops", "bytes", "intensity") if student_row.get(k) is None]
+    if missing:
+        raise Feedback(f"{what} must return numbers under 'flops', 'bytes' and 'intensity'; "
+                       f"missing or not a number: {', '.join(missing)}")
+    flops, nbytes, inten = student_row["flops"], student_row["bytes"], student_row["intensity"]
+    ideal_flops = rl.attention_flops(batch, n_heads, 1, seq_len, d_head)
+    kv_bytes = 2 * batch * n_kv_heads * seq_len * d_head * 2
+    counted = rl.read_bytes(trace["ops"])
+    lo, hi = min(counted.values()), max(counted.values())
+    formula = rl.attention_bytes(batch, n_heads, n_kv_heads, 1, seq_len, d_head, 2)
+    if trace["flops"] != ideal_flops:
+        raise Feedback(f"your gqa_decode_attention executed {trace['flops']:,} FLOPs in matrix "
+                       f"multiplies (counted by the grader) where one decode step needs "
+                       f"4*B*h*S*d_head = {ideal_flops:,}")
+    check_equal(int(flops), trace["flops"],
+                what=f"{what}['flops'] (the grader counted {trace['flops']:,} in the same call)",
+                mistakes={rl.MISTAKES["flops_half"]: trace["flops"] // 2,
+                          rl.MISTAKES["flops_double"]: trace["flops"] * 2})
+    readings = ", ".join(f"{v:,} ({k})" for k, v in counted.items())
+    if not (1 - BYTES_SLACK) * lo <= nbytes <= (1 + BYTES_SLACK) * hi:
+        hint = ""
+        if abs(nbytes - formula) <= 0.005 * formula:
+            hint = ("\nThis looks like: the bytes came from the formula (attention_bytes), not "
+                    "from counting what gqa_decode_attention executes.")
+        elif nbytes < kv_bytes:
+            hint = f"\nThat is less than the K/V cache itself ({kv_bytes:,} bytes)."
+        raise Feedback(f"{what}['bytes'] = {nbytes:,.0f}, but the operations of your "
+                       f"gqa_decode_attention read {readings} in the same call.{hint}")
+    if nbytes < kv_bytes:
+        raise Feedback(f"{what}['bytes'] = {nbytes:,.0f} is less than the K and V caches "
+                       f"({kv_bytes:,} bytes), which a decode step must read")
+    check_close(inten, flops / nbytes, what=f"{what}['intensity'] (flops / bytes)", atol=0,
+                rtol=1e-6)
+    return (f"flops {flops:,.0f} (= 4*B*h*S*d_head), bytes {nbytes:,.0f} (grader: "
+            f"{lo:,}..{hi:,}; formula {formula:,}), intensity {inten:.3g}")
+
+
+def _counted_as(run, value, exclude):
+    """The other h_kv of the table whose counted intensity ``value`` matches, if any."""
+    for key, trace in run["traces"].items():
+        if int(key) == exclude:
+            continue
+        counted = rl.read_bytes(trace["ops"])
+        lo, hi = trace["flops"] / max(counted.values()), trace["flops"] / min(counted.values())
+        if lo / (1 + BYTES_SLACK) <= value <= hi / (1 - BYTES_SLACK):
+            return int(key)
+    return None
+
+
+def check_table(run, h, kv_heads, s, d):
+    """A probe's ``intensity_table`` run against the grader's count of each
+    h_kv's call; returns rows (h_kv, ideal, yours, lo, hi), else Feedback."""
+    what = f"intensity_table(n_heads={h}, kv_heads={tuple(kv_heads)}, seq_len={s}, d_head={d})"
+    if "bad_result" in run:
+        raise Feedback(f"{what} must return a dict {{h_kv: intensity}}; got a "
+                       f"{run['bad_result']}")
+    table = dict(run["pairs"])
+    if sorted(table) != sorted(kv_heads):
+        raise Feedback(f"{what} returned intensities for h_kv in {sorted(table)}; expected "
+                       f"{sorted(kv_heads)}")
+    rows = []
+    for h_kv in sorted(kv_heads):
+        counted = rl.read_bytes(run["traces"][str(h_kv)]["ops"])
+        flops = run["traces"][str(h_kv)]["flops"]
+        lo, hi = flops / max(counted.values()), flops / min(counted.values())
+        yours = table[h_kv]
+        if not (lo / (1 + BYTES_SLACK) <= yours <= hi / (1 - BYTES_SLACK)):
+            ideal = rl.decode_intensity(h, h_kv, s, d)
+            other = _counted_as(run, yours, exclude=h_kv)
+            hint = ("\nThis looks like: the intensity came from the formula (decode_intensity), "
+                    "not from counting." if abs(yours - ideal) <= 0.005 * ideal else
+                    f"\nThis looks like: the wrong grouping: the value listed under "
+                    f"h_kv={h_kv} was measured with {other} KV heads (pass each h_kv itself "
+                    f"as n_kv_heads, not the group size n_heads // h_kv)"
+                    if other is not None else "")
+            raise Feedback(f"{what}[{h_kv}] = {yours:.4g}, but the operations of your "
+                           f"gqa_decode_attention at h_kv={h_kv} give {lo:.4g}..{hi:.4g} "
+                           f"FLOPs per byte (counted by the grader).{hint}")
+        rows.append((h_kv, rl.decode_intensity(h, h_kv, s, d), yours, lo, hi))
+    values = [r[2] for r in rows]
+    if any(a <= b for a, b in zip(values, values[1:])):
+        raise Feedback(f"{what}: the intensity must rise with h / h_kv (fall as h_kv grows); "
+                       f"got {dict((r[0], round(r[2], 3)) for r in rows)}")
+    return rows
