@@ -9,6 +9,7 @@ grader problem, a test that needs a regrade), after writing every result.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -125,6 +126,12 @@ def _emit(report, out_format: str, out: Path | None, public_only: bool) -> None:
                f"{out_format} result written to {out}")
 
 
+def _user_cache() -> Path:
+    """``check``'s cache: $XDG_CACHE_HOME/attn-grade, else ~/.cache/attn-grade."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "attn-grade"
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(_version(), "--version", "-V", prog_name="attn-grade",
                       message="%(prog)s %(version)s" + (" (student edition)"
@@ -147,7 +154,11 @@ def main() -> None:
 @_isolation_option()
 @click.option("--no-fail", is_flag=True,
               help="Exit 0 even when a test fails (the exit code is 1 otherwise).")
-def check(exercise, path, timeout, no_fail, artifacts, isolation):
+@click.option("--cache/--no-cache", default=True, show_default=True,
+              help="Keep answers that depend only on your files (exercise G's GPU "
+                   "compile check) in your user cache, and reuse them while the files "
+                   "are unchanged.")
+def check(exercise, path, timeout, no_fail, artifacts, isolation, cache):
     """Run the public tests on your exercises (all, or the ones named).
 
     Name an exercise by letter (B), by name (ex02, ex02_mha) or by file
@@ -169,7 +180,8 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation):
         raise click.BadParameter(f"{path} is not a folder of exercise modules.",
                                  param_hint="--path")
     options = Options(suite="public", exercises=_exercise_names(exercise, "EXERCISE"),
-                      call_timeout=timeout, artifacts_dir=artifacts, isolation=isolation)
+                      call_timeout=timeout, artifacts_dir=artifacts, isolation=isolation,
+                      check_cache=_user_cache() if cache else None)
     report = _run(path, options)
     click.echo(fmt.to_text(report, public_only=True), nl=False)
     failed = sum(t.status == "failed" for t in report.tests)

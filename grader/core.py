@@ -49,6 +49,7 @@ class Options:
     deduct_once: bool = False             # a named root cause costs points once per exercise
     isolation: str = "auto"               # auto, strict or fallback (sandbox.isolation)
     artifacts_dir: Path | None = None     # grader-owned folder for files like the ex04 plot
+    check_cache: Path | None = None       # `check` only: answers kept for unchanged files
 
 
 def _title(item) -> str:

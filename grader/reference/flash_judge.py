@@ -6,6 +6,10 @@ answer: it ships with the student edition.
 """
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import torch
 
 # Named tolerances beyond grader.feedback.TOLERANCES: on a GPU, float32 tl.dot
@@ -145,6 +149,60 @@ def compile_worker(submission_dir, worker_limits):
     from grader.sandbox.client import StudentModule, Worker
     limits = worker_limits(600)      # no env: nothing of the exercise's TRITON_INTERPRET
     return StudentModule(Worker(submission_dir, "ex07_flash_attention", limits), 600)
+
+
+def _compile_key(submission_dir) -> str:
+    """What a compile check's answer depends on: every module the worker gets
+    (names and bytes), the Triton and PyTorch versions, and the probes that
+    compile.  Computed here, from the files, never asked of the worker."""
+    import hashlib
+    from importlib import metadata
+
+    from grader.paths import PROBES_DIR
+    h = hashlib.sha256(b"attn-grade compile check 1\0")
+    for dist in ("triton", "torch"):
+        try:
+            h.update(f"{dist}={metadata.version(dist)}\0".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{dist}=none\0".encode())
+    for probe in ("gpu_compile.py", "ex07_flash_attention.py"):
+        h.update((PROBES_DIR / probe).read_bytes())
+    for path in sorted(Path(submission_dir).glob("*.py")):
+        if path.is_file() and not path.is_symlink():
+            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:32]
+
+
+def compile_results(submission_dir, worker_limits, cache_dir=None) -> tuple[dict, bool]:
+    """``ex07_flash_attention.compile_check``'s answer for this submission, and
+    whether it came from ``cache_dir``.
+
+    Compiling every config for two GPUs takes about a second a config; a
+    student who runs ``attn-grade check`` again without changing a file gets
+    the answer kept from the last time (``cache_dir``: ``check``'s own cache,
+    on the student's machine).  Grading never passes one: every grade
+    compiles."""
+    path = None
+    if cache_dir is not None:
+        path = Path(cache_dir) / f"compile-{_compile_key(submission_dir)}.json"
+        try:
+            return json.loads(path.read_text()), True
+        except (OSError, ValueError):
+            pass
+    compiler = compile_worker(submission_dir, worker_limits)
+    try:
+        res = compiler.probe("ex07_flash_attention.compile_check")
+    finally:
+        compiler._worker.close()
+    if path is not None and isinstance(res, dict):
+        try:  # best effort: a cache that cannot be written only costs time
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(res))
+            os.replace(tmp, path)
+        except (OSError, TypeError, ValueError):
+            pass
+    return res, False
 
 
 def judge_compile(result: dict) -> str:

@@ -9,8 +9,8 @@ measured once per run and shown at the top of the report;
 ``machine_peaks``: its measured peaks (kept there).  ``run_seed``
 (automatic): the run's secret seed, from which every random hidden case is
 drawn (``grader.reference.cases``).  ``roster_student_id``,
-``artifacts_dir``, ``for_staff``, ``submission_dir`` and ``worker_limits``:
-what a few suites need of the run's options.
+``artifacts_dir``, ``check_cache_dir``, ``for_staff``, ``submission_dir`` and
+``worker_limits``: what a few suites need of the run's options.
 """
 from __future__ import annotations
 
@@ -79,6 +79,14 @@ def for_staff(request):
     (``Report.manual``): a dict with exercise, question, points (the staff's),
     answer and rubric."""
     return _plugin(request.config).report.manual.append
+
+
+@pytest.fixture(scope="session")
+def check_cache_dir(request) -> Path | None:
+    """``attn-grade check``'s cache on the student's machine, for answers that
+    depend only on the files (ex07's compile check); None when grading."""
+    folder = _plugin(request.config).options.check_cache
+    return Path(folder) if folder else None
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,101 @@
+"""`attn-grade check` keeps exercise G's compile check for unchanged files.
+
+Compiling every config of a kernel for two GPUs takes most of a check of all
+exercises; the answer depends only on the files, so a student's second check
+reuses it.  Grading never does.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.reference import flash_judge
+from tests.conftest import copy_solutions
+from tests.mutants.ex07_flash_attention import MUTANTS
+
+triton = pytest.importorskip("triton")
+
+
+class _FakeCompiler:
+    """Stands in for the compile worker: counts the probes it answers."""
+    calls = 0
+
+    def __init__(self, *args):
+        self._worker = self
+
+    def close(self):
+        pass
+
+    def probe(self, name):
+        type(self).calls += 1
+        return {"targets": [{"target": "sm_80 (A100)", "rows": [], "n": type(self).calls}]}
+
+
+def test_cache_reused_while_files_unchanged(tmp_path, monkeypatch):
+    monkeypatch.setattr(flash_judge, "compile_worker", _FakeCompiler)
+    _FakeCompiler.calls = 0
+    sub = copy_solutions(tmp_path / "sub", ["ex07_flash_attention"])
+    cache = tmp_path / "cache"
+    first, cached = flash_judge.compile_results(sub, None, cache)
+    assert not cached and _FakeCompiler.calls == 1
+    again, cached = flash_judge.compile_results(sub, None, cache)
+    assert cached and again == first and _FakeCompiler.calls == 1
+    # Any change to any module the worker gets compiles again: a helper file too.
+    (sub / "helpers.py").write_text("X = 1\n")
+    _, cached = flash_judge.compile_results(sub, None, cache)
+    assert not cached and _FakeCompiler.calls == 2
+    path = sub / "ex07_flash_attention.py"
+    path.write_text(path.read_text() + "\n# edited\n")
+    _, cached = flash_judge.compile_results(sub, None, cache)
+    assert not cached and _FakeCompiler.calls == 3
+
+
+def test_grading_never_uses_a_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(flash_judge, "compile_worker", _FakeCompiler)
+    _FakeCompiler.calls = 0
+    sub = copy_solutions(tmp_path / "sub", ["ex07_flash_attention"])
+    for _ in range(2):
+        _, cached = flash_judge.compile_results(sub, None, None)
+        assert not cached
+    assert _FakeCompiler.calls == 2
+
+
+def test_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(flash_judge, "compile_worker", _FakeCompiler)
+    sub = copy_solutions(tmp_path / "sub", ["ex07_flash_attention"])
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    res, cached = flash_judge.compile_results(sub, None, blocker / "cache")
+    assert not cached and res["targets"]
+
+
+def test_check_twice_reuses_the_compile_answer(tmp_path):
+    """As a student runs it: the second check of the same files says the
+    answer was kept and is faster; a failing kernel stays failing."""
+    sub = copy_solutions(tmp_path / "sub", ["ex07_flash_attention"])
+    mutant = next(m for m in MUTANTS if m.name == "kernel_global_read")
+    path = sub / "ex07_flash_attention.py"
+    path.write_text(path.read_text().replace(mutant.find, mutant.replace, 1))
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    cmd = [sys.executable, "-m", "grader.cli", "check", "ex07", "--path", str(sub),
+           "--artifacts", str(tmp_path / "out")]
+    runs = []
+    for _ in range(2):
+        start = time.monotonic()
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        runs.append((time.monotonic() - start, done))
+    for _, done in runs:
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "global variable LOG2E" in done.stdout
+    assert list((tmp_path / "xdg" / "attn-grade").glob("compile-*.json"))
+    assert "kept from an earlier check" not in runs[0][1].stdout
+    assert "kept from an earlier check" in runs[1][1].stdout
+    assert runs[1][0] < runs[0][0]
+    done = subprocess.run(cmd + ["--no-cache"], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 1 and "global variable LOG2E" in done.stdout
