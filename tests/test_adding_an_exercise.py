@@ -133,10 +133,13 @@ def snapshot(root: Path) -> dict[str, bytes]:
             if p.is_file() and "__pycache__" not in p.parts}
 
 
+def _env(root: Path) -> dict:
+    return dict(os.environ, PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
+
+
 def run(copy: Path, *args, timeout=600) -> subprocess.CompletedProcess:
     """``python ARGS`` in the copy, importing the copy's grader and tests."""
-    env = dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
-    return subprocess.run([sys.executable, *map(str, args)], cwd=copy, env=env,
+    return subprocess.run([sys.executable, *map(str, args)], cwd=copy, env=_env(copy),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -219,7 +222,8 @@ def test_a_new_exercise_touches_the_files_the_section_names(tmp_path):
 
     # The student edition: the stub and the public suite, the replay module
     # in the secret reference's place, nothing of the reference or the
-    # solution, no hidden suite.
+    # solution, no hidden suite.  (Building it runs the public suites on
+    # every solution: most of this test's time.)
     edition = tmp_path / "edition"
     released = cli(copy, "release", edition, "--no-git", "--install",
                    "git+https://example.org/course")
@@ -240,10 +244,9 @@ def test_a_new_exercise_touches_the_files_the_section_names(tmp_path):
             assert not leaked, f"{path.relative_to(edition)} holds {leaked}"
     # ... and its check replays the reference: the solution passes, the
     # mutant is named there too.
-    env = dict(os.environ, PYTHONPATH=str(edition), PYTHONDONTWRITEBYTECODE="1")
     for folder, full in ((copy / "solutions", True), (sub, False)):
         checked = subprocess.run([sys.executable, "-m", "grader.cli", "check", "X", "--no-fail",
-                                  "--path", str(folder)], cwd=edition, env=env,
+                                  "--path", str(folder)], cwd=edition, env=_env(edition),
                                  capture_output=True, text=True, timeout=300)
         assert checked.returncode == 0, checked.stdout + checked.stderr
         got, total = score(checked.stdout)
