@@ -34,7 +34,7 @@ def test_extras_beyond_the_contract_are_declared_and_solved():
     from grader.exercises import suite_files
 
     extras = [name for name in EXERCISES if name not in contract()["modules"]]
-    assert extras == ["questions"]
+    assert "questions" in extras   # and any other the registry declares
     for name in extras:
         assert not EXERCISES[name].in_contract
         assert name in SOLVED and suite_files(name, "hidden")
