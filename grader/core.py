@@ -44,6 +44,7 @@ class Options:
     memory_mb: int = 8192                 # per worker (RLIMIT_DATA)
     require_gpu: bool = False
     keyword: str | None = None            # a pytest -k expression: only these tests
+    markers: str | None = None            # a pytest -m expression: only these tests
     seed: int | None = None               # hidden suites' random cases; None: a fresh secret
     student_id: str | None = None         # exercise A's identifier from a roster (batch)
     deduct_once: bool = False             # a named root cause costs points once per exercise
@@ -169,7 +170,9 @@ class GradingPlugin:
                      "visibility(name): Gradescope visibility overriding the default "
                      "(visible, or after_published for hidden tests)",
                      "timeout_s(seconds): time limit for each call into the submission",
-                     "gpu: needs CUDA; not run (and not counted) without it"):
+                     "gpu: needs CUDA; not run (and not counted) without it",
+                     "nothing_to_record: calls no secret reference (the release's "
+                     "recording run leaves it out)"):
             config.addinivalue_line("markers", line)
 
     @pytest.hookimpl(tryfirst=True)
@@ -304,6 +307,8 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
             "--import-mode=importlib", *files]
     if options.keyword:
         args[-len(files):-len(files)] = ["-k", options.keyword]
+    if options.markers:
+        args[-len(files):-len(files)] = ["-m", options.markers]
     try:
         plugin.prestart(names)
         code = pytest.main(args, plugins=[plugin])

@@ -1,10 +1,12 @@
 """Shared helpers for the package's own tests."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from grader.core import Options, grade
 
@@ -33,3 +35,32 @@ def failures(report, exercise=None) -> list:
 @pytest.fixture
 def solutions_copy(tmp_path):
     return copy_solutions(tmp_path / "submission")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_user_cache(tmp_path_factory):
+    """`attn-grade check` run by a test keeps its cache in the run's own
+    folder, never in the real user's home."""
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("user-cache"))
+    yield
+    if saved is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = saved
+
+
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """``build(folder)`` once for the whole test run, even when pytest-xdist
+    spreads the tests over processes (they share the run's base folder); the
+    others wait for it.  For large read-only things, like the student edition."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            build(folder)
+            done.touch()
+    return folder

@@ -14,18 +14,22 @@ from click.testing import CliRunner
 from grader.cli import main
 from grader.paths import PACKAGE_DIR
 from grader.replay import SECRET_MODULES
-from tests.conftest import REPO, SOLUTIONS, copy_solutions
+from tests.conftest import REPO, SOLUTIONS, built_once, copy_solutions
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 URL = "git+https://github.com/example-course/attn-student"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def edition(tmp_path_factory):
-    out = tmp_path_factory.mktemp("release") / "student"
-    result = CliRunner().invoke(main, ["release", str(out), "--install", URL])
-    assert result.exit_code == 0, result.output
-    return out
+    """One student edition for the run (built once, shared by xdist's workers):
+    the tests read it and run it, writing only into their own folders."""
+    def build(folder):
+        folder.mkdir()
+        result = CliRunner().invoke(main, ["release", str(folder / "student"),
+                                           "--install", URL])
+        assert result.exit_code == 0, result.output
+    return built_once(tmp_path_factory, "student-edition", build) / "student"
 
 
 def edition_text(edition) -> dict:
@@ -317,7 +321,7 @@ def test_the_edition_claims_no_grade(edition):
     assert "hidden suites" not in (edition / "README.md").read_text().split("\n")[0]
 
 
-def test_check_fails_on_failure_and_the_workflow_fails_with_it(edition):
+def test_check_fails_on_failure_and_the_workflow_fails_with_it(edition, tmp_path):
     stubs = _edition_cli(edition, "check", "A", "ex02")
     assert stubs.returncode == 1, stubs.stdout + stubs.stderr
     assert "Total: 0/" in stubs.stdout
@@ -327,10 +331,9 @@ def test_check_fails_on_failure_and_the_workflow_fails_with_it(edition):
     # the same pipeline as the workflow's step, run here: it fails with check
     env = dict(os.environ, PYTHONPATH=str(edition))
     piped = subprocess.run(["bash", "-c", f"set -o pipefail; {sys.executable} -m grader.cli "
-                            "check B | tee check.txt"], cwd=edition, env=env,
+                            f"check B | tee {tmp_path / 'check.txt'}"], cwd=edition, env=env,
                            capture_output=True, text=True, timeout=900)
     assert piped.returncode == 1
-    (edition / "check.txt").unlink()
 
 
 def test_check_names_exercises_by_letter_name_or_file(edition, tmp_path):

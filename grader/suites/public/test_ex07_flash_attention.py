@@ -102,6 +102,7 @@ def test_flash_attention_gpu_fp16(student):
 
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(600)
+@pytest.mark.nothing_to_record
 def test_kernel_compiles_for_sm80_and_sm90(request, submission_dir, worker_limits,
                                            check_cache_dir):
     """your kernel compiles for real GPUs (sm_80 and sm_90), with every config it launches"""
