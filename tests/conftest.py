@@ -24,7 +24,16 @@ def copy_solutions(dest: Path, only: list[str] | None = None) -> Path:
 
 
 def grade_dir(path: Path, exercises=None, suite="hidden", **kwargs):
+    """Grade in-process.  Exercise G's GPU compile check is kept per file
+    contents for the run (``check``'s cache, in the run's folder): many tests
+    grade the same solution, and one compile of it proves the path."""
+    kwargs.setdefault("check_cache", _run_cache())
     return grade(path, Options(suite=suite, exercises=exercises, **kwargs))
+
+
+def _run_cache() -> Path | None:
+    folder = os.environ.get("XDG_CACHE_HOME")
+    return Path(folder) / "attn-grade" if folder else None
 
 
 def failures(report, exercise=None) -> list:
@@ -40,9 +49,13 @@ def solutions_copy(tmp_path):
 @pytest.fixture(scope="session", autouse=True)
 def _private_user_cache(tmp_path_factory):
     """`attn-grade check` run by a test keeps its cache in the run's own
-    folder, never in the real user's home."""
+    folder (shared by xdist's workers), never in the real user's home."""
     saved = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("user-cache"))
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent            # one for the run: xdist's workers share it
+    (root / "user-cache").mkdir(exist_ok=True)
+    os.environ["XDG_CACHE_HOME"] = str(root / "user-cache")
     yield
     if saved is None:
         os.environ.pop("XDG_CACHE_HOME", None)
