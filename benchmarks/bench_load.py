@@ -118,7 +118,7 @@ def run_mutants(root: Path, per_core: int, only_timing: bool) -> None:
     start = time.perf_counter()
     with Spells(per_core=per_core):
         for m in mutants:
-            sub = root / "mutants" / m.name
+            sub = root / "mutants" / f"{m.file}-{m.name}"
             reference_copy(sub)
             path = sub / f"{m.file}.py"
             path.write_text(m.apply(path.read_text()))
