@@ -1,9 +1,9 @@
 """ex07's speed grade: the clock in the grading process, the reference in a worker of its own.
 
 The student's kernel and the reference kernel (the worker runtime's
-``kernels/flash.py``) each run in their own worker on the same GPU; nothing of the reference is
-ever in the student's process, and nothing the student's process does can
-move the clock:
+``kernels/flash.py``) each run in their own worker on the same GPU; nothing of
+the reference is ever in the student's process, and nothing the student's
+process does can move the clock:
 
 * the grading process times the round trip of one ``ex07_flash_attention.speed_run``
   request (``calls`` calls on fresh inputs drawn from a seed sent with the
@@ -105,8 +105,8 @@ def reference_side(limits: Limits):
     sees, and as root without namespaces it is readable by root alone
     (``confine.secret_paths``).  Only trusted code runs in it."""
     folder = Path(tempfile.mkdtemp(prefix="ex07-reference-"))
-    worker = Worker(folder, REFERENCE_MODULE, dataclasses.replace(limits, drop_privileges=False),
-                    kernels=True)
+    trusted = dataclasses.replace(limits, drop_privileges=False)
+    worker = Worker(folder, REFERENCE_MODULE, trusted, kernels=True)
     try:
         yield StudentModule(worker, limits.call_timeout)
     finally:

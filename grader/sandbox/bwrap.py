@@ -2,16 +2,17 @@
 
 The worker sees a new root: a read-only view of only what this Python needs
 (its prefix, the virtual environment's packages, ``/usr`` and the system
-libraries), its own copy of the submission's modules at ``/sandbox/submission``,
-the worker runtime's folder itself (``grader/sandbox/runtime/``, bound
-read-only as it is) at ``/sandbox/runtime`` with an empty read-only tmpfs
-over its ``kernels/`` unless the worker is a trusted one, fresh tmpfs for ``/tmp``,
-``/var/tmp`` and ``/dev/shm``, a new ``/proc`` and ``/dev``; no network and
-new PID, IPC, UTS and mount namespaces.  Nothing of the grader package, the
-hidden suites, the solutions, home folders or other checkouts is mounted.
-When the namespace's first process dies every process in it dies, its IPC
-objects and tmpfs go with it, and ``--die-with-parent`` ties it to the
-grading process: kill the grader and its workers are gone.
+libraries), its own copy of the submission's modules at
+``/sandbox/submission``, the worker runtime's folder itself
+(``grader/sandbox/runtime/``, bound read-only as it is) at ``/sandbox/runtime``
+with an empty read-only tmpfs over its ``kernels/`` unless the worker is a
+trusted one, fresh tmpfs for ``/tmp``, ``/var/tmp`` and ``/dev/shm``, a new
+``/proc`` and ``/dev``; no network and new PID, IPC, UTS and mount namespaces.
+Nothing of the grader package, the hidden suites, the solutions, home folders
+or other checkouts is mounted.  When the namespace's first process dies every
+process in it dies, its IPC objects and tmpfs go with it, and
+``--die-with-parent`` ties it to the grading process: kill the grader and its
+workers are gone.
 
 As root, bubblewrap is run without a user namespace (one maps only root, so
 no uid could be dropped to) and with every capability dropped but setuid and

@@ -1,19 +1,19 @@
 """The grading process's side of the sandbox: start, call and kill workers.
 
 ``Worker`` runs one exercise module of one submission in a child process
-(``runtime/worker.py``), in a private directory that holds only a copy of
-the submission's ``.py`` files.  The worker runtime (``grader/sandbox/runtime/``)
+(``runtime/worker.py``), in a private directory that holds only a copy of the
+submission's ``.py`` files.  The worker runtime (``grader/sandbox/runtime/``)
 is one folder used as it is: under namespaces bubblewrap binds it read-only
-into the sandbox (nothing is written into it or copied at start); without
-them it is copied whole, with one ``copytree``, into the private directory,
-because the worker's fresh uid may not be able to read where the grader is
-installed (a checkout or a Python under ``/root``, mode 700).  Its
-``kernels/`` (the reference kernels) is seen by trusted workers only
-(``kernels=True``): hidden from a student's worker in both cases.  Every
-request has a time limit; a timeout kills the worker's whole process group, a crash or exit is
-reported, and the next request starts a fresh worker.  ``StudentModule`` is
-the object a suite sees as ``student``: attribute access and calls become
-requests, and answers come back as plain data (see ``codec``).
+into the sandbox (nothing is written into it or copied at start); without them
+it is copied whole, with one ``copytree``, into the private directory, because
+the worker's fresh uid may not be able to read where the grader is installed (a
+checkout or a Python under ``/root``, mode 700).  Its ``kernels/`` (the
+reference kernels) is seen by trusted workers only (``kernels=True``): hidden
+from a student's worker in both cases.  Every request has a time limit; a
+timeout kills the worker's whole process group, a crash or exit is reported,
+and the next request starts a fresh worker.  ``StudentModule`` is the object a
+suite sees as ``student``: attribute access and calls become requests, and
+answers come back as plain data (see ``codec``).
 """
 from __future__ import annotations
 
