@@ -341,6 +341,7 @@ def grader_verdict(smoke: bool) -> dict:
     from grader.reference import flash_speed
     from grader.reference.secret import flash
     from grader.sandbox.client import Limits, StudentModule
+    from grader.sandbox.runtime.kernels import flash as kernel
     env = {"TRITON_INTERPRET": "1"} if smoke else {}
     limits = Limits(call_timeout=600, env=env)
     cases = ([dict(batch=1, heads=2, kv_heads=1, s_q=20, s_k=20, d_head=16, causal=True,
@@ -357,7 +358,7 @@ def grader_verdict(smoke: bool) -> dict:
             try:
                 source = (REPO / "solutions" / f"{EX}.py").read_text() + extra
                 (folder / f"{EX}.py").write_text(source)
-                shutil.copyfile(flash.__file__, folder / "ex07_reference_copy.py")
+                shutil.copyfile(kernel.__file__, folder / "ex07_reference_copy.py")
                 worker = flash_speed.LockedWorker(folder, EX, limits)
                 try:
                     result = flash_speed.measure(
