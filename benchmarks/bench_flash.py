@@ -1,6 +1,6 @@
 """The reference Triton kernel against PyTorch's attention backends.
 
-Prints forward TFLOP/s of ``grader/reference/secret/flash.py``'s kernel (autotuned)
+Prints forward TFLOP/s of ``grader/sandbox/runtime/kernels/flash.py``'s kernel (autotuned)
 and of every backend of ``torch.nn.functional.scaled_dot_product_attention``
 that runs the inputs (cuDNN, FlashAttention-2, memory-efficient), on the
 same inputs in the same run, and the ratio of the reference to the best
@@ -17,7 +17,8 @@ FLOPs: two matmuls of 2 * S_q * S_k * d_head each per (batch, head), so
 key) pairs and count half (``grader.reference.secret.flash.attention_flops``).
 Timing: fresh random inputs for every call, L2 flushed before it, the whole
 device synchronized around it, the median of ``--repeats`` calls, the
-contenders alternating (``grader/sandbox/probes/ex07_flash_attention.py``'s ``time_call``).
+contenders alternating (``grader/sandbox/runtime/probes/ex07_flash_attention.py``'s
+``time_call``).
 A benchmark, not a test: it needs CUDA and prints a table.
 """
 from __future__ import annotations
@@ -58,7 +59,8 @@ def main(argv=None) -> int:
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     from grader.reference.secret import flash
-    from grader.sandbox.probes import ex07_flash_attention as probe
+    from grader.sandbox.runtime.kernels import flash as kernel
+    from grader.sandbox.runtime.probes import ex07_flash_attention as probe
     if not flash.HAS_TRITON:
         print(f"bench_flash.py {flash.NEEDS_TRITON}", file=sys.stderr)
         return 2
@@ -89,12 +91,12 @@ def main(argv=None) -> int:
     for s in args.seq:
         for causal in (False, True):
             shape = (args.batch, args.heads, s, args.d_head)
-            contenders = {"reference": lambda q, k, v, c=causal: flash.flash_attention(
+            contenders = {"reference": lambda q, k, v, c=causal: kernel.flash_attention(
                 q, k, v, causal=c)}
             if args.variants:
                 for variant in ("pointers", "descriptors"):
                     contenders[variant] = lambda q, k, v, c=causal, w=variant: \
-                        flash.flash_attention(q, k, v, causal=c, variant=w)
+                        kernel.flash_attention(q, k, v, causal=c, variant=w)
             for b in backends:
                 contenders[b.name] = with_backend(b, causal)
             times = {name: [] for name in contenders}
@@ -125,9 +127,9 @@ def main(argv=None) -> int:
             print(f"{s:6d} {str(causal):>6} {tflops['reference']:10.1f} {cells} {ratio:9.2f}"
                   f"{extra}")
     print(f"lowest reference/best ratio: {worst:.2f} (target: at least 0.90)")
-    if flash.DESCRIPTOR_FAILURE:
+    if kernel.DESCRIPTOR_FAILURE:
         print(f"the descriptor kernel failed here, pointers served: "
-              f"{flash.DESCRIPTOR_FAILURE[0]}")
+              f"{kernel.DESCRIPTOR_FAILURE[0]}")
     return 0
 
 

@@ -144,8 +144,8 @@ def worker_launch(smoke: bool) -> dict:
 # -- 3 -----------------------------------------------------------------------------------
 def _kernels(smoke: bool) -> dict:
     """name -> flash_attention-like callable (trusted code, loaded here)."""
-    from grader.reference.secret import flash
-    from grader.sandbox.probes.gpu_compile import load_for_gpu
+    from grader.sandbox.runtime.kernels import flash as kernel
+    from grader.sandbox.runtime.probes.gpu_compile import load_for_gpu
     import torch
     if smoke:
         import importlib.util
@@ -155,11 +155,11 @@ def _kernels(smoke: bool) -> dict:
         spec.loader.exec_module(solution)
     else:
         solution = load_for_gpu(str(REPO / "solutions" / f"{EX}.py"), "_check_solution")
-    out = {"reference/pointers": lambda q, k, v, causal: flash.flash_attention(
+    out = {"reference/pointers": lambda q, k, v, causal: kernel.flash_attention(
                q, k, v, causal=causal, variant="pointers"),
            "solution": lambda q, k, v, causal: solution.flash_attention(q, k, v, causal=causal)}
     if smoke or (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9):
-        out["reference/descriptors"] = lambda q, k, v, causal: flash.flash_attention(
+        out["reference/descriptors"] = lambda q, k, v, causal: kernel.flash_attention(
             q, k, v, causal=causal, variant="descriptors")
     return out
 
@@ -168,7 +168,7 @@ def _autotune_quietly(smoke):
     import contextlib
     if not smoke:
         return contextlib.nullcontext()
-    from grader.sandbox.probes.ex07_flash_attention import _InterpretedAutotune
+    from grader.sandbox.runtime.probes.ex07_flash_attention import _InterpretedAutotune
     return _InterpretedAutotune()
 
 
@@ -236,26 +236,27 @@ def reference_configs(smoke: bool) -> dict:
     import torch
 
     from grader.reference.secret import flash
+    from grader.sandbox.runtime.kernels import flash as kernel
     dev = "cpu" if smoke else "cuda"
     b, h, s, d = (1, 2, 32, 16) if smoke else (4, 32, 4096, 128)
     dtype = torch.float32 if smoke else torch.bfloat16
     q, k, v = _inputs(b, h, s, d, dtype, dev)
     rows = []
     configs = [dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)
-               for c in flash._CONFIGS]
+               for c in kernel._CONFIGS]
     for causal in (False, True):
         flops = flash.attention_flops(b, h, s, s, d, causal)
         for config in configs:
-            fn = lambda q, k, v: flash.flash_attention(q, k, v, causal=causal,  # noqa: E731
-                                                       config=config, variant="pointers")
+            fn = lambda q, k, v: kernel.flash_attention(q, k, v, causal=causal,  # noqa: E731
+                                                        config=config, variant="pointers")
             fn(q, k, v)
             rows.append({"config": config, "causal": causal,
                          "tflops": flops / _time(fn, (q, k, v), 3 if smoke else 20, smoke)
                          / 1e12})
-        fn = lambda q, k, v: flash.flash_attention(q, k, v, causal=causal)  # noqa: E731
+        fn = lambda q, k, v: kernel.flash_attention(q, k, v, causal=causal)  # noqa: E731
         with _autotune_quietly(smoke):
             fn(q, k, v)
-        rows.append({"config": "autotuned", "variant": flash.variant_in_use(q),
+        rows.append({"config": "autotuned", "variant": kernel.variant_in_use(q),
                      "causal": causal,
                      "tflops": flops / _time(fn, (q, k, v), 3 if smoke else 20, smoke) / 1e12})
     return {"shape": [b, h, s, d], "rows": rows}
@@ -267,11 +268,12 @@ def speed(smoke: bool) -> dict:
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     from grader.reference.secret import flash
+    from grader.sandbox.runtime.kernels import flash as kernel
     dev = "cpu" if smoke else "cuda"
     b, h, d = (1, 2, 16) if smoke else (4, 32, 128)
     dtype = torch.float32 if smoke else torch.bfloat16
     kernels = _kernels(smoke)
-    contenders = {"reference": lambda q, k, v, c: flash.flash_attention(q, k, v, causal=c),
+    contenders = {"reference": lambda q, k, v, c: kernel.flash_attention(q, k, v, causal=c),
                   "solution": kernels["solution"]}
     backends = {"sdpa_flash": SDPBackend.FLASH_ATTENTION,
                 "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -339,6 +341,7 @@ def grader_verdict(smoke: bool) -> dict:
     from grader.reference import flash_speed
     from grader.reference.secret import flash
     from grader.sandbox.client import Limits, StudentModule
+    from grader.sandbox.runtime.kernels import flash as kernel
     env = {"TRITON_INTERPRET": "1"} if smoke else {}
     limits = Limits(call_timeout=600, env=env)
     cases = ([dict(batch=1, heads=2, kv_heads=1, s_q=20, s_k=20, d_head=16, causal=True,
@@ -355,7 +358,7 @@ def grader_verdict(smoke: bool) -> dict:
             try:
                 source = (REPO / "solutions" / f"{EX}.py").read_text() + extra
                 (folder / f"{EX}.py").write_text(source)
-                shutil.copyfile(flash.__file__, folder / "ex07_reference_copy.py")
+                shutil.copyfile(kernel.__file__, folder / "ex07_reference_copy.py")
                 worker = flash_speed.LockedWorker(folder, EX, limits)
                 try:
                     result = flash_speed.measure(

@@ -1,6 +1,6 @@
 """Ahead-of-time compilation of the package's Triton kernels for real GPUs.
 
-No GPU is needed (see ``grader/sandbox/probes/gpu_compile.py``): every
+No GPU is needed (see ``grader/sandbox/runtime/probes/gpu_compile.py``): every
 kernel the package holds (the reference's pointer and descriptor variants,
 the solution's kernel) is compiled for sm_80 and sm_90a, fp16 and bf16,
 d_head 64 and 128, causal and not, with every configuration its autotuner
@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from grader.paths import REPO_DIR
 
+REFERENCE_KERNEL = "grader/sandbox/runtime/kernels/flash.py"
 KERNEL_FILES = {  # name: (file, how flash_attention is called to pick the kernel)
-    "reference/pointers": ("grader/reference/secret/flash.py", {"variant": "pointers"}),
-    "reference/descriptors": ("grader/reference/secret/flash.py", {"variant": "descriptors"}),
+    "reference/pointers": (REFERENCE_KERNEL, {"variant": "pointers"}),
+    "reference/descriptors": (REFERENCE_KERNEL, {"variant": "descriptors"}),
     "solution": ("solutions/ex07_flash_attention.py", {}),
 }
 CAPABILITIES = (80, 90)
@@ -43,7 +44,7 @@ class Row:
 
 @functools.lru_cache(maxsize=None)
 def _module(path: str):
-    from grader.sandbox.probes import gpu_compile
+    from grader.sandbox.runtime.probes import gpu_compile
     return gpu_compile.load_for_gpu(str(REPO_DIR / path), "_aot_" + path.replace("/", "_")[:-3])
 
 
@@ -52,7 +53,7 @@ def launches(kernel: str, dtype: str, d_head: int, causal: bool) -> tuple:
     """The launches (one per autotune config) that ``kernel`` would make."""
     import torch
 
-    from grader.sandbox.probes import gpu_compile
+    from grader.sandbox.runtime.probes import gpu_compile
     path, extra = KERNEL_FILES[kernel]
     mod = _module(path)
     dt = getattr(torch, dtype)
@@ -66,7 +67,7 @@ def launches(kernel: str, dtype: str, d_head: int, causal: bool) -> tuple:
 def compile_one(kernel: str, capability: int, dtype: str, d_head: int, causal: bool,
                 index: int) -> Row:
     """One launch of ``launches(...)`` compiled for ``capability``; cached per session."""
-    from grader.sandbox.probes import gpu_compile
+    from grader.sandbox.runtime.probes import gpu_compile
     fn, args, kwargs, config = launches(kernel, dtype, d_head, causal)[index]
     res = gpu_compile.compile_launch(fn, args, kwargs, capability)
     res.pop("trace", None)
@@ -98,7 +99,7 @@ def table(rows) -> str:
     lines = [head, "-" * len(head)]
     for row in rows:
         r = row.r
-        from grader.sandbox.probes.gpu_compile import ARCH_NAME
+        from grader.sandbox.runtime.probes.gpu_compile import ARCH_NAME
         if r["ok"]:
             tail = (f"{r['registers']:4d} {r['spill_bytes']:5d} {r['shared_bytes'] / 1024:6.1f} "
                     f"{'yes' if r['wgmma'] else 'no':5s} {'yes' if r['tma'] else 'no'}")

@@ -1,7 +1,7 @@
 """``attn-grade calibrate``: measure this GPU and write ex07's speed tiers for it.
 
 ex07's speed grade is the ratio of the student's TFLOP/s to the reference
-kernel's (``grader/reference/secret/flash.py``), both measured in the same run.
+kernel's (``grader/sandbox/runtime/kernels/flash.py``), both measured in the same run.
 What ratio a reasonable kernel reaches depends on the GPU model, so the
 thresholds are measured per model, here, and kept in
 ``grader/data/gpu_thresholds.json``:
@@ -13,8 +13,8 @@ thresholds are measured per model, here, and kept in
 * the best backend of PyTorch's ``scaled_dot_product_attention`` is timed
   on the same inputs too, for the record (the reference should reach 0.9x).
 
-Timing is that of the grader (``grader/sandbox/probes/ex07_flash_attention.py``): fresh
-inputs for every call, L2 flushed, the device synchronized around each
+Timing is that of the grader
+(``grader/sandbox/runtime/probes/ex07_flash_attention.py``): fresh inputs for every call, L2 flushed, the device synchronized around each
 call, medians of ``--repeats`` calls, the two kernels alternating.  This
 runs trusted code only, in this process; it needs CUDA and Triton.
 """
@@ -72,7 +72,8 @@ def measure(repeats: int, seed: int = 0, cases=None, device: str = "cuda") -> di
     import torch
 
     from grader.reference.secret import flash
-    from grader.sandbox.probes import ex07_flash_attention as probe
+    from grader.sandbox.runtime.kernels import flash as kernel
+    from grader.sandbox.runtime.probes import ex07_flash_attention as probe
 
     dev = torch.device(device)
     flush = torch.empty(probe.FLUSH_BYTES // 4, dtype=torch.int32, device=dev) \
@@ -85,9 +86,9 @@ def measure(repeats: int, seed: int = 0, cases=None, device: str = "cuda") -> di
         shape_q = (case["batch"], case["heads"], case["s_q"], case["d_head"])
         shape_kv = (case["batch"], case["kv_heads"], case["s_k"], case["d_head"])
         causal = bool(case["causal"])
-        tuned = lambda q, k, v: flash.flash_attention(q, k, v, causal=causal)  # noqa: E731
-        plain = lambda q, k, v: flash.flash_attention(q, k, v, causal=causal,  # noqa: E731
-                                                      config=PLAIN)
+        tuned = lambda q, k, v: kernel.flash_attention(q, k, v, causal=causal)  # noqa: E731
+        plain = lambda q, k, v: kernel.flash_attention(q, k, v, causal=causal,  # noqa: E731
+                                                       config=PLAIN)
         times = {"tuned": [], "plain": [], "sdpa": []}
         backend = "none"
 
@@ -109,7 +110,7 @@ def measure(repeats: int, seed: int = 0, cases=None, device: str = "cuda") -> di
                                       case["d_head"], causal)
         med = {name: statistics.median(ts) for name, ts in times.items()}
         tflops = {name: float(f"{flops / t / 1e12:.4g}") for name, t in med.items()}
-        variant = flash.variant_in_use(q)
+        variant = kernel.variant_in_use(q)
         rows.append({"s": case["s_q"], "causal": causal, "variant": variant,
                      "reference_tflops": tflops["tuned"], "plain_tflops": tflops["plain"],
                      "sdpa_tflops": tflops["sdpa"], "sdpa_backend": backend})
@@ -133,21 +134,21 @@ def calibrate(out, repeats, dry_run):
     """Measure this GPU and write ex07's speed tiers for its model."""
     import torch
 
-    from grader.reference.secret import flash
+    from grader.sandbox.runtime.kernels import flash as kernel
     if not torch.cuda.is_available():
         raise click.UsageError("calibrate measures a GPU, and this machine has no CUDA device.")
-    if not flash.HAS_TRITON:
-        raise click.UsageError(f"calibrate {flash.NEEDS_TRITON}.")
+    if not kernel.HAS_TRITON:
+        raise click.UsageError(f"calibrate {kernel.NEEDS_TRITON}.")
     data = _load(out)
     name = torch.cuda.get_device_name()
     measured = measure(repeats)
     variants = sorted({r["variant"] for r in measured["cases"]})
-    if flash.DESCRIPTOR_FAILURE:
+    if kernel.DESCRIPTOR_FAILURE:
         # The grade would then time a slower reference than the one calibrated
         # for: refuse rather than write thresholds for the wrong kernel.
         raise click.ClickException(
             f"the reference kernel's descriptor (TMA) variant failed on {name} and fell back "
-            f"to pointers: {flash.DESCRIPTOR_FAILURE[0]}; fix it (or the driver) and "
+            f"to pointers: {kernel.DESCRIPTOR_FAILURE[0]}; fix it (or the driver) and "
             "calibrate again; nothing was written")
     entry = {"tiers": tiers_from(measured["cases"]),
              "reference_variant": " / ".join(variants),

@@ -6,7 +6,7 @@ Triton; GPU where some tests need CUDA, ``gpu_for`` saying which); the
 earlier exercises it imports (``after``: its notebook loads them); the
 secret references its suites import (``secret``: modules of
 ``grader/reference/secret/``); its probe modules (``probes``: files of
-``grader/sandbox/probes/`` named like the exercise); its default time limit
+``grader/sandbox/runtime/probes/`` named like the exercise); its default time limit
 per call (``call_timeout``) and what its worker's environment gets
 (``worker_env``).
 
@@ -53,7 +53,7 @@ class Exercise:
     gpu_for: str = ""             # with "GPU" in needs: what a GPU adds
     after: tuple[str, ...] = ()   # earlier exercises its module imports
     secret: tuple[str, ...] = ()  # modules of grader/reference/secret/ its suites import
-    probes: tuple[str, ...] = ()  # its modules of grader/sandbox/probes/
+    probes: tuple[str, ...] = ()  # its modules of grader/sandbox/runtime/probes/
     worker_env: Mapping = field(default_factory=dict)
     call_timeout: float = 10.0    # seconds per call, by default (--timeout overrides)
     in_contract: bool = True      # False: the project's own extension, not a contract module

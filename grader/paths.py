@@ -20,8 +20,13 @@ HIDDEN_SUITES_DIR = SUITES_DIR / "hidden"
 # Secret by place: every module in this folder stays with the instructors (the
 # student edition gets a replay module in its stead) and no worker may read it.
 SECRET_REFERENCE_DIR = PACKAGE_DIR / "reference" / "secret"
-SANDBOX_DIR = PACKAGE_DIR / "sandbox"                # the worker's runtime and probes
-PROBES_DIR = SANDBOX_DIR / "probes"
-MEASURE_KIT = PACKAGE_DIR / "measure.py"             # copied into each worker's runtime
+# Everything that runs inside a worker, one folder used as it is (bound into
+# the sandbox, or copied whole without namespaces): grader.sandbox.runtime.
+RUNTIME_DIR = PACKAGE_DIR / "sandbox" / "runtime"
+RUNTIME_PACKAGE = RUNTIME_DIR.name                   # what a worker imports it as
+PROBES_DIR = RUNTIME_DIR / "probes"
+# The reference kernels: for trusted workers only (a student's worker never
+# sees the folder) and instructors only (the student edition leaves it out).
+KERNELS_DIR = RUNTIME_DIR / "kernels"
 CONTRACT_PATH = PACKAGE_DIR / "contract.json"
 GPU_THRESHOLDS_PATH = PACKAGE_DIR / "data" / "gpu_thresholds.json"

@@ -5,12 +5,15 @@ command (``check`` only: no command there claims a grade) and a GitHub
 Actions workflow that self-checks on push, written as a git repository with
 a first commit (ready to push as a template).  Left out: ``solutions/``, the
 hidden suites, the reference modules (replayed instead, see
-``grader.replay``), the package's tests and benchmarks, and the instructors'
-tools (release, Gradescope bundle, GPU calibration).
+``grader.replay``), the worker runtime's reference kernels
+(``sandbox/runtime/kernels/``: the reference Triton kernel is a working
+answer to ex07; only the hidden GPU suite's speed grade runs it), the
+package's tests and benchmarks, and the instructors' tools (release,
+Gradescope bundle, GPU calibration).
 
 Grading-only code: a few of the grader's own helpers are working answers to
 student tasks (``measure.time_call`` is a ``time_fn``, ``timing.lsq_slope`` a
-``loglog_slope``, ``probes/ex06_gqa_intensity.py`` counts the bytes an op reads, as
+``loglog_slope``, ``runtime/probes/ex06_gqa_intensity.py`` counts the bytes an op reads, as
 ``measure_intensity`` must).  ``GRADING_ONLY`` names them; the edition ships
 each as a stub that raises ``GradingOnly``, a pytest skip: the public check
 that needs one says "not checked in the student edition" and runs when
@@ -23,7 +26,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from grader.paths import PACKAGE_DIR, SECRET_REFERENCE_DIR, SOLUTIONS_DIR, SUITES_DIR
+from grader.paths import (KERNELS_DIR, PACKAGE_DIR, SECRET_REFERENCE_DIR, SOLUTIONS_DIR,
+                          SUITES_DIR)
 from grader.replay import Recorder
 
 PACKAGE_NAME = "attn-course-student"
@@ -32,9 +36,9 @@ INSTRUCTOR_ONLY = {"release.py", "gradescope.py", "calibrate.py"}
 # Grader code that is a working answer to a student task: {file under
 # grader/: functions}, None for the whole module.  Shipped as stubs.
 GRADING_ONLY = {
-    "measure.py": ("time_call",),                       # ex04's time_fn
-    "reference/timing.py": ("lsq_slope",),              # ex04's loglog_slope
-    "sandbox/probes/ex06_gqa_intensity.py": None,       # ex06's byte counting
+    "sandbox/runtime/measure.py": ("time_call",),               # ex04's time_fn
+    "reference/timing.py": ("lsq_slope",),                      # ex04's loglog_slope
+    "sandbox/runtime/probes/ex06_gqa_intensity.py": None,       # ex06's byte counting
 }
 GRADING_ONLY_NOTE = ("not checked in the student edition: this check needs grader code "
                      "that would answer an exercise (the graded run has it)")
@@ -85,7 +89,8 @@ include = ["grader*"]
 
 [tool.setuptools.package-data]
 grader = ["contract.json", "suites/pytest.ini", "suites/*/*.py", "suites/*.py",
-          "sandbox/probes/*.py", "reference/secret/recorded.bin", "data/*.json"]
+          "sandbox/runtime/*.py", "sandbox/runtime/*/*.py", "reference/secret/recorded.bin",
+          "data/*.json"]
 """
 
 STUDENT_README = """\
@@ -183,6 +188,8 @@ def _copy_package(dest: Path) -> None:
             # secret as a whole: every file here stays out (replay modules
             # are written in their stead by record_public_answers)
             skip |= set(names)
+        if folder == KERNELS_DIR.parent:
+            skip |= {KERNELS_DIR.name} & set(names)   # instructors only, as a whole
         return skip
 
     shutil.copytree(PACKAGE_DIR, dest, ignore=ignore)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from grader.paths import SECRET_REFERENCE_DIR
-from grader.sandbox import codec
+from grader.sandbox.runtime import codec
 
 SECRET_PACKAGE = "grader.reference.secret"
 

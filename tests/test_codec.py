@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from grader.sandbox import codec
+from grader.sandbox.runtime import codec
 
 
 def roundtrip(value):

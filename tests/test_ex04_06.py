@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from grader import measure
+from grader.sandbox.runtime import measure
 from grader.reference import timing
 from tests.conftest import SOLUTIONS, copy_solutions, failures, grade_dir
 from tests.loadgen import Spells

@@ -23,10 +23,12 @@ from grader import calibrate as cal
 from grader.cli import main
 from grader.exercises import EXERCISES
 from grader.feedback import Feedback
+from grader.paths import KERNELS_DIR
 from grader.reference.secret import attention as att
 from grader.reference import flash_speed
 from grader.reference.secret import flash
 from grader.sandbox.client import Limits, StudentModule, Worker
+from grader.sandbox.runtime.kernels import flash as kernel
 from tests.conftest import REPO, copy_solutions, grade_dir
 from tests.mutants import all_mutants
 
@@ -337,8 +339,9 @@ def test_only_ex07_imports_triton():
     triton = [ex for ex in EXERCISES.values() if "Triton" in ex.needs]
     assert [ex.name for ex in triton] == [EX]
     ours = {f"grader/reference/secret/{m}.py" for ex in triton for m in ex.secret} | \
-        {f"grader/sandbox/probes/{p}.py" for ex in triton for p in ex.probes} | \
-        {"grader/sandbox/probes/gpu_compile.py"}    # ex07 only, imports lazily
+        {f"grader/sandbox/runtime/probes/{p}.py" for ex in triton for p in ex.probes} | \
+        {"grader/sandbox/runtime/probes/gpu_compile.py"} | \
+        {p.relative_to(REPO).as_posix() for p in KERNELS_DIR.glob("*.py")}  # Triton kernels
     offenders = []
     for folder in ("grader", "solutions", "exercises"):
         for path in sorted((REPO / folder).rglob("*.py")):
@@ -358,12 +361,12 @@ needs_gpu = pytest.mark.skipif(not (torch.cuda.is_available() and flash.HAS_TRIT
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_gpu_reference_kernel(dtype):
     q, k, v = (x.to("cuda", dtype) for x in _qkv(2, 8, 2, 1000, 3000, 128))
-    got = flash.flash_attention(q, k, v, causal=True)
+    got = kernel.flash_attention(q, k, v, causal=True)
     atol, rtol = flash.tolerance(str(dtype).replace("torch.", ""), "cuda")
     want = flash.reference(q, k, v, True)
     assert torch.allclose(got.double().cpu(), want, atol=atol, rtol=rtol)
     if torch.cuda.get_device_capability()[0] >= 9:
-        assert not flash.DESCRIPTOR_FAILURE, flash.DESCRIPTOR_FAILURE
+        assert not kernel.DESCRIPTOR_FAILURE, kernel.DESCRIPTOR_FAILURE
 
 
 @needs_gpu

@@ -13,6 +13,7 @@ from grader.feedback import Feedback
 from grader.reference import flash_speed
 from grader.reference.secret import flash
 from grader.sandbox.client import Limits, StudentModule
+from grader.sandbox.runtime.kernels import flash as kernel
 from tests.conftest import copy_solutions
 
 EX = "ex07_flash_attention"
@@ -197,7 +198,7 @@ def _fake_gpu(monkeypatch, failure=None):
              "plain_tflops": 250.0, "sdpa_tflops": 450.0, "sdpa_backend": "CUDNN_ATTENTION"}
             for c in (False, True)]
     monkeypatch.setattr(cal, "measure", lambda repeats: {"cases": rows})
-    monkeypatch.setattr(flash, "DESCRIPTOR_FAILURE", list(failure or []))
+    monkeypatch.setattr(kernel, "DESCRIPTOR_FAILURE", list(failure or []))
 
 
 @pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)

@@ -14,7 +14,7 @@ import torch
 from grader.feedback import Feedback
 from grader.reference.secret import mla as ref
 from grader.reference import mla_trace
-from grader.sandbox.probes import ex08_mla as probe
+from grader.sandbox.runtime.probes import ex08_mla as probe
 from tests.conftest import EXERCISES_DIR, SOLUTIONS, copy_solutions, failures, grade_dir
 
 EX = "ex08_mla"

@@ -49,7 +49,7 @@ def test_every_kernel_config_compiles(kernel, capsys):
 
 def test_a_global_read_is_named_with_its_line(tmp_path):
     """The check itself: a plain global inside @triton.jit fails with the line."""
-    from grader.sandbox.probes import gpu_compile
+    from grader.sandbox.runtime.probes import gpu_compile
     src = tmp_path / "k.py"
     src.write_text(
         "import triton\nimport triton.language as tl\n\nSCALE = 2.0\n\n\n"

@@ -22,9 +22,6 @@ from tests.conftest import REPO, SOLUTIONS
 
 # What a module's import means for its "needs" (other imports need nothing extra).
 IMPORT_NEEDS = {"numpy": "NumPy", "torch": "PyTorch", "triton": "Triton"}
-# Not a file of the probes folder: the worker's runtime copies the grader's
-# measurement kit there as probes/measure.py (grader/sandbox/client.py).
-RUNTIME_PROBES = {"measure"}
 # A probe named in code or docs: student.probe("mod.fn"), Func("probe:mod.fn"),
 # probes.mod / probes/mod.py, from probes import mod.
 PROBE_MENTION = re.compile(r"""probe\(\s*["'](\w+)\.|["']probe:(\w+)\.|"""
@@ -113,8 +110,7 @@ def test_every_probe_file_belongs_to_an_exercise_and_every_registered_one_exists
 
 
 def test_every_probe_named_in_code_or_docs_is_registered():
-    known = {p for ex in EXERCISES.values() for p in ex.probes} | set(SHARED_PROBES) \
-        | RUNTIME_PROBES
+    known = {p for ex in EXERCISES.values() for p in ex.probes} | set(SHARED_PROBES)
     # this file excepted: its comments show the forms with a made-up name
     paths = [p for folder in ("grader", "tests", "benchmarks")
              for p in (REPO / folder).rglob("*.py")

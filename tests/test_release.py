@@ -160,7 +160,7 @@ def test_the_edition_prints_variants_but_holds_no_answer_of_them_or_the_question
     the questions' key stay with the instructors."""
     from grader import replay
     from grader.reference.secret import questions as qref
-    from grader.sandbox import codec
+    from grader.sandbox.runtime import codec
     from grader.variants import inputs_for
 
     env = dict(os.environ, PYTHONPATH=str(edition))
@@ -292,7 +292,7 @@ def test_no_working_logic_of_a_task_in_the_edition(edition):
 
 def test_grading_only_code_still_runs_when_graded():
     """What the edition stubs is real in the instructors' grader."""
-    from grader import measure
+    from grader.sandbox.runtime import measure
     from grader.reference import timing
 
     assert timing.lsq_slope([1, 2, 4], [1, 4, 16]) == pytest.approx(2.0)

@@ -10,12 +10,15 @@ from tests.conftest import copy_solutions, grade_dir
 
 
 @pytest.mark.parametrize("line", [
-    "import probes.ex06_gqa_intensity",
-    "from probes import ex06_gqa_intensity",
-    "import codec",
-    "import importlib; importlib.import_module('probes.ex06_gqa_intensity')",
-    "import sys; t = sys.modules['probes.ex06_gqa_intensity']",
-    "__import__('probes')",
+    "import runtime.probes.ex06_gqa_intensity",
+    "from runtime.probes import ex06_gqa_intensity",
+    "from runtime import codec",
+    "import runtime",
+    "import importlib; importlib.import_module('runtime.probes.ex06_gqa_intensity')",
+    "import sys; t = sys.modules['runtime.probes.ex06_gqa_intensity']",
+    "import sys; t = sys.modules['runtime']",
+    "import sys; t = sys.modules.get('runtime')",
+    "__import__('runtime')",
 ])
 def test_reaching_into_the_runtime_is_found(tmp_path, line):
     (tmp_path / "ex06_gqa_intensity.py").write_text(f"x = 1\n{line}\n")
@@ -25,7 +28,8 @@ def test_reaching_into_the_runtime_is_found(tmp_path, line):
 def test_ordinary_modules_are_not_flagged(tmp_path):
     (tmp_path / "ex02_mha.py").write_text(
         '"""Runs on a worker; the codec of the probes is not ours."""\n'
-        'import numpy as np\nmode = "worker"\nname = "codec"\n')
+        'import numpy as np\nmode = "worker"\nname = "codec"\n'
+        'times = {"runtime": 1.0}\nt = times["runtime"] + times.get("runtime")\n')
     (tmp_path / "broken.py").write_text("def f(:\n")
     assert runtime_reach(tmp_path) is None
 
@@ -35,7 +39,7 @@ def test_a_forging_submission_needs_review_where_probes_measured(tmp_path):
     sub = copy_solutions(tmp_path / "sub", ["ex06_gqa_intensity"])
     path = sub / "ex06_gqa_intensity.py"
     path.write_text(path.read_text()
-                    + "\nimport probes.ex06_gqa_intensity as _tracer  # could patch it\n")
+                    + "\nimport runtime.probes.ex06_gqa_intensity as _tracer  # could patch it\n")
     report = grade_dir(sub, ["ex06_gqa_intensity"])
     review = [t for t in report.tests if t.status == NEEDS_REGRADE]
     assert review and all("under review" in t.output and "line" in t.output for t in review)

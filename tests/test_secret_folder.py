@@ -16,7 +16,7 @@ PROBE = """\
 import json, sys
 from pathlib import Path
 from grader import replay
-from grader.paths import SECRET_REFERENCE_DIR
+from grader.paths import KERNELS_DIR, SECRET_REFERENCE_DIR
 from grader.release import _copy_package
 from grader.sandbox import bwrap, confine
 
@@ -28,6 +28,7 @@ print(json.dumps({
     "protected": [str(p) for p in confine.secret_paths()],
     "hidden_from_bwrap": [str(p) for p in bwrap.secrets_inside([SECRET_REFERENCE_DIR.parents[2]])],
     "secret_dir": str(SECRET_REFERENCE_DIR),
+    "kernels_dir": str(KERNELS_DIR),
 }))
 """
 
@@ -57,3 +58,8 @@ def test_a_new_module_in_the_secret_folder_is_secret(tmp_path):
     # bwrap mounts nothing of the package (an empty tmpfs over it)
     assert secret_dir in seen["protected"]
     assert any(secret_dir.startswith(p) for p in seen["hidden_from_bwrap"])
+    # the worker runtime's reference kernels: a folder the edition leaves out
+    # and confine protects too (a student's worker never sees it: tests/test_runtime.py)
+    assert not any(p.startswith("sandbox/runtime/kernels/") for p in seen["shipped"])
+    assert "sandbox/runtime/probes/ex07_flash_attention.py" in seen["shipped"]
+    assert seen["kernels_dir"] in seen["protected"]

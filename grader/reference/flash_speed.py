@@ -1,9 +1,9 @@
 """ex07's speed grade: the clock in the grading process, the reference in a worker of its own.
 
-The student's kernel and the reference kernel (``grader/reference/secret/flash.py``)
-each run in their own worker on the same GPU; nothing of the reference is
-ever in the student's process, and nothing the student's process does can
-move the clock:
+The student's kernel and the reference kernel (the worker runtime's
+``kernels/flash.py``) each run in their own worker on the same GPU; nothing of
+the reference is ever in the student's process, and nothing the student's
+process does can move the clock:
 
 * the grading process times the round trip of one ``ex07_flash_attention.speed_run``
   request (``calls`` calls on fresh inputs drawn from a seed sent with the
@@ -29,6 +29,7 @@ shape ``flash.judge_speed`` judges.  What remains possible is written in
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 import shutil
@@ -39,10 +40,12 @@ from pathlib import Path
 
 import torch
 
+from grader.paths import RUNTIME_PACKAGE
 from grader.sandbox import confine
 from grader.sandbox.client import Limits, StudentModule, Worker
 
-REFERENCE_MODULE = "ex07_reference_kernel"
+# The reference kernel, loaded where it lies in the worker runtime.
+REFERENCE_MODULE = f"{RUNTIME_PACKAGE}.kernels.flash"
 CALLS = 4            # calls per timed request: a round trip is long enough to time
 PICKS = 2            # calls whose outputs are checked after each round
 ROWS = 64            # output rows (query positions) checked per picked call
@@ -94,11 +97,16 @@ class LockedWorker(Worker):
 
 @contextlib.contextmanager
 def reference_side(limits: Limits):
-    """A trusted worker holding the reference kernel (a copy of flash.py)."""
-    from grader.reference.secret import flash
+    """A trusted worker running the reference kernel of the worker runtime
+    (``runtime.kernels.flash``, where it lies), with an empty submission.
+
+    It runs as the grading user (``drop_privileges=False``): the kernels
+    folder is the one part of the runtime that a student's worker never
+    sees, and as root without namespaces it is readable by root alone
+    (``confine.secret_paths``).  Only trusted code runs in it."""
     folder = Path(tempfile.mkdtemp(prefix="ex07-reference-"))
-    shutil.copyfile(flash.__file__, folder / f"{REFERENCE_MODULE}.py")
-    worker = LockedWorker(folder, REFERENCE_MODULE, limits)
+    trusted = dataclasses.replace(limits, drop_privileges=False)
+    worker = Worker(folder, REFERENCE_MODULE, trusted, kernels=True)
     try:
         yield StudentModule(worker, limits.call_timeout)
     finally:

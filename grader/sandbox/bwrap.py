@@ -2,14 +2,17 @@
 
 The worker sees a new root: a read-only view of only what this Python needs
 (its prefix, the virtual environment's packages, ``/usr`` and the system
-libraries), its own copy of the submission's modules at ``/sandbox/submission``
-and of the worker runtime at ``/sandbox/runtime``, fresh tmpfs for ``/tmp``,
-``/var/tmp`` and ``/dev/shm``, a new ``/proc`` and ``/dev``; no network and
-new PID, IPC, UTS and mount namespaces.  Nothing of the grader package, the
-hidden suites, the solutions, home folders or other checkouts is mounted.
-When the namespace's first process dies every process in it dies, its IPC
-objects and tmpfs go with it, and ``--die-with-parent`` ties it to the
-grading process: kill the grader and its workers are gone.
+libraries), its own copy of the submission's modules at
+``/sandbox/submission``, the worker runtime's folder itself
+(``grader/sandbox/runtime/``, bound read-only as it is) at ``/sandbox/runtime``
+with an empty read-only tmpfs over its ``kernels/`` unless the worker is a
+trusted one, fresh tmpfs for ``/tmp``, ``/var/tmp`` and ``/dev/shm``, a new
+``/proc`` and ``/dev``; no network and new PID, IPC, UTS and mount namespaces.
+Nothing of the grader package, the hidden suites, the solutions, home folders
+or other checkouts is mounted.  When the namespace's first process dies every
+process in it dies, its IPC objects and tmpfs go with it, and
+``--die-with-parent`` ties it to the grading process: kill the grader and its
+workers are gone.
 
 As root, bubblewrap is run without a user namespace (one maps only root, so
 no uid could be dropped to) and with every capability dropped but setuid and
@@ -26,7 +29,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from grader.paths import GIT_DIR, PACKAGE_DIR, REPO_DIR, SOLUTIONS_DIR, TESTS_DIR
+from grader.paths import (GIT_DIR, KERNELS_DIR, PACKAGE_DIR, REPO_DIR, RUNTIME_DIR,
+                          SOLUTIONS_DIR, TESTS_DIR)
 
 SANDBOX = "/sandbox"   # inside: submission/ (the worker's cwd) and runtime/
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
@@ -104,9 +108,12 @@ def gpu_devices() -> list[str]:
         [str(p) for p in [dev / "nvidia-caps"] if p.is_dir()]
 
 
-def command(staging: Path, argv: list[str], *, root: bool, tmpfs_bytes: int) -> list[str]:
+def command(staging: Path, argv: list[str], *, root: bool, tmpfs_bytes: int,
+            kernels: bool = False) -> list[str]:
     """The bwrap command line that runs ``argv`` (a Python command line using
-    sandbox paths) over the private ``staging`` folder."""
+    sandbox paths) over the private ``staging`` folder's ``submission/`` and
+    the runtime folder; ``kernels``: the worker is a trusted one and may see
+    the runtime's reference kernels."""
     bwrap = executable()
     assert bwrap is not None
     cmd = [bwrap]
@@ -147,8 +154,12 @@ def command(staging: Path, argv: list[str], *, root: bool, tmpfs_bytes: int) -> 
         cmd += ["--dev-bind", dev, dev]
     if devices:  # CUDA reads the PCI topology
         cmd += ["--ro-bind-try", "/sys", "/sys"]
-    cmd += ["--ro-bind", str(staging / "runtime"), f"{SANDBOX}/runtime",
-            "--bind", str(staging / "submission"), f"{SANDBOX}/submission",
+    runtime = f"{SANDBOX}/runtime"
+    cmd += ["--ro-bind", str(RUNTIME_DIR), runtime]
+    if not kernels and KERNELS_DIR.is_dir():   # (the student edition has none)
+        hidden = f"{runtime}/{KERNELS_DIR.name}"
+        cmd += ["--perms", "0555", "--size", "4096", "--tmpfs", hidden, "--remount-ro", hidden]
+    cmd += ["--bind", str(staging / "submission"), f"{SANDBOX}/submission",
             "--chdir", SANDBOX, "--"]  # the worker enters submission/ as its own user
     return cmd + argv
 
@@ -168,7 +179,6 @@ def usable() -> tuple[bool, str]:
     import tempfile
     with tempfile.TemporaryDirectory(prefix="attn-grade-probe-") as tmp:
         staging = Path(tmp)
-        (staging / "runtime").mkdir()
         (staging / "submission").mkdir()
         root = hasattr(os, "geteuid") and os.geteuid() == 0
         cmd = command(staging, [sys.executable, "-I", "-c", "import os; print(os.getpid())"],

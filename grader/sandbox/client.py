@@ -1,12 +1,19 @@
 """The grading process's side of the sandbox: start, call and kill workers.
 
 ``Worker`` runs one exercise module of one submission in a child process
-(``worker.py``), in a private directory that holds only a copy of the
-submission's ``.py`` files and the worker runtime.  Every request has a time
-limit; a timeout kills the worker's whole process group, a crash or exit is
-reported, and the next request starts a fresh worker.  ``StudentModule`` is
-the object a suite sees as ``student``: attribute access and calls become
-requests, and answers come back as plain data (see ``codec``).
+(``runtime/worker.py``), in a private directory that holds only a copy of the
+submission's ``.py`` files.  The worker runtime (``grader/sandbox/runtime/``)
+is one folder used as it is: under namespaces bubblewrap binds it read-only
+into the sandbox (nothing is written into it or copied at start); without them
+it is copied whole, with one ``copytree``, into the private directory, because
+the worker's fresh uid may not be able to read where the grader is installed (a
+checkout or a Python under ``/root``, mode 700).  Its ``kernels/`` (the
+reference kernels) is seen by trusted workers only (``kernels=True``): hidden
+from a student's worker in both cases.  Every request has a time limit; a
+timeout kills the worker's whole process group, a crash or exit is reported,
+and the next request starts a fresh worker.  ``StudentModule`` is the object a
+suite sees as ``student``: attribute access and calls become requests, and
+answers come back as plain data (see ``codec``).
 """
 from __future__ import annotations
 
@@ -23,10 +30,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.paths import HIDDEN_SUITES_DIR, MEASURE_KIT, SANDBOX_DIR as RUNTIME_DIR
-from grader.sandbox import bwrap, codec, confine, memcg
-
-RUNTIME_FILES = ("worker.py", "codec.py")   # with probes/ and MEASURE_KIT (torch + stdlib)
+from grader.paths import HIDDEN_SUITES_DIR, KERNELS_DIR, RUNTIME_DIR, RUNTIME_PACKAGE
+from grader.sandbox import bwrap, confine, memcg
+from grader.sandbox.runtime import codec
 
 
 class StudentError(Exception):
@@ -99,15 +105,6 @@ def _die_with_parent_hook():
     return hook
 
 
-def _share_runtime(path: Path) -> None:
-    """The runtime stays root's but readable: the worker reads its probes
-    after it has become its own user."""
-    for root, dirs, files in os.walk(path):
-        os.chmod(root, 0o755)
-        for name in files:
-            os.chmod(os.path.join(root, name), 0o644)
-
-
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "stopped answering"
@@ -150,12 +147,18 @@ class _OutputTail:
 
 
 class Worker:
-    """One exercise module of one submission, run in a child process."""
+    """One exercise module of one submission, run in a child process.
 
-    def __init__(self, submission: Path, module: str, limits: Limits | None = None):
+    ``module`` is a module of the submission, or for a trusted worker one of
+    the runtime's own (``runtime.kernels.flash``); ``kernels=True`` lets the
+    worker see the runtime's reference kernels (trusted workers only)."""
+
+    def __init__(self, submission: Path, module: str, limits: Limits | None = None, *,
+                 kernels: bool = False):
         self.submission = Path(submission)
         self.module = module
         self.limits = limits or Limits()
+        self.kernels = kernels
         self.proc: subprocess.Popen | None = None
         self.output: _OutputTail | None = None
         self._dir: Path | None = None
@@ -174,14 +177,13 @@ class Worker:
             # at (a hidden suite, say) into the worker's reach.
             if path.is_file() and not path.is_symlink():
                 shutil.copyfile(path, sub / path.name, follow_symlinks=False)
-        rt = root / "runtime"
-        rt.mkdir()
-        for name in RUNTIME_FILES:
-            shutil.copy2(RUNTIME_DIR / name, rt / name)
-        shutil.copytree(RUNTIME_DIR / "probes", rt / "probes",
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        # The grader's measurement kit, for probes that time a reference.
-        shutil.copy2(MEASURE_KIT, rt / "probes" / "measure.py")
+        if not self.limits.namespaces:
+            # The whole runtime folder, as it is (bubblewrap binds it instead),
+            # but its reference kernels for trusted workers only.
+            def ignore(folder, names):
+                hidden = not self.kernels and Path(folder) == RUNTIME_DIR
+                return {KERNELS_DIR.name} & set(names) if hidden else set()
+            shutil.copytree(RUNTIME_DIR, root / "runtime", ignore=ignore)
         return root
 
     def _env(self) -> dict:
@@ -218,6 +220,8 @@ class Worker:
 
     def module_problem(self) -> StudentLoadError | None:
         """Why the module cannot be loaded at all (missing, or a link), if so."""
+        if self.module.startswith(f"{RUNTIME_PACKAGE}."):
+            return None  # one of the runtime's own (a trusted worker)
         path = self.submission / f"{self.module}.py"
         if path.is_symlink():
             return StudentLoadError(f"{self.module}.py is a link; submit the file itself")
@@ -236,7 +240,6 @@ class Worker:
                     self.limits.namespaces or confine.can_drop_privileges()):
                 self.uid = confine.fresh_uid()
                 if self.limits.namespaces:
-                    _share_runtime(self._dir / "runtime")
                     confine.give_to(self._dir / "submission", self.uid)
                 else:
                     confine.give_to(self._dir, self.uid)
@@ -286,7 +289,7 @@ class Worker:
                "cwd": f"{bwrap.SANDBOX}/submission"}
         worker = f"{bwrap.SANDBOX}/runtime/worker.py"
         cmd = bwrap.command(self._dir, [sys.executable, "-I", worker, json.dumps(cfg)],
-                            root=confine.is_root(),
+                            root=confine.is_root(), kernels=self.kernels,
                             tmpfs_bytes=min(self.limits.memory_bytes, 4 << 30))
         if self.cgroup is not None:
             # Join the cgroup before bubblewrap starts, so all it forks is inside.

@@ -3,8 +3,9 @@ secrets the worker cannot read, and clean-up of every process it started.
 
 As root (a grading container, CI), each worker runs as a fresh unprivileged
 user id that no other process uses, in a private folder that only it can
-read; the folders holding the hidden suites, the references, the solutions,
-the package's tests and the git history are made readable by root alone
+read; the folders holding the hidden suites, the references (and the worker
+runtime's reference kernels), the solutions, the package's tests and the git
+history are made readable by root alone
 (``protect_secrets``, a step of grading: ``grader.core.protect_secret_folders``),
 and the grader writes its results with a private umask.  Without root none
 of that is possible: the worker runs as the grading user, from a private
@@ -20,7 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from grader.paths import GIT_DIR, HIDDEN_SUITES_DIR, SECRET_REFERENCE_DIR, SOLUTIONS_DIR, TESTS_DIR
+from grader.paths import (GIT_DIR, HIDDEN_SUITES_DIR, KERNELS_DIR, SECRET_REFERENCE_DIR,
+                          SOLUTIONS_DIR, TESTS_DIR)
 
 UID_RANGE = (61000, 64999)   # ids no account uses on common distributions
 _used_uids: set[int] = set()     # held by a live worker of this process
@@ -33,9 +35,12 @@ def is_root() -> bool:
 
 def secret_paths() -> list[Path]:
     """Folders a student must never read: hidden suites, the secret references
-    (the whole folder, whatever it holds), solutions, the package's tests
-    (mutants are copies of solutions) and git history."""
-    paths = [HIDDEN_SUITES_DIR, SECRET_REFERENCE_DIR, SOLUTIONS_DIR, TESTS_DIR, GIT_DIR]
+    (the whole folder, whatever it holds), the runtime's reference kernels (a
+    working answer to ex07; the trusted worker that times them reads them as
+    root), solutions, the package's tests (mutants are copies of solutions)
+    and git history."""
+    paths = [HIDDEN_SUITES_DIR, SECRET_REFERENCE_DIR, KERNELS_DIR, SOLUTIONS_DIR, TESTS_DIR,
+             GIT_DIR]
     return [p for p in paths if p.is_dir()]
 
 

@@ -1,10 +1,11 @@
 """Does a submission reach into the worker's own runtime?
 
 The probes that time and trace student code run in the student's process
-(``probes/``, beside ``codec.py`` and ``worker.py``): a module that imports
-them can replace what they measure (docs/THREAT_MODEL.md).  No honest
-solution needs them, so a submission that names them is not judged on what
-they measured: those tests need a person's look ("needs regrade").
+(the package ``runtime``: ``runtime.probes``, beside ``runtime.codec`` and
+``runtime.worker``; ``grader/sandbox/runtime/``): a module that imports them
+can replace what they measure (docs/THREAT_MODEL.md).  No honest solution
+needs them, so a submission that names them is not judged on what they
+measured: those tests need a person's look ("needs regrade").
 
 Read here, in the grading process, as text (parsed, never run).
 """
@@ -13,20 +14,41 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-RUNTIME_MODULES = frozenset({"probes", "codec", "worker"})
+from grader.paths import RUNTIME_PACKAGE
+
+# Calls that import, or find, a module by its name as a string.
+BY_NAME = frozenset({"__import__", "import_module", "find_spec"})
+
+
+def _name(node) -> str:
+    return getattr(node, "attr", None) or getattr(node, "id", None) or ""
+
+
+def _is_runtime(name: str) -> bool:
+    return name.split(".")[0] == RUNTIME_PACKAGE
+
+
+def _is_package(node) -> bool:
+    return isinstance(node, ast.Constant) and node.value == RUNTIME_PACKAGE
 
 
 def _names_runtime(node: ast.AST) -> bool:
     if isinstance(node, ast.Import):
-        return any(a.name.split(".")[0] in RUNTIME_MODULES for a in node.names)
+        return any(_is_runtime(a.name) for a in node.names)
     if isinstance(node, ast.ImportFrom):
-        return node.level == 0 and (node.module or "").split(".")[0] in RUNTIME_MODULES
+        return node.level == 0 and _is_runtime(node.module or "")
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        # importlib.import_module("probes.ex06_gqa_intensity"), sys.modules["probes"],
-        # __import__(...);
-        # "codec" and "worker" are everyday words as strings: only their imports count
-        return node.value.split(".")[0] == "probes" and \
+        # importlib.import_module("runtime.probes.ex06_gqa_intensity"),
+        # sys.modules["runtime.codec"]: a dotted name inside the runtime
+        return "." in node.value and _is_runtime(node.value) and \
             node.value.replace(".", "").replace("_", "").isalnum()
+    # "runtime" alone is an everyday word as a string: it counts only where a
+    # module is looked up by its name (__import__("runtime"), sys.modules["runtime"],
+    # sys.modules.get("runtime"))
+    if isinstance(node, ast.Call) and node.args and _is_package(node.args[0]):
+        return _name(node.func) in BY_NAME or _name(getattr(node.func, "value", None)) == "modules"
+    if isinstance(node, ast.Subscript) and _name(node.value) == "modules":
+        return _is_package(node.slice)
     return False
 
 

@@ -48,12 +48,13 @@ def machine(request):
 
 @pytest.fixture
 def machine_peaks(machine):
-    """The grading machine's peaks (``grader.measure.Peaks``), measured the
-    first time a test asks and then kept in ``machine`` (top of the report); a
-    suite that measures them again stores them there too.  A suite that wants
-    them measured before its first test says
+    """The grading machine's peaks (``grader.sandbox.runtime.measure.Peaks``),
+    measured the first time a test asks and then kept in ``machine`` (top of
+    the report); a suite that measures them again stores them there too.  A
+    suite that wants them measured before its first test says
     ``pytest.mark.usefixtures("machine_peaks")``."""
-    from grader import measure   # here: it imports PyTorch, which NumPy suites never need
+    # here: it imports PyTorch, which NumPy suites never need
+    from grader.sandbox.runtime import measure
 
     return measure.grading_peaks(machine, measure.default_device())
 

@@ -4,8 +4,8 @@ Without CUDA every test here is "not run: needs a GPU" (worth nothing; under
 ``attn-grade grade --require-gpu`` a failure instead).
 
 Speed is graded as a ratio, never in seconds: the student's kernel and the
-reference kernel (``grader/reference/secret/flash.py``) run in two workers on the
-same GPU, on the same fresh inputs, alternating, and the clock is in the
+reference kernel (``grader/sandbox/runtime/kernels/flash.py``) run in two workers
+on the same GPU, on the same fresh inputs, alternating, and the clock is in the
 grading process (``grader/reference/flash_speed.py``).  The ratio of their
 TFLOP/s earns tiers whose thresholds come, per GPU model, from
 ``grader/data/gpu_thresholds.json`` (written by ``attn-grade calibrate``).

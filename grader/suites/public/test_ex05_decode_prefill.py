@@ -2,13 +2,13 @@
 measured on the grading machine against its peaks."""
 import pytest
 
-from grader import measure
+from grader.sandbox.runtime import measure
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference.secret import attention as ref
 from grader.reference.secret import roofline as rl
 from grader.reference import timing
 from grader.reference.ex05_checks import check_decode_with_cache, randn
-from grader.sandbox.codec import Func
+from grader.sandbox.runtime.codec import Func
 
 pytestmark = [pytest.mark.exercise("ex05_decode_prefill"),
               pytest.mark.usefixtures("machine_peaks")]   # measured before the first test

@@ -3,7 +3,7 @@
 numbers next to this machine's ridge point."""
 import pytest
 
-from grader import measure
+from grader.sandbox.runtime import measure
 from grader.feedback import Feedback, check_close, check_equal
 from grader.reference.secret import mla as ref
 from grader.reference import mla_trace

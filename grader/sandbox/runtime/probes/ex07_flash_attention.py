@@ -15,13 +15,14 @@ return what they saw as data; the suites judge it in the grading process.
   ``online_softmax_step`` wrapped to record each tile's width.
 * ``speed_prepare`` / ``speed_run`` / ``speed_collect``: the two sides of
   the speed grade (see ``grader/reference/flash_speed.py``): run on the
-  student's worker and, separately, on a trusted worker holding the
-  reference kernel; the clock is in the grading process.
+  student's worker and, separately, on a trusted worker running the
+  reference kernel (``runtime.kernels.flash``); the clock is in the grading process.
 * ``compile_check``: the student's kernels compiled for sm_80 and sm_90a.
 
 Probes are trusted code, not secret ones; they import nothing from the
-grader (``grader.sandbox.probes.ex07_flash_attention`` is also imported by the benchmark
-script and ``attn-grade calibrate`` for ``time_call``).
+grader (``grader.sandbox.runtime.probes.ex07_flash_attention`` is also
+imported by the benchmark script and ``attn-grade calibrate`` for
+``time_call``).
 """
 from __future__ import annotations
 

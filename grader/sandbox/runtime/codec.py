@@ -8,9 +8,9 @@ types defined here (``Func``, ``Raised``).  Decoding builds fresh
 base-class arrays from bytes, so an ndarray subclass or an object with a
 custom ``__eq__`` can never reach a comparison on the grader side.
 
-This file is imported by the grader (``grader.sandbox.codec``) and copied
-next to the worker (``codec``): it must not import anything from the
-``grader`` package.
+Part of the worker runtime: imported by the grader
+(``grader.sandbox.runtime.codec``) and by the worker (``runtime.codec``), the
+same file; it must not import anything from the ``grader`` package.
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from . import measure
+from .. import measure
 
 
 def _number(value):

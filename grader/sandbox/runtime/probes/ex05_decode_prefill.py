@@ -7,7 +7,7 @@ import contextlib
 
 import torch
 
-from . import measure
+from .. import measure
 
 
 def roofline_run(module, device, prefill_shape, decode_shape, dtype_name,

@@ -1,22 +1,29 @@
 """The worker: the only process that imports and runs a student's code.
 
 Started by ``grader.sandbox.client.Worker`` as ``python -I worker.py CONFIG``
-from a private directory holding a copy of the submission's modules and of
-this runtime (``codec.py``, ``probes/``).  It reads framed requests on a
-private copy of stdin, answers on a private copy of stdout, and points the
-real stdin/stdout at /dev/null and stderr, so a student's ``print`` or
-``input`` cannot touch the protocol.
+from a private directory holding a copy of the submission's modules; this
+file lies in the worker runtime's folder, used as it is (bound read-only at
+``/sandbox/runtime`` under namespaces, a whole copy of the folder without
+them).  It loads that folder as the package ``runtime`` (its folder's name)
+before the submission is on ``sys.path``, so a student's module cannot stand
+in for ``runtime.codec`` or a probe.  It reads framed requests on a private
+copy of stdin, answers on a private copy of stdout, and points the real
+stdin/stdout at /dev/null and stderr, so a student's ``print`` or ``input``
+cannot touch the protocol.
 
-Requests (dicts): ``load`` (import a module), ``getattr`` (a constant, or a
-note that the attribute is callable), ``call`` (a function of the loaded
-module), ``probe`` (a trusted function of ``probes.<pkg>`` run on the loaded
-module).  Answers: ``{"ok": value}``, ``{"raised": Raised}`` or
-``{"bad_value": text}``.  Must not import the ``grader`` package.
-With ``drop_to`` in its configuration it switches to that user first.
+Requests (dicts): ``load`` (import a module: the student's, or for a trusted
+worker one of the runtime's own, ``runtime.kernels.flash``), ``getattr`` (a
+constant, or a note that the attribute is callable), ``call`` (a function of
+the loaded module), ``probe`` (a trusted function of ``runtime.probes.<pkg>``
+run on the loaded module).  Answers: ``{"ok": value}``, ``{"raised":
+Raised}`` or ``{"bad_value": text}``.  Must not import the ``grader``
+package.  With ``drop_to`` in its configuration it switches to that user
+first.
 """
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -96,9 +103,25 @@ def _raised(codec, exc: BaseException, root: str):
                         text[-MAX_TEXT:], bases)
 
 
+def _runtime_package() -> str:
+    """The name this folder is imported as, importing it first when this file
+    runs as a script: the package named after the folder, loaded from where
+    it lies (nothing is put on ``sys.path`` for it)."""
+    if __package__:  # imported as a module of the package (the grader's tests)
+        return __package__
+    folder = os.path.dirname(os.path.abspath(__file__))
+    name = os.path.basename(folder)
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(folder, "__init__.py"), submodule_search_locations=[folder])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[name] = package
+    spec.loader.exec_module(package)
+    return name
+
+
 class Session:
-    def __init__(self, codec, root: str):
-        self.codec, self.root = codec, root
+    def __init__(self, codec, root: str, package: str):
+        self.codec, self.root, self.package = codec, root, package
         self.module = None
 
     def resolve(self, ref: str):
@@ -109,7 +132,8 @@ class Session:
             return getattr(self.module, name)
         if kind == "probe":
             pkg, _, fn = name.rpartition(".")
-            return getattr(importlib.import_module(f"probes.{pkg}" if pkg else "probes"), fn)
+            probes = f"{self.package}.probes"
+            return getattr(importlib.import_module(f"{probes}.{pkg}" if pkg else probes), fn)
         raise ValueError(f"unknown function reference {ref!r}")
 
     def materialize(self, value):
@@ -153,19 +177,20 @@ class Session:
 def main() -> None:
     cfg = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     req_ch, resp_ch = _private_channels()
-    runtime = os.path.dirname(os.path.abspath(__file__))
     _drop_to(cfg.get("drop_to"))
     if cfg.get("cwd"):  # the submission's folder is its user's alone: entered as that user
         os.chdir(cfg["cwd"])
     root = os.path.abspath(os.getcwd())
     for key, value in cfg.get("env", {}).items():
         os.environ[key] = str(value)  # e.g. TRITON_INTERPRET before any import
-    # python -I puts neither the script's folder nor the cwd on sys.path.
-    sys.path[:] = [root, runtime] + [p for p in sys.path if p not in (root, runtime, "")]
-    import codec  # noqa: E402  (the runtime's copy, beside this file)
+    # The runtime first, then the submission: python -I puts neither the
+    # script's folder nor the cwd on sys.path.
+    package = _runtime_package()
+    codec = importlib.import_module(f"{package}.codec")
+    sys.path[:] = [root] + [p for p in sys.path if p not in (root, "")]
 
     _apply_limits(cfg)  # after the switch: RLIMIT_NPROC counts the worker's uid
-    session = Session(codec, root)
+    session = Session(codec, root, package)
     max_request = int(cfg.get("max_request_bytes", 1 << 31))
 
     def read_exact(n: int) -> bytes:

@@ -1,10 +1,11 @@
 """The grader's own measurement kit: a timer and a probe of the machine's peaks.
 
-Trusted code (never the student's).  It runs in the grading process (the
-machine's peaks, shown at the top of the report) and, copied beside the
-probes, inside the worker (the reference timings that serve as a control for
-a student's measurement).  It imports nothing from the ``grader`` package,
-only the standard library and PyTorch, so that the copy works on its own.
+Trusted code (never the student's), part of the worker runtime.  It runs in
+the grading process (``grader.sandbox.runtime.measure``: the machine's peaks,
+shown at the top of the report) and inside the worker, beside the probes
+(the reference timings that serve as a control for a student's
+measurement).  It imports nothing from the ``grader`` package, only the
+standard library and PyTorch.
 
 * ``time_call(fn, *args, warmup=2, repeats=5, device=None, **kwargs)``: the
   median of ``repeats`` timed calls after ``warmup`` untimed ones, with the
