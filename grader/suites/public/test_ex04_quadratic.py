@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from grader import artifacts, measure
+from grader import artifacts
+from grader.sandbox.runtime import measure
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference.secret import attention as ref
 from grader.reference.secret import roofline as rl
