@@ -144,7 +144,10 @@ class GradingPlugin:
             limits = Limits(call_timeout=self.options.call_timeout or ex.call_timeout,
                             import_timeout=self.options.import_timeout,
                             memory_bytes=self.options.memory_mb << 20,
-                            env=dict(ex.worker_env), namespaces=self.namespaces)
+                            # the mapping itself: ex07's asks PyTorch whether there is
+                            # CUDA, which is read when the worker starts (in prestart's
+                            # thread, beside the grading process's own imports)
+                            env=ex.worker_env, namespaces=self.namespaces)
             self.workers[exercise] = Worker(self.submission, exercise, limits)
         return self.workers[exercise]
 

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,7 +80,7 @@ class Limits:
     drop_privileges: bool = True      # as root: run as a fresh unprivileged uid
     namespaces: bool = False          # run under bubblewrap (see ``bwrap``)
     rlimits: dict | None = None       # None: confine.default_rlimits
-    env: dict = field(default_factory=dict)
+    env: Mapping = field(default_factory=dict)  # read when the worker starts
 
 
 # Address space a worker needs beyond its data when no cgroup counts its
@@ -264,7 +265,7 @@ class Worker:
 
     def _spawn_plain(self, rlimits: dict) -> subprocess.Popen:
         """The fallback: a child process, as the worker's uid when there is one."""
-        cfg = {"env": self.limits.env, "rlimits": rlimits}
+        cfg = {"env": dict(self.limits.env), "rlimits": rlimits}
         as_user = {}
         if self.uid is not None:
             as_user = dict(user=self.uid, group=self.uid, extra_groups=[], umask=0o077)
@@ -285,7 +286,7 @@ class Worker:
             self.cgroup = None
             if not bwrap.gpu_devices():  # CUDA reserves far more address space
                 rlimits["RLIMIT_AS"] = self.limits.memory_bytes + AS_HEADROOM
-        cfg = {"env": self.limits.env, "rlimits": rlimits, "drop_to": self.uid,
+        cfg = {"env": dict(self.limits.env), "rlimits": rlimits, "drop_to": self.uid,
                "cwd": f"{bwrap.SANDBOX}/submission"}
         worker = f"{bwrap.SANDBOX}/runtime/worker.py"
         cmd = bwrap.command(self._dir, [sys.executable, "-I", worker, json.dumps(cfg)],
