@@ -46,30 +46,29 @@ def solutions_copy(tmp_path):
     return copy_solutions(tmp_path / "submission")
 
 
+def _run_root(tmp_path_factory) -> Path:
+    """The test run's base folder: one for the run, shared by xdist's workers
+    (each has its own folder inside it)."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _private_user_cache(tmp_path_factory):
     """`attn-grade check` run by a test keeps its cache in the run's own
     folder (shared by xdist's workers), never in the real user's home."""
-    saved = os.environ.get("XDG_CACHE_HOME")
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent            # one for the run: xdist's workers share it
-    (root / "user-cache").mkdir(exist_ok=True)
-    os.environ["XDG_CACHE_HOME"] = str(root / "user-cache")
-    yield
-    if saved is None:
-        os.environ.pop("XDG_CACHE_HOME", None)
-    else:
-        os.environ["XDG_CACHE_HOME"] = saved
+    folder = _run_root(tmp_path_factory) / "user-cache"
+    folder.mkdir(exist_ok=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(folder))
+        yield
 
 
 def built_once(tmp_path_factory, name: str, build) -> Path:
     """``build(folder)`` once for the whole test run, even when pytest-xdist
     spreads the tests over processes (they share the run's base folder); the
     others wait for it.  For large read-only things, like the student edition."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent
+    root = _run_root(tmp_path_factory)
     folder, done = root / name, root / f"{name}.done"
     with FileLock(str(root / f"{name}.lock")):
         if not done.exists():

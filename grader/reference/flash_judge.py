@@ -152,12 +152,14 @@ def compile_worker(submission_dir, worker_limits):
 
 
 def _compile_key(submission_dir) -> str:
-    """What a compile check's answer depends on: every module the worker gets
-    (names and bytes), the Triton and PyTorch versions, and the probes that
-    compile.  Computed here, from the files, never asked of the worker."""
+    """What a compile check's answer depends on: the submission's files (names
+    and bytes, as batch grading keys its results), the Triton and PyTorch
+    versions, and the probes that compile.  Computed here, from the files,
+    never asked of the worker."""
     import hashlib
     from importlib import metadata
 
+    from grader.batch import content_hash
     from grader.paths import PROBES_DIR
     h = hashlib.sha256(b"attn-grade compile check 1\0")
     for dist in ("triton", "torch"):
@@ -167,9 +169,7 @@ def _compile_key(submission_dir) -> str:
             h.update(f"{dist}=none\0".encode())
     for probe in ("gpu_compile.py", "ex07_flash_attention.py"):
         h.update((PROBES_DIR / probe).read_bytes())
-    for path in sorted(Path(submission_dir).glob("*.py")):
-        if path.is_file() and not path.is_symlink():
-            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    h.update(content_hash(submission_dir).encode())   # every file, links not followed
     return h.hexdigest()[:32]
 
 
