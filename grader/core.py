@@ -167,6 +167,12 @@ class GradingPlugin:
 
     def pytest_configure(self, config):
         config.stash[PLUGIN_KEY] = self
+        # pytest formats a traceback for every failed test, with source and
+        # arguments ("long", about 60 ms each); feedback comes from the
+        # exception itself (``describe_failure``), so Python's own short form
+        # is enough where a report's text is read (a suite that fails to load).
+        # The terminal plugin, which owns --tb, is off: set its value directly.
+        config.option.tbstyle = "native"
         for line in ("points(n): points a test is worth",
                      "exercise(name): the exercise module a suite grades",
                      "hidden: a test whose details stay hidden until grades are published",
@@ -307,6 +313,9 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
     start = time.perf_counter()
     args = ["-c", str(SUITES_DIR / "pytest.ini"), "--rootdir", str(SUITES_DIR),
             "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:randomly",
+            # Student code never runs in this process, so there is nothing for
+            # these to report; each ends the session with a full gc.collect().
+            "-p", "no:unraisableexception", "-p", "no:threadexception",
             "--import-mode=importlib", *files]
     if options.keyword:
         args[-len(files):-len(files)] = ["-k", options.keyword]
