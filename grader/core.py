@@ -24,7 +24,7 @@ from grader.exercises import EXERCISES, suite_files
 from grader.feedback import Feedback
 from grader.paths import SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
-from grader.sandbox import confine, isolation
+from grader.sandbox import confine, isolation, zygote
 from grader.sandbox.client import Limits, StudentError, StudentModule, Worker
 
 PLUGIN_KEY = pytest.StashKey["GradingPlugin"]()
@@ -51,6 +51,7 @@ class Options:
     isolation: str = "auto"               # auto, strict or fallback (sandbox.isolation)
     artifacts_dir: Path | None = None     # grader-owned folder for files like the ex04 plot
     check_cache: Path | None = None       # `check` only: answers kept for unchanged files
+    zygote: bool = True                   # fork workers from one process per grading
 
 
 def _title(item) -> str:
@@ -104,6 +105,7 @@ class GradingPlugin:
         self._starter: threading.Thread | None = None
         self._closing = threading.Event()
         self.namespaces = False   # set by grade() from the isolation it found
+        self.zygote: zygote.Zygote | None = None   # started by prestart
 
     # -- used by the suites' fixtures --------------------------------------
     def prestart(self, exercises: list[str]) -> None:
@@ -114,11 +116,17 @@ class GradingPlugin:
         with the grading process's own start-up instead of following it.
         One at a time, in course order, so that no two starts run at once
         (each may take a fresh user id).  ``worker()`` waits for its own."""
+        needs = {n for e in exercises for n in EXERCISES[e].needs}
+        if self.options.zygote and zygote.supported() and needs & set(zygote.PRELOAD):
+            self.zygote = zygote.Zygote(needs, namespaces=self.namespaces,
+                                        memory_bytes=self.options.memory_mb << 20)
         for exercise in exercises:
             self.worker(exercise)
             self._started[exercise] = threading.Event()
 
         def run():
+            if self.zygote is not None and not self._closing.is_set():
+                self.zygote.start()   # its imports, once; on failure workers are spawned
             for exercise in exercises:
                 try:
                     if not self._closing.is_set():
@@ -148,7 +156,8 @@ class GradingPlugin:
                             # CUDA, which is read when the worker starts (in prestart's
                             # thread, beside the grading process's own imports)
                             env=ex.worker_env, namespaces=self.namespaces)
-            self.workers[exercise] = Worker(self.submission, exercise, limits)
+            self.workers[exercise] = Worker(self.submission, exercise, limits,
+                                            zygote=self.zygote)
         return self.workers[exercise]
 
     def student(self, exercise: str, timeout: float | None = None) -> StudentModule:
@@ -160,6 +169,8 @@ class GradingPlugin:
             self._starter.join()     # never a worker started after its clean-up
         for w in self.workers.values():
             w.close()
+        if self.zygote is not None:
+            self.zygote.close()
 
     # -- pytest hooks ------------------------------------------------------
     def pytest_collection_finish(self, session):

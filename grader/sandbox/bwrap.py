@@ -109,11 +109,12 @@ def gpu_devices() -> list[str]:
 
 
 def command(staging: Path, argv: list[str], *, root: bool, tmpfs_bytes: int,
-            kernels: bool = False) -> list[str]:
+            kernels: bool = False, workspace: bool = False) -> list[str]:
     """The bwrap command line that runs ``argv`` (a Python command line using
     sandbox paths) over the private ``staging`` folder's ``submission/`` and
     the runtime folder; ``kernels``: the worker is a trusted one and may see
-    the runtime's reference kernels."""
+    the runtime's reference kernels; ``workspace``: a zygote's, whose whole
+    ``staging`` folder (one folder per worker inside) is at ``/sandbox/w``."""
     bwrap = executable()
     assert bwrap is not None
     cmd = [bwrap]
@@ -159,8 +160,11 @@ def command(staging: Path, argv: list[str], *, root: bool, tmpfs_bytes: int,
     if not kernels and KERNELS_DIR.is_dir():   # (the student edition has none)
         hidden = f"{runtime}/{KERNELS_DIR.name}"
         cmd += ["--perms", "0555", "--size", "4096", "--tmpfs", hidden, "--remount-ro", hidden]
-    cmd += ["--bind", str(staging / "submission"), f"{SANDBOX}/submission",
-            "--chdir", SANDBOX, "--"]  # the worker enters submission/ as its own user
+    if workspace:
+        cmd += ["--bind", str(staging), f"{SANDBOX}/w"]
+    else:
+        cmd += ["--bind", str(staging / "submission"), f"{SANDBOX}/submission"]
+    cmd += ["--chdir", SANDBOX, "--"]  # the worker enters its folder as its own user
     return cmd + argv
 
 

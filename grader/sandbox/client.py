@@ -147,6 +147,38 @@ class _OutputTail:
         return (self.head + mid.encode() + self.tail).decode("utf-8", "replace")
 
 
+def worker_environment(private: Path, namespaces: bool, extra: Mapping | None = None) -> dict:
+    """A scrubbed environment: nothing of the grader's but what Python,
+    BLAS and the GPU need; home, temp and caches inside the private folder
+    (under namespaces, the sandbox's own /tmp)."""
+    keep = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
+            "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+            "OPENBLAS_NUM_THREADS")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    if namespaces:
+        private = Path("/tmp")  # the sandbox's own tmpfs
+        env["USER"] = env["LOGNAME"] = "student"  # no passwd entry for its uid
+        env["MALLOC_ARENA_MAX"] = "2"  # reserved arenas count in an address-space limit
+    # One BLAS/OpenMP thread unless the grader was told otherwise: workers of
+    # parallel gradings that each spin a thread per core slow one another
+    # down tenfold; the exercises' own measurements pin their threads.
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env.setdefault(var, "1")
+    env.update(private_environment(private, namespaces))
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update({k: str(v) for k, v in (extra or {}).items()})
+    return env
+
+
+def private_environment(private: Path, namespaces: bool) -> dict:
+    """The variables that point into a worker's private folder."""
+    tmp = Path("/tmp") if namespaces else private / "tmp"
+    home = Path("/tmp") if namespaces else private
+    return {"HOME": str(home), "TMPDIR": str(tmp), "MPLCONFIGDIR": str(tmp),
+            "TRITON_CACHE_DIR": str(tmp / "triton")}
+
+
 class Worker:
     """One exercise module of one submission, run in a child process.
 
@@ -155,11 +187,14 @@ class Worker:
     worker see the runtime's reference kernels (trusted workers only)."""
 
     def __init__(self, submission: Path, module: str, limits: Limits | None = None, *,
-                 kernels: bool = False):
+                 kernels: bool = False, zygote=None):
         self.submission = Path(submission)
         self.module = module
         self.limits = limits or Limits()
         self.kernels = kernels
+        # A student's worker of a grading: forked by the grading's zygote
+        # (``grader.sandbox.zygote``) while it runs, else spawned.
+        self.zygote = None if kernels else zygote
         self.proc: subprocess.Popen | None = None
         self.output: _OutputTail | None = None
         self._dir: Path | None = None
@@ -169,8 +204,12 @@ class Worker:
         self.cgroup: memcg.MemoryCgroup | None = None
 
     # -- lifecycle ---------------------------------------------------------
+    def _forking(self) -> bool:
+        return self.zygote is not None and self.zygote.alive
+
     def _prepare_dir(self) -> Path:
-        root = Path(tempfile.mkdtemp(prefix="attn-grade-"))
+        forking = self._forking()
+        root = self.zygote.folder() if forking else Path(tempfile.mkdtemp(prefix="attn-grade-"))
         sub = root / "submission"
         sub.mkdir()
         for path in sorted(self.submission.glob("*.py")):
@@ -178,39 +217,22 @@ class Worker:
             # at (a hidden suite, say) into the worker's reach.
             if path.is_file() and not path.is_symlink():
                 shutil.copyfile(path, sub / path.name, follow_symlinks=False)
-        if not self.limits.namespaces:
-            # The whole runtime folder, as it is (bubblewrap binds it instead),
-            # but its reference kernels for trusted workers only.
-            def ignore(folder, names):
-                hidden = not self.kernels and Path(folder) == RUNTIME_DIR
-                return {KERNELS_DIR.name} & set(names) if hidden else set()
-            shutil.copytree(RUNTIME_DIR, root / "runtime", ignore=ignore)
+        if not self.limits.namespaces and not forking:
+            self._copy_runtime(root)
         return root
 
+    def _copy_runtime(self, root: Path) -> None:
+        """The whole runtime folder, as it is (bubblewrap binds it instead),
+        but its reference kernels for trusted workers only.  A forked worker
+        has it from its zygote."""
+        def ignore(folder, names):
+            hidden = not self.kernels and Path(folder) == RUNTIME_DIR
+            return {KERNELS_DIR.name} & set(names) if hidden else set()
+        shutil.copytree(RUNTIME_DIR, root / "runtime", ignore=ignore)
+
     def _env(self) -> dict:
-        """A scrubbed environment: nothing of the grader's but what Python,
-        BLAS and the GPU need; home, temp and caches inside the private folder."""
-        keep = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
-                "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                "OPENBLAS_NUM_THREADS")
-        env = {k: os.environ[k] for k in keep if k in os.environ}
-        private = self._dir
-        assert private is not None
-        if self.limits.namespaces:
-            private = Path("/tmp")  # the sandbox's own tmpfs
-            env["USER"] = env["LOGNAME"] = "student"  # no passwd entry for its uid
-            env["MALLOC_ARENA_MAX"] = "2"  # reserved arenas count in an address-space limit
-        # One BLAS/OpenMP thread unless the grader was told otherwise: workers of
-        # parallel gradings that each spin a thread per core slow one another
-        # down tenfold; the exercises' own measurements pin their threads.
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-            env.setdefault(var, "1")
-        tmp = private if self.limits.namespaces else private / "tmp"
-        env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-                    "HOME": str(private), "TMPDIR": str(tmp),
-                    "MPLCONFIGDIR": str(tmp), "TRITON_CACHE_DIR": str(tmp / "triton")})
-        env.update({k: str(v) for k, v in self.limits.env.items()})
-        return env
+        assert self._dir is not None
+        return worker_environment(self._dir, self.limits.namespaces, self.limits.env)
 
     def runtime_reach(self) -> str | None:
         """Where the submission names the worker's runtime, if it does (cached)."""
@@ -247,10 +269,20 @@ class Worker:
         rlimits = self.limits.rlimits
         if rlimits is None:
             rlimits = confine.default_rlimits(self.limits.memory_bytes, self.uid)
-        if self.limits.namespaces:
-            self.proc = self._spawn_sandboxed(rlimits)
-        else:
-            self.proc = self._spawn_plain(rlimits)
+        self.proc = None
+        if self._forking():
+            from grader.sandbox.zygote import ZygoteError
+            try:
+                self.proc = self._spawn_forked(rlimits)
+            except ZygoteError:
+                self.kill()   # spawned below instead
+        if self.proc is None:
+            if not self.limits.namespaces and not (self._dir / "runtime").is_dir():
+                self._copy_runtime(self._dir)   # prepared for a zygote that is gone
+            if self.limits.namespaces:
+                self.proc = self._spawn_sandboxed(rlimits)
+            else:
+                self.proc = self._spawn_plain(rlimits)
         self.output = _OutputTail(self.proc.stderr, self.limits.max_output_bytes)
         try:
             self._request({"op": "load", "module": self.module},
@@ -262,6 +294,29 @@ class Worker:
                 f"{self.module}.py could not be imported: {r.type_name}{where}: {r.message}")
         except StudentError as exc:
             self.load_error = StudentLoadError(f"{self.module}.py could not be imported: {exc}")
+
+    def _spawn_forked(self, rlimits: dict):
+        """Forked by the grading's zygote, with what a spawned worker gets:
+        its own uid, limits, folder and memory cgroup (else an address-space
+        limit, as ``_spawn_sandboxed``)."""
+        rlimits = dict(rlimits)
+        if self.limits.namespaces:
+            try:
+                self.cgroup = memcg.MemoryCgroup(self.limits.memory_bytes)
+            except OSError:
+                self.cgroup = None
+                if not bwrap.gpu_devices():
+                    rlimits["RLIMIT_AS"] = self.limits.memory_bytes + AS_HEADROOM
+        inside = self.zygote.sandbox_path(self._dir)
+        env = private_environment(Path(inside), self.limits.namespaces)
+        env.update({k: str(v) for k, v in self.limits.env.items()})
+        cfg = {"env": env, "rlimits": rlimits, "drop_to": self.uid,
+               "cwd": f"{inside}/submission"}
+
+        def join_cgroup(pid: int) -> None:
+            if self.cgroup is not None:
+                self.cgroup.procs.write_text(str(pid))
+        return self.zygote.fork(cfg, on_forked=join_cgroup)
 
     def _spawn_plain(self, rlimits: dict) -> subprocess.Popen:
         """The fallback: a child process, as the worker's uid when there is one."""
@@ -407,10 +462,12 @@ class Worker:
             except subprocess.TimeoutExpired:
                 pass
         over_memory = self.cgroup is not None and self.cgroup.oom_killed()
+        # A forked worker's code comes from its zygote's wait(), as Popen's would.
+        bubblewrapped = self.limits.namespaces and not getattr(self.proc, "forked", False)
         self.kill()
         out = self.output.text().strip() if self.output else ""
         tail = f"; its last output:\n{out[-1500:]}" if out else ""
-        if self.limits.namespaces and code is not None and code > 128:
+        if bubblewrapped and code is not None and code > 128:
             code = -(code - 128)  # bubblewrap reports a signal as 128 + its number
         why = _describe_exit(code)
         if over_memory:

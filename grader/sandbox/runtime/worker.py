@@ -174,10 +174,33 @@ class Session:
         raise ValueError(f"unknown request {op!r}")
 
 
+def _die_with_parent() -> None:
+    """SIGKILL when the parent (the zygote) dies; set after the uid switch,
+    which clears it.  Linux only; elsewhere there is no zygote."""
+    import ctypes
+    import signal
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # pragma: no cover - it died before the call
+        os._exit(70)
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    if "zygote" in cfg:  # the grading's zygote: forks workers that run serve()
+        package = _runtime_package()
+        importlib.import_module(f"{package}.zygote").run(cfg["zygote"], serve)
+        return
+    serve(cfg)
+
+
+def serve(cfg: dict) -> None:
+    """The request loop, on stdin and stdout; ``main`` for a worker started as
+    a script, and what a zygote's child runs (``zygote.py``) after its fork."""
     req_ch, resp_ch = _private_channels()
     _drop_to(cfg.get("drop_to"))
+    if cfg.get("forked"):
+        _die_with_parent()
     if cfg.get("cwd"):  # the submission's folder is its user's alone: entered as that user
         os.chdir(cfg["cwd"])
     root = os.path.abspath(os.getcwd())

@@ -1,0 +1,321 @@
+"""The grading process's side of a grading's zygote (``runtime/zygote.py``).
+
+One ``Zygote`` per grading: a sandboxed process like a worker (under
+bubblewrap with namespaces, else a plain child), started before the first
+worker, that imports NumPy and PyTorch once and then forks each of the
+grading's workers.  Every worker keeps what a spawned one has: its own copy
+of the submission in its own folder, its own uid, memory cgroup and resource
+limits, its own session, pipes and time limits, and it dies with the grading.
+What the workers of one grading share is the zygote's sandbox (one student's
+exercises, never two students'): its PID namespace and its ``/tmp``; their
+uids keep them apart.  A worker of another grading is in another sandbox.
+
+If the zygote cannot start or dies, workers are spawned as before
+(``Worker._spawn_*``): the zygote changes how fast a worker starts, never
+whether it does.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from grader.paths import KERNELS_DIR, RUNTIME_DIR
+from grader.sandbox import bwrap, confine
+
+# What the exercises' ``needs`` preload (Triton is left to the worker: ex07's
+# TRITON_INTERPRET must be set before it is imported).
+PRELOAD = {"NumPy": "numpy", "PyTorch": "torch"}
+READY_TIMEOUT = 120.0
+FORK_TIMEOUT = 30.0
+WORKSPACE = f"{bwrap.SANDBOX}/w"   # the zygote's folder, in its sandbox
+
+
+def supported() -> bool:
+    return sys.platform.startswith("linux") and hasattr(socket, "send_fds")
+
+
+class ZygoteError(Exception):
+    pass
+
+
+class ForkedProcess:
+    """A worker forked by the zygote, with the parts of ``subprocess.Popen``
+    that ``Worker`` uses: ``pid`` (as the grading process sees it), the three
+    pipes, ``poll`` and ``wait``."""
+
+    forked = True
+
+    def __init__(self, zygote: "Zygote", inner: int, pid: int, stdin, stdout, stderr):
+        self._zygote, self._inner, self.pid = zygote, inner, pid
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._zygote.exit_code(self._inner, timeout=0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            code = self._zygote.exit_code(self._inner, timeout=timeout)
+            if code is None:
+                raise subprocess.TimeoutExpired("worker", timeout)
+            self.returncode = code
+        return self.returncode
+
+
+class Zygote:
+    def __init__(self, needs: set[str], *, namespaces: bool, memory_bytes: int):
+        self.preload = [PRELOAD[n] for n in PRELOAD if n in needs]
+        self.namespaces = namespaces
+        self.memory_bytes = memory_bytes
+        self.root: Path | None = None
+        self.proc: subprocess.Popen | None = None
+        self.failed: str | None = None
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._forked: dict[int, int] = {}     # request id -> pid (the zygote's view)
+        self._exits: dict[int, int] = {}      # pid (the zygote's view) -> exit code
+        self._next = 0
+        self._pidns: str | None = None
+        self._reader: threading.Thread | None = None
+        self._folders = 0
+
+    # -- lifecycle ---------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return self.failed is None and self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        """Start it and wait until it has imported its libraries.  On any
+        failure ``failed`` says why and workers are spawned instead."""
+        try:
+            self._start()
+        except Exception as exc:
+            self.failed = f"{type(exc).__name__}: {exc}"
+            self.close()
+
+    def _start(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="attn-grade-zygote-"))
+        os.chmod(self.root, 0o711)   # each worker's uid passes through to its own folder
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock = ours
+        cfg = json.dumps({"zygote": {"preload": self.preload}})
+        from grader.sandbox.client import worker_environment
+        env = worker_environment(self.root, self.namespaces)
+        try:
+            if self.namespaces:
+                cmd = bwrap.command(self.root, [sys.executable, "-I",
+                                                f"{bwrap.SANDBOX}/runtime/worker.py", cfg],
+                                    root=confine.is_root(), workspace=True,
+                                    tmpfs_bytes=min(self.memory_bytes, 4 << 30))
+                self.proc = subprocess.Popen(cmd, cwd="/", env=env, stdin=theirs,
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                             start_new_session=True, umask=0o022)
+            else:
+                # Only the runtime's student part, readable by the workers' uids.
+                shutil.copytree(RUNTIME_DIR, self.root / "runtime",
+                                ignore=lambda folder, names: {KERNELS_DIR.name} & set(names)
+                                if Path(folder) == RUNTIME_DIR else set())
+                from grader.sandbox.client import _die_with_parent_hook
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-I", str(self.root / "runtime" / "worker.py"), cfg],
+                    cwd=self.root, env=env, stdin=theirs, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE, start_new_session=True,
+                    preexec_fn=_die_with_parent_hook())
+        finally:
+            theirs.close()
+        ready = self._receive(READY_TIMEOUT)
+        if "ready" not in ready:
+            raise ZygoteError(f"unexpected first message {ready!r}")
+        if self.namespaces:
+            pid = self._outer_pid(int(ready["ready"]), below=self.proc.pid)
+            self._pidns = os.readlink(f"/proc/{pid}/ns/pid")
+        self._reader = threading.Thread(target=self._read, name="attn-grade-zygote",
+                                        daemon=True)
+        self._reader.start()
+
+    def _receive(self, timeout: float) -> dict:
+        import select
+        assert self._sock is not None
+        if not select.select([self._sock], [], [], timeout)[0]:
+            raise ZygoteError(f"no answer within {timeout:g} s")
+        data = self._sock.recv(1 << 16)
+        if not data:
+            err = self.proc.stderr.read().decode("utf-8", "replace")[-800:] \
+                if self.proc is not None and self.proc.poll() is not None else ""
+            raise ZygoteError(f"it exited: {err.strip()}")
+        return json.loads(data)
+
+    def _read(self) -> None:
+        """Answers and exits, from the zygote, until it is gone."""
+        assert self._sock is not None
+        while True:
+            try:
+                data = self._sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            with self._changed:
+                if not data:
+                    self.failed = self.failed or "it exited"
+                    self._changed.notify_all()
+                    return
+                try:
+                    msg = json.loads(data)
+                except ValueError:
+                    continue
+                if "forked" in msg:
+                    self._forked[int(msg["forked"])] = int(msg["pid"])
+                elif "exited" in msg:
+                    self._exits[int(msg["exited"])] = int(msg["code"])
+                self._changed.notify_all()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                pass
+            if self.proc.stderr is not None:
+                self.proc.stderr.close()
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+        with self._changed:
+            self._changed.notify_all()
+
+    # -- workers -----------------------------------------------------------
+    def folder(self) -> Path:
+        """A new folder for one worker, inside the zygote's (its sandbox sees
+        it at ``sandbox_path``)."""
+        assert self.root is not None
+        with self._lock:
+            self._folders += 1
+            folder = self.root / str(self._folders)
+        folder.mkdir(mode=0o711)
+        os.chmod(folder, 0o711)
+        return folder
+
+    def sandbox_path(self, folder: Path) -> str:
+        """Where a worker's folder lies as the worker sees it."""
+        return f"{WORKSPACE}/{folder.name}" if self.namespaces else str(folder)
+
+    def fork(self, cfg: dict, on_forked=None) -> ForkedProcess:
+        """Fork a worker that runs ``worker.serve(cfg)``.  ``on_forked(pid)``
+        runs before the worker reads its first request (to move it into its
+        memory cgroup)."""
+        if not self.alive:
+            raise ZygoteError(self.failed or "not running")
+        fds = [os.pipe() for _ in range(3)]   # (read, write) each
+        child = [fds[0][0], fds[1][1], fds[2][1]]
+        ours = [fds[0][1], fds[1][0], fds[2][0]]
+        with self._lock:
+            self._next += 1
+            ident = self._next
+            try:
+                socket.send_fds(self._sock, [json.dumps({"op": "fork", "id": ident,
+                                                         "cfg": cfg}).encode()], child)
+            except OSError as exc:
+                for fd in child + ours:
+                    os.close(fd)
+                raise ZygoteError(f"could not ask for a worker: {exc}") from None
+        for fd in child:
+            os.close(fd)
+        with self._changed:
+            if not self._changed.wait_for(lambda: ident in self._forked or
+                                          self.failed is not None, FORK_TIMEOUT):
+                self.failed = "it did not fork in time"
+            inner = self._forked.pop(ident, None)
+        if inner is None:
+            for fd in ours:
+                os.close(fd)
+            raise ZygoteError(self.failed or "no worker")
+        pid = self._outer_pid(inner) if self.namespaces else inner
+        proc = ForkedProcess(self, inner, pid, os.fdopen(ours[0], "wb"),
+                             os.fdopen(ours[1], "rb", buffering=0),
+                             os.fdopen(ours[2], "rb", buffering=0))
+        if on_forked is not None:
+            try:
+                on_forked(pid)
+            except Exception as exc:
+                try:
+                    os.killpg(pid, 9)
+                except OSError:
+                    pass
+                for stream in (proc.stdin, proc.stdout, proc.stderr):
+                    stream.close()
+                raise ZygoteError(f"could not set up the worker: {exc}") from None
+        return proc
+
+    def exit_code(self, inner: int, timeout: float | None) -> int | None:
+        with self._changed:
+            self._changed.wait_for(lambda: inner in self._exits or self.failed is not None
+                                   or self.proc is None, timeout)
+            if inner in self._exits:
+                return self._exits[inner]
+            if self.failed is not None:
+                return -9    # the zygote is gone, and its workers with it
+            return None
+
+    def _outer_pid(self, inner: int, below: int | None = None) -> int:
+        """The pid, as this process sees it, of a process of the zygote's PID
+        namespace (``/proc/*/status``'s NSpid): in that namespace
+        (``_pidns``) or, for the zygote itself, a descendant of ``below``."""
+        for _ in range(200):
+            for entry in os.scandir("/proc"):
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    status = Path(entry.path, "status").read_text()
+                except OSError:
+                    continue
+                fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+                nspid = fields.get("NSpid", "").split()
+                if len(nspid) < 2 or int(nspid[-1]) != inner:
+                    continue
+                pid = int(entry.name)
+                try:
+                    if self._pidns is not None:
+                        if os.readlink(f"/proc/{pid}/ns/pid") == self._pidns:
+                            return pid
+                    elif below is not None and _descends(pid, below):
+                        return pid
+                except OSError:
+                    continue
+            import time
+            time.sleep(0.01)
+        raise ZygoteError(f"could not find process {inner} of the zygote's sandbox")
+
+
+def _descends(pid: int, ancestor: int) -> bool:
+    for _ in range(64):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return False
+        ppid = [line for line in status.splitlines() if line.startswith("PPid:")]
+        pid = int(ppid[0].split()[1]) if ppid else 0
+    return False

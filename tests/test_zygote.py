@@ -1,0 +1,144 @@
+"""A grading's zygote: workers forked from one process that imported PyTorch
+once, each still with its own uid, folder, limits and fate."""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from grader.core import Options, grade
+from grader.sandbox import bwrap, confine, zygote
+from grader.sandbox.client import Limits, StudentCrash, StudentModule, StudentTimeout, Worker
+from tests.conftest import SOLUTIONS, copy_solutions
+
+pytestmark = pytest.mark.skipif(not zygote.supported(), reason="needs Linux")
+
+MODES = ["fallback"] + (["namespaces"] if bwrap.usable()[0] else [])
+
+
+@pytest.fixture(params=MODES)
+def namespaces(request):
+    return request.param == "namespaces"
+
+
+@pytest.fixture
+def zyg(namespaces):
+    z = zygote.Zygote({"NumPy", "PyTorch"}, namespaces=namespaces, memory_bytes=4 << 30)
+    z.start()
+    assert z.alive, z.failed
+    yield z
+    z.close()
+
+
+def _worker(folder, module, namespaces, z, **limits):
+    w = Worker(folder, module, Limits(namespaces=namespaces, **limits), zygote=z)
+    w.start()
+    return w
+
+
+def test_workers_are_forked_fast_and_answer(zyg, namespaces):
+    """PyTorch is imported once, by the zygote: a worker of a PyTorch exercise
+    starts in a fraction of the time a fresh interpreter takes to import it."""
+    started = time.perf_counter()
+    w = _worker(SOLUTIONS, "ex05_decode_prefill", namespaces, zyg)
+    took = time.perf_counter() - started
+    try:
+        assert isinstance(w.proc, zygote.ForkedProcess) and w.load_error is None
+        assert took < 1.0, f"a forked worker took {took:.2f} s to start"
+        assert StudentModule(w).attention_flops(1, 2, 3, 5, 8) == 4 * 8 * 15 * 2
+    finally:
+        w.close()
+
+
+def test_crash_exit_and_hang_cost_one_worker_only(zyg, namespaces, tmp_path):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "ex01_by_hand.py").write_text(
+        "import os, signal\n"
+        "def bye():\n    os._exit(3)\n"
+        "def segv():\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
+        "def spin():\n    while True:\n        pass\n"
+        "def fine():\n    return 42\n")
+    os.chmod(tmp_path, 0o755)
+    os.chmod(sub, 0o755)
+    other = _worker(SOLUTIONS, "ex02_mha", namespaces, zyg)
+    w = _worker(sub, "ex01_by_hand", namespaces, zyg, call_timeout=1.0)
+    s = StudentModule(w)
+    try:
+        with pytest.raises(StudentCrash, match="exited with code 3"):
+            s.bye()
+        with pytest.raises(StudentCrash, match="killed by SIGSEGV"):
+            s.segv()
+        with pytest.raises(StudentTimeout):
+            s.spin()
+        assert s.fine() == 42        # a fresh fork after each
+        assert zyg.alive
+        probs = StudentModule(other).softmax(np.array([[0.0, 0.0]]))
+        assert np.allclose(probs, 0.5)
+    finally:
+        w.close()
+        other.close()
+
+
+@pytest.mark.skipif(not confine.is_root(), reason="needs root (a uid per worker)")
+def test_forked_workers_keep_their_own_users_and_folders(zyg, namespaces, tmp_path):
+    if not namespaces and not confine.can_drop_privileges():
+        pytest.skip("this Python cannot be run by another user (the fallback keeps root)")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "ex01_by_hand.py").write_text(
+        "import os\n"
+        "def me():\n    return [os.getuid(), os.getcwd()]\n"
+        "def peek(path):\n"
+        "    try:\n        return sorted(os.listdir(path))\n"
+        "    except OSError as exc:\n        return type(exc).__name__\n")
+    a = _worker(sub, "ex01_by_hand", namespaces, zyg)
+    b = _worker(sub, "ex01_by_hand", namespaces, zyg)
+    try:
+        (uid_a, cwd_a), (uid_b, cwd_b) = StudentModule(a).me(), StudentModule(b).me()
+        assert uid_a != uid_b and 0 not in (uid_a, uid_b)
+        assert cwd_a != cwd_b
+        assert StudentModule(a).peek(cwd_b) == "PermissionError"
+        if namespaces:
+            assert a.cgroup is not None or b.cgroup is None
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_dead_zygote_means_spawned_workers(zyg, namespaces):
+    os.killpg(zyg.proc.pid, 9)
+    zyg.proc.wait()
+    deadline = time.monotonic() + 5
+    while zyg.alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+    w = _worker(SOLUTIONS, "ex02_mha", namespaces, zyg)
+    try:
+        assert not isinstance(w.proc, zygote.ForkedProcess)
+        assert np.allclose(StudentModule(w).softmax(np.array([[0.0, 0.0]])), 0.5)
+    finally:
+        w.close()
+
+
+def test_a_grading_forks_from_one_zygote_and_leaves_nothing(tmp_path, monkeypatch):
+    forks, roots = [], []
+    real_fork, real_start = zygote.Zygote.fork, zygote.Zygote._start
+
+    def fork(self, cfg, on_forked=None):
+        forks.append(cfg["cwd"])
+        return real_fork(self, cfg, on_forked)
+
+    def start(self):
+        real_start(self)
+        roots.append(self.root)
+
+    monkeypatch.setattr(zygote.Zygote, "fork", fork)
+    monkeypatch.setattr(zygote.Zygote, "_start", start)
+    sub = copy_solutions(tmp_path / "submission")
+    report = grade(sub, Options(exercises=["ex05_decode_prefill", "ex08_mla"]))
+    assert not report.errors, report.errors
+    assert report.score == report.max_score > 0
+    assert len(forks) >= 2 and len(roots) == 1
+    assert not roots[0].exists(), "the zygote's folder was left behind"
