@@ -157,7 +157,7 @@ def main() -> None:
 @click.option("--cache/--no-cache", default=True, show_default=True,
               help="Keep answers that depend only on your files (exercise G's GPU "
                    "compile check) in your user cache, and reuse them while the files "
-                   "are unchanged.")
+                   "they depend on are unchanged.")
 def check(exercise, path, timeout, no_fail, artifacts, isolation, cache):
     """Run the public tests on your exercises (all, or the ones named).
 

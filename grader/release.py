@@ -122,8 +122,8 @@ attn-grade --version
 `check` exits 1 when a public test fails (so CI fails with it); add
 `--no-fail` to always exit 0.  Exercise G's check that your kernel compiles
 for real GPUs takes about a second per config: `check` keeps its answer in
-your user cache (`~/.cache/attn-grade`) while your files are unchanged
-(`--no-cache` to compile again).
+your user cache (`~/.cache/attn-grade`) while `ex07_flash_attention.py` and
+the modules it imports are unchanged (`--no-cache` to compile again).
 
 Each test shows its points and, when it fails, what was expected, what came
 back (first mismatch, max error) and which known mistake it looks like.

@@ -45,14 +45,32 @@ def test_cache_reused_while_files_unchanged(tmp_path, monkeypatch):
     assert not cached and _FakeCompiler.calls == 1
     again, cached = flash_judge.compile_results(sub, None, cache)
     assert cached and again == first and _FakeCompiler.calls == 1
-    # Any change to any module the worker gets compiles again: a helper file too.
-    (sub / "helpers.py").write_text("X = 1\n")
+    # Another exercise, or a file ex07 does not import, changes nothing.
+    (sub / "ex02_mha.py").write_text("def softmax(x):\n    return x\n")
+    (sub / "notes.py").write_text("X = 1\n")
+    _, cached = flash_judge.compile_results(sub, None, cache)
+    assert cached and _FakeCompiler.calls == 1
+    # A change to ex07, or to a module it imports (and that one's imports), compiles again.
+    path = sub / "ex07_flash_attention.py"
+    path.write_text("import helpers\n" + path.read_text())
+    (sub / "helpers.py").write_text("from deeper import Y\n")
+    (sub / "deeper.py").write_text("Y = 1\n")
     _, cached = flash_judge.compile_results(sub, None, cache)
     assert not cached and _FakeCompiler.calls == 2
-    path = sub / "ex07_flash_attention.py"
-    path.write_text(path.read_text() + "\n# edited\n")
+    (sub / "deeper.py").write_text("Y = 2\n")
     _, cached = flash_judge.compile_results(sub, None, cache)
     assert not cached and _FakeCompiler.calls == 3
+
+
+def test_imports_that_cannot_be_read_count_every_file(tmp_path):
+    sub = copy_solutions(tmp_path / "sub", ["ex07_flash_attention", "ex02_mha"])
+    path = sub / "ex07_flash_attention.py"
+    assert [p.name for p in flash_judge.compile_inputs(sub)] == ["ex07_flash_attention.py"]
+    path.write_text("import importlib\nhelp = importlib.import_module('ex02_mha')\n"
+                    + path.read_text())
+    assert flash_judge.compile_inputs(sub) is None
+    path.write_text("def broken(:\n")
+    assert flash_judge.compile_inputs(sub) is None
 
 
 def test_grading_never_uses_a_cache(tmp_path, monkeypatch):

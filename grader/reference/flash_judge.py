@@ -151,17 +151,49 @@ def compile_worker(submission_dir, worker_limits):
     return StudentModule(Worker(submission_dir, "ex07_flash_attention", limits), 600)
 
 
+def compile_inputs(submission_dir) -> list[Path] | None:
+    """The submission's modules a compile of ex07 can depend on: its own, and
+    the modules of the submission it imports, and theirs (a worker sees the
+    top-level ``.py`` files only).  None when an import cannot be read from
+    the source (``importlib``, ``__import__``, ``exec``, a syntax error):
+    then every file counts.  So a student who edits ex02 keeps the answer."""
+    import ast
+    folder = Path(submission_dir)
+    local = {p.stem: p for p in folder.glob("*.py") if p.is_file() and not p.is_symlink()}
+    todo, seen = ["ex07_flash_attention"], []
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in local:
+            continue
+        seen.append(name)
+        source = local[name].read_text(errors="replace")
+        if any(word in source for word in ("importlib", "__import__", "exec(", "eval(")):
+            return None
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            return None
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                todo += [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                todo.append(node.module.split(".")[0])
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                return None   # a relative import: not a worker's layout, count all
+    return [local[n] for n in sorted(seen)]
+
+
 def _compile_key(submission_dir) -> str:
-    """What a compile check's answer depends on: the submission's files (names
-    and bytes, as batch grading keys its results), the Triton and PyTorch
-    versions, and the probes that compile.  Computed here, from the files,
-    never asked of the worker."""
+    """What a compile check's answer depends on: the modules of the
+    submission it can depend on (``compile_inputs``; names and bytes), the
+    Triton and PyTorch versions, and the probes that compile.  Computed here,
+    from the files, never asked of the worker."""
     import hashlib
     from importlib import metadata
 
     from grader.batch import content_hash
     from grader.paths import PROBES_DIR
-    h = hashlib.sha256(b"attn-grade compile check 1\0")
+    h = hashlib.sha256(b"attn-grade compile check 2\0")
     for dist in ("triton", "torch"):
         try:
             h.update(f"{dist}={metadata.version(dist)}\0".encode())
@@ -169,7 +201,13 @@ def _compile_key(submission_dir) -> str:
             h.update(f"{dist}=none\0".encode())
     for probe in ("gpu_compile.py", "ex07_flash_attention.py"):
         h.update((PROBES_DIR / probe).read_bytes())
-    h.update(content_hash(submission_dir).encode())   # every file, links not followed
+    inputs = compile_inputs(submission_dir)
+    if inputs is None:
+        h.update(content_hash(submission_dir).encode())   # every file, links not followed
+    else:
+        for path in inputs:
+            h.update(b"file\0" + path.name.encode("utf-8", "surrogateescape") + b"\0"
+                     + path.read_bytes() + b"\0")
     return h.hexdigest()[:32]
 
 
