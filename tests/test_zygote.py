@@ -18,16 +18,22 @@ pytestmark = pytest.mark.skipif(not zygote.supported(), reason="needs Linux")
 MODES = ["fallback"] + (["namespaces"] if bwrap.usable()[0] else [])
 
 
-@pytest.fixture(params=MODES)
+@pytest.fixture(scope="module", params=MODES)
 def namespaces(request):
     return request.param == "namespaces"
 
 
-@pytest.fixture
-def zyg(namespaces):
+def _zygote(namespaces):
     z = zygote.Zygote({"NumPy", "PyTorch"}, namespaces=namespaces, memory_bytes=4 << 30)
     z.start()
     assert z.alive, z.failed
+    return z
+
+
+@pytest.fixture(scope="module")
+def zyg(namespaces):
+    """One per mode for the module's tests (each imports PyTorch once)."""
+    z = _zygote(namespaces)
     yield z
     z.close()
 
@@ -108,7 +114,8 @@ def test_forked_workers_keep_their_own_users_and_folders(zyg, namespaces, tmp_pa
         b.close()
 
 
-def test_a_dead_zygote_means_spawned_workers(zyg, namespaces):
+def test_a_dead_zygote_means_spawned_workers(namespaces):
+    zyg = _zygote(namespaces)
     os.killpg(zyg.proc.pid, 9)
     zyg.proc.wait()
     deadline = time.monotonic() + 5
@@ -120,6 +127,7 @@ def test_a_dead_zygote_means_spawned_workers(zyg, namespaces):
         assert np.allclose(StudentModule(w).softmax(np.array([[0.0, 0.0]])), 0.5)
     finally:
         w.close()
+        zyg.close()
 
 
 def test_a_grading_forks_from_one_zygote_and_leaves_nothing(tmp_path, monkeypatch):
