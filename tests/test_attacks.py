@@ -372,13 +372,14 @@ def test_kernel_exercise_cheats(tmp_path, cheat, phrase):
     text = path.read_text()
     assert text.count(cheats.ALLOC) == 1
     path.write_text(text.replace(cheats.ALLOC, getattr(cheats, cheat)))
-    report = grade_dir(sub, ["ex01_by_hand", "ex07_flash_attention"], keyword=None)
+    # Not the GPU compile check: a cheat compiles like the solution (test_ex07_flash).
+    report = grade_dir(sub, ["ex01_by_hand", "ex07_flash_attention"], keyword="not compiles")
     json.dumps(to_gradescope(report))
     assert not report.errors, report.errors
     scores = report.exercise_scores()
     assert scores["ex01_by_hand"][0] == scores["ex01_by_hand"][1]
     kernel = [t for t in report.tests if t.exercise == "ex07_flash_attention"
-              and t.name.startswith(("test_flash", "test_kernel"))]   # the compile check too
+              and t.name.startswith(("test_flash", "test_kernel"))]
     if not kernel:
         pytest.fail("no flash_attention tests ran")
     cheated = [t for t in kernel if t.status == "failed"]
@@ -723,8 +724,11 @@ def test_workers_die_with_a_killed_grader(sub, tmp_path, isolation):
     finally:
         grader.send_signal(signal.SIGKILL)
         grader.wait()
+    # The fallback promises the worker (and its zygote: test_zygote), not a
+    # detached child of it: wait for those only.
+    must_die = workers if isolation == "strict" else direct
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(p) for p in workers):
+    while time.monotonic() < deadline and any(_alive(p) for p in must_die):
         time.sleep(0.2)
     left = [p for p in workers if _alive(p)]
     try:

@@ -130,6 +130,32 @@ def test_a_dead_zygote_means_spawned_workers(namespaces):
         zyg.close()
 
 
+def test_workers_die_with_their_zygote(namespaces):
+    """Killed with the grading process, the zygote takes its workers along:
+    their parent-death signal, and under namespaces the PID namespace."""
+    zyg = _zygote(namespaces)
+    w = _worker(SOLUTIONS, "ex02_mha", namespaces, zyg)
+    pid = w.proc.pid
+    try:
+        os.kill(pid, 0)
+        os.killpg(zyg.proc.pid, 9)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+        assert not _alive(pid), "a worker outlived its zygote"
+    finally:
+        w.close()
+        zyg.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_a_grading_forks_from_one_zygote_and_leaves_nothing(tmp_path, monkeypatch):
     forks, roots = [], []
     real_fork, real_start = zygote.Zygote.fork, zygote.Zygote._start
