@@ -176,3 +176,18 @@ def test_a_grading_forks_from_one_zygote_and_leaves_nothing(tmp_path, monkeypatc
     assert report.score == report.max_score > 0
     assert len(forks) >= 2 and len(roots) == 1
     assert not roots[0].exists(), "the zygote's folder was left behind"
+
+
+def test_a_zygote_that_cannot_start_says_why_and_workers_spawn(monkeypatch):
+    def no_answer(self, timeout):
+        raise zygote.ZygoteError("no answer within 0 s")
+    monkeypatch.setattr(zygote.Zygote, "_receive", no_answer)
+    z = zygote.Zygote({"NumPy"}, namespaces=False, memory_bytes=1 << 30)
+    z.start()
+    assert not z.alive and "no answer" in z.failed and z.root is None
+    w = _worker(SOLUTIONS, "ex02_mha", False, z)
+    try:
+        assert not isinstance(w.proc, zygote.ForkedProcess)
+        assert np.allclose(StudentModule(w).softmax(np.array([[0.0, 0.0]])), 0.5)
+    finally:
+        w.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -111,6 +112,10 @@ class Zygote:
         cfg = json.dumps({"zygote": {"preload": self.preload}})
         from grader.sandbox.client import worker_environment
         env = worker_environment(self.root, self.namespaces)
+        # Its own complaints (an import that fails) go to a file of the
+        # grader's: a pipe nobody reads while it runs could fill and stall it.
+        fd = os.open(self.root / "zygote.err", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        err = os.fdopen(fd, "wb")
         try:
             if self.namespaces:
                 cmd = bwrap.command(self.root, [sys.executable, "-I",
@@ -118,7 +123,7 @@ class Zygote:
                                     root=confine.is_root(), workspace=True,
                                     tmpfs_bytes=min(self.memory_bytes, 4 << 30))
                 self.proc = subprocess.Popen(cmd, cwd="/", env=env, stdin=theirs,
-                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                             stdout=subprocess.DEVNULL, stderr=err,
                                              start_new_session=True, umask=0o022)
             else:
                 # Only the runtime's student part, readable by the workers' uids.
@@ -129,10 +134,11 @@ class Zygote:
                 self.proc = subprocess.Popen(
                     [sys.executable, "-I", str(self.root / "runtime" / "worker.py"), cfg],
                     cwd=self.root, env=env, stdin=theirs, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE, start_new_session=True,
+                    stderr=err, start_new_session=True,
                     preexec_fn=_die_with_parent_hook())
         finally:
             theirs.close()
+            err.close()
         ready = self._receive(READY_TIMEOUT)
         if "ready" not in ready:
             raise ZygoteError(f"unexpected first message {ready!r}")
@@ -144,15 +150,16 @@ class Zygote:
         self._reader.start()
 
     def _receive(self, timeout: float) -> dict:
-        import select
-        assert self._sock is not None
+        assert self._sock is not None and self.root is not None
         if not select.select([self._sock], [], [], timeout)[0]:
             raise ZygoteError(f"no answer within {timeout:g} s")
         data = self._sock.recv(1 << 16)
         if not data:
-            err = self.proc.stderr.read().decode("utf-8", "replace")[-800:] \
-                if self.proc is not None and self.proc.poll() is not None else ""
-            raise ZygoteError(f"it exited: {err.strip()}")
+            try:
+                said = (self.root / "zygote.err").read_text(errors="replace")[-800:]
+            except OSError:
+                said = ""
+            raise ZygoteError(f"it exited: {said.strip()}")
         return json.loads(data)
 
     def _read(self) -> None:
@@ -193,8 +200,6 @@ class Zygote:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:  # pragma: no cover
                 pass
-            if self.proc.stderr is not None:
-                self.proc.stderr.close()
         if self._reader is not None:
             self._reader.join(timeout=5)
         if self.root is not None:
