@@ -10,7 +10,8 @@ section not reached within ``--budget`` seconds is "skipped: time budget":
 1. ``environment``: Python, torch, Triton, CUDA, the GPU, its capability and
    driver, a C compiler (Triton builds its launcher with one).
 2. ``worker_launch``: a Triton kernel launched inside a grading worker, under
-   its resource limits (memory, processes, files).
+   its resource limits (memory, processes, files): a spawned worker, and one
+   forked by a grading's zygote (``forked``: proves CUDA in a forked worker).
 3. ``correctness``: every kernel (reference pointers and descriptors, the
    solution) in fp16 and bf16 on the hidden GPU suite's shapes plus edge
    cases (ragged S, S_q = 1, GQA, causal end-aligned), against float64.
@@ -124,21 +125,40 @@ def launch(n):
 
 
 def worker_launch(smoke: bool) -> dict:
+    """Spawned, and forked by a grading's zygote (which imported PyTorch but
+    never touched CUDA): a GPU exercise's workers are spawned on a GPU
+    machine until this proves the fork there (grader.core's _zygote_for)."""
+    from grader.sandbox import zygote
     from grader.sandbox.client import Limits, StudentModule, Worker
     folder = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    out = {}
+    zyg = zygote.Zygote({"NumPy", "PyTorch"}, namespaces=False, memory_bytes=8 << 30) \
+        if zygote.supported() else None
     try:
         (folder / "launch_check.py").write_text(LAUNCH_MODULE)
         env = {"TRITON_INTERPRET": "1"} if smoke else {}
-        worker = Worker(folder, "launch_check", Limits(call_timeout=300, env=env))
-        try:
-            total = StudentModule(worker).launch(1000)
-        finally:
-            worker.close()
+        if zyg is not None:
+            zyg.start()
+        for how, z in (("spawned", None), ("forked", zyg)):
+            if how == "forked" and (zyg is None or not zyg.alive):
+                out["forked"] = f"no zygote: {zyg.failed if zyg else 'not Linux'}"
+                continue
+            worker = Worker(folder, "launch_check", Limits(call_timeout=300, env=env), zygote=z)
+            try:
+                worker.start()
+                if how == "forked" and not isinstance(worker.proc, zygote.ForkedProcess):
+                    raise AssertionError("the worker was not forked by the zygote")
+                total = StudentModule(worker).launch(1000)
+            finally:
+                worker.close()
+            if total != 1000.0:
+                raise AssertionError(f"{how}: the kernel's output sums to {total}, not 1000")
+            out[how] = total
     finally:
+        if zyg is not None:
+            zyg.close()
         shutil.rmtree(folder, ignore_errors=True)
-    if total != 1000.0:
-        raise AssertionError(f"the kernel's output sums to {total}, not 1000")
-    return {"sum": total}
+    return out
 
 
 # -- 3 -----------------------------------------------------------------------------------

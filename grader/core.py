@@ -24,7 +24,7 @@ from grader.exercises import EXERCISES, suite_files
 from grader.feedback import Feedback
 from grader.paths import SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
-from grader.sandbox import confine, isolation, zygote
+from grader.sandbox import bwrap, confine, isolation, zygote
 from grader.sandbox.client import Limits, StudentError, StudentModule, Worker
 
 PLUGIN_KEY = pytest.StashKey["GradingPlugin"]()
@@ -157,8 +157,17 @@ class GradingPlugin:
                             # thread, beside the grading process's own imports)
                             env=ex.worker_env, namespaces=self.namespaces)
             self.workers[exercise] = Worker(self.submission, exercise, limits,
-                                            zygote=self.zygote)
+                                            zygote=self._zygote_for(ex))
         return self.workers[exercise]
+
+    def _zygote_for(self, ex):
+        """The zygote forks every worker but a GPU exercise's on a machine with
+        a GPU: CUDA is set up only in the worker (the zygote never does), but
+        that worker is started from scratch until a GPU run has proven the
+        fork there (benchmarks/gpu_check.py)."""
+        if "GPU" in ex.needs and bwrap.gpu_devices():
+            return None
+        return self.zygote
 
     def student(self, exercise: str, timeout: float | None = None) -> StudentModule:
         return StudentModule(self.worker(exercise), timeout)

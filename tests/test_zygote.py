@@ -191,3 +191,17 @@ def test_a_zygote_that_cannot_start_says_why_and_workers_spawn(monkeypatch):
         assert np.allclose(StudentModule(w).softmax(np.array([[0.0, 0.0]])), 0.5)
     finally:
         w.close()
+
+
+def test_a_gpu_exercise_is_not_forked_on_a_gpu_machine(monkeypatch):
+    from grader.core import GradingPlugin
+    from grader.exercises import EXERCISES
+    from grader.report import Report
+    plugin = GradingPlugin(SOLUTIONS, Options(), Report(submission="x", suite="hidden",
+                                                        exercises=[]))
+    plugin.zygote = object()
+    monkeypatch.setattr(bwrap, "gpu_devices", lambda: ["/dev/nvidia0"])
+    assert plugin._zygote_for(EXERCISES["ex07_flash_attention"]) is None
+    assert plugin._zygote_for(EXERCISES["ex05_decode_prefill"]) is plugin.zygote
+    monkeypatch.setattr(bwrap, "gpu_devices", lambda: [])
+    assert plugin._zygote_for(EXERCISES["ex07_flash_attention"]) is plugin.zygote
