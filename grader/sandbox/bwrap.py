@@ -1,6 +1,9 @@
-"""Each worker in its own namespaces, made by bubblewrap (``bwrap``).
+"""Workers in namespaces of their own, made by bubblewrap (``bwrap``).
 
-The worker sees a new root: a read-only view of only what this Python needs
+A spawned worker gets a sandbox to itself; a grading's zygote
+(``grader.sandbox.zygote``) gets one, with ``/sandbox/w`` holding a folder
+per worker, and the workers it forks share it (one submission's exercises,
+apart by uid).  The worker sees a new root: a read-only view of only what this Python needs
 (its prefix, the virtual environment's packages, ``/usr`` and the system
 libraries), its own copy of the submission's modules at
 ``/sandbox/submission``, the worker runtime's folder itself

@@ -1,6 +1,8 @@
 """The worker runtime: everything that runs inside a worker, in one folder.
 
-``worker.py`` (the loop that imports and runs student code), ``codec.py``
+``worker.py`` (the loop that imports and runs student code), ``zygote.py``
+(one process per grading that imports the libraries once and forks the
+workers), ``codec.py``
 (the wire format), ``measure.py`` (the measurement kit), ``probes/`` (the
 trusted functions a suite runs beside the student's module) and
 ``kernels/`` (the reference kernels a trusted worker times: instructors
