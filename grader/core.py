@@ -25,7 +25,8 @@ from grader.feedback import Feedback
 from grader.paths import SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
 from grader.sandbox import bwrap, confine, isolation, zygote
-from grader.sandbox.client import Limits, StudentError, StudentModule, Worker
+from grader.sandbox.client import (Limits, StudentError, StudentModule, Worker,
+                                   remove_stale_staging_once)
 
 PLUGIN_KEY = pytest.StashKey["GradingPlugin"]()
 SEED_LIMIT = 2**32
@@ -325,6 +326,7 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
     except (ValueError, isolation.IsolationUnavailable) as exc:
         raise GraderConfigError(str(exc)) from None
     protect_secret_folders(iso)
+    remove_stale_staging_once()   # what graders killed with kill -9 left in /tmp
     report = Report(submission=str(submission), suite=options.suite, exercises=list(names),
                     seed=run_seed(options.seed), student_id=options.student_id,
                     isolation=iso.level, isolation_text=iso.text)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import textwrap
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -743,6 +745,14 @@ def test_workers_die_with_a_killed_grader(sub, tmp_path, isolation):
                 os.kill(p, signal.SIGKILL)
             except OSError:
                 pass
+    # What it could not remove, the next grader does (here without waiting
+    # the ten minutes that keep another PID namespace's folders safe).
+    from grader.sandbox.client import STAGING_PREFIX, remove_stale_staging
+    tmp = Path(tempfile.gettempdir())
+    staged = list(tmp.glob(f"{STAGING_PREFIX}{grader.pid}-*"))
+    assert staged, "the killed grader staged nothing"
+    removed = remove_stale_staging(min_age_s=0)
+    assert set(staged) <= set(removed) and not any(p.exists() for p in staged)
 
 
 @pytest.mark.parametrize("bomb", sorted(SHM_BOMBS))

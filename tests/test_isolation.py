@@ -159,3 +159,33 @@ def test_grading_protects_the_secret_folders_as_a_step_of_its_own(tmp_path, monk
     calls.clear()
     core.protect_secret_folders(isolation.Isolation(isolation.NAMESPACES, "", True))
     assert calls == []   # in namespaces nothing of the package is mounted
+
+
+def test_stale_staging_folders_of_dead_graders_are_removed_and_no_others(tmp_path, monkeypatch):
+    """A grader killed with kill -9 leaves its workers' folders in /tmp; the
+    next grader removes those of graders that are gone, once they are ten
+    minutes old, and never a running grader's or its own."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from grader.sandbox import client
+    monkeypatch.setattr(client.tempfile, "gettempdir", lambda: str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    old = time.time() - 3600
+    folders = {}
+    for name, pid in (("dead_old", dead), ("dead_new", dead), ("alive", str(os.getppid())),
+                      ("mine", str(os.getpid()))):
+        folder = tmp_path / f"{client.STAGING_PREFIX}{pid}-{name}"
+        (folder / "submission").mkdir(parents=True)
+        if name != "dead_new":
+            os.utime(folder, (old, old))
+        folders[name] = folder
+    other = tmp_path / "attn-grade-notapid"
+    other.mkdir()
+    os.utime(other, (old, old))
+    assert client.remove_stale_staging() == [folders["dead_old"]]
+    assert not folders["dead_old"].exists()
+    assert all(folders[n].exists() for n in ("dead_new", "alive", "mine")) and other.exists()

@@ -147,6 +147,47 @@ class _OutputTail:
         return (self.head + mid.encode() + self.tail).decode("utf-8", "replace")
 
 
+STAGING_PREFIX = "attn-grade-"
+_stale_removed = False
+
+
+def staging_folder(kind: str = "") -> Path:
+    """A private folder for workers (0700), named after this process:
+    ``attn-grade-<pid>-<kind>...`` in the temp folder.  A grader killed with
+    ``kill -9`` cannot remove its own; the next one does
+    (``remove_stale_staging``)."""
+    return Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-{kind}"))
+
+
+def remove_stale_staging(min_age_s: float = 600.0) -> list[Path]:
+    """Remove the staging folders of graders that are gone: the pid in the
+    name is not running, and the folder was last changed ``min_age_s`` ago
+    (a grader in another PID namespace sharing this temp folder keeps its
+    own).  Returns what was removed."""
+    removed = []
+    now = time.time()
+    for folder in Path(tempfile.gettempdir()).glob(f"{STAGING_PREFIX}*-*"):
+        try:
+            pid = int(folder.name[len(STAGING_PREFIX):].split("-")[0])
+            age = now - folder.lstat().st_mtime
+        except (ValueError, OSError):
+            continue
+        if pid == os.getpid() or Path(f"/proc/{pid}").exists() or age < min_age_s:
+            continue
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def remove_stale_staging_once() -> None:
+    """``remove_stale_staging`` the first time a grading runs in this process."""
+    global _stale_removed
+    if not _stale_removed and sys.platform.startswith("linux"):
+        _stale_removed = True
+        remove_stale_staging()
+
+
 def worker_environment(private: Path, namespaces: bool, extra: Mapping | None = None) -> dict:
     """A scrubbed environment: nothing of the grader's but what Python,
     BLAS and the GPU need; home, temp and caches inside the private folder
@@ -209,7 +250,7 @@ class Worker:
 
     def _prepare_dir(self) -> Path:
         forking = self._forking()
-        root = self.zygote.folder() if forking else Path(tempfile.mkdtemp(prefix="attn-grade-"))
+        root = self.zygote.folder() if forking else staging_folder()
         sub = root / "submission"
         sub.mkdir()
         for path in sorted(self.submission.glob("*.py")):

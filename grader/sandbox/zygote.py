@@ -23,7 +23,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -105,7 +104,8 @@ class Zygote:
             self.close()
 
     def _start(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="attn-grade-zygote-"))
+        from grader.sandbox.client import staging_folder
+        self.root = staging_folder("zygote-")
         os.chmod(self.root, 0o711)   # each worker's uid passes through to its own folder
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
