@@ -35,6 +35,7 @@ from typing import Callable
 
 from grader.exercises import EXERCISES
 from grader.paths import PACKAGE_DIR
+from grader.sandbox.client import remove_stale_staging
 
 
 @dataclass
@@ -290,16 +291,21 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
     if deduct_once:
         cmd.append("--deduct-once")
     start = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=submission_timeout,
-                              stdin=subprocess.DEVNULL)
-        # Exit 3: graded, but not in full (the result says what): not a lost row.
-        if proc.returncode not in (0, 3):
-            lines = (proc.stderr or proc.stdout).strip().splitlines()
-            last = lines[-1] if lines else f"the grader exited with {proc.returncode}"
-            outcome.error = last.removeprefix("Error: ")
-    except subprocess.TimeoutExpired:
-        outcome.error = f"grading took longer than {submission_timeout:g} s and was stopped"
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          stdin=subprocess.DEVNULL) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=submission_timeout)
+            # Exit 3: graded, but not in full (the result says what): not a lost row.
+            if proc.returncode not in (0, 3):
+                lines = (stderr or stdout).strip().splitlines()
+                last = lines[-1] if lines else f"the grader exited with {proc.returncode}"
+                outcome.error = last.removeprefix("Error: ")
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            # Killed, it could not remove its workers' folders: they go now.
+            remove_stale_staging(pid=proc.pid)
+            outcome.error = f"grading took longer than {submission_timeout:g} s and was stopped"
     outcome.seconds = time.monotonic() - start
     if outcome.error:
         data = _failed_result(f"not graded: {outcome.error}")

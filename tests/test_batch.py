@@ -65,12 +65,21 @@ def test_batch_grades_a_class_and_reruns_skip(tmp_path):
 
 
 def test_a_submission_that_outlasts_its_limit_costs_only_its_row(tmp_path):
+    import tempfile
+    from pathlib import Path
+
+    from grader.sandbox.client import STAGING_PREFIX
     sub = copy_solutions(tmp_path / "slow", ["ex01_by_hand"])
     (sub / "ex01_by_hand.py").write_text("import time\ntime.sleep(60)\n")
+    staged = set(Path(tempfile.gettempdir()).glob(f"{STAGING_PREFIX}*-*"))
     outcome = grade_one(Submission("slow", sub), tmp_path / "results", suite="hidden",
                         timeout=None, submission_timeout=3, force=False,
                         exercises=["ex01_by_hand"])
     assert "longer than 3 s" in outcome.error
+    # The killed grading's workers' folders went with it (other tests' may be live).
+    left = [p for p in set(Path(tempfile.gettempdir()).glob(f"{STAGING_PREFIX}*-*")) - staged
+            if not Path("/proc", p.name[len(STAGING_PREFIX):].split("-")[0]).exists()]
+    assert not left, left
     data = json.loads(outcome.result_path.read_text())
     assert data["score"] == 0 and "not graded" in data["output"]
 

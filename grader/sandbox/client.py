@@ -159,20 +159,23 @@ def staging_folder(kind: str = "") -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-{kind}"))
 
 
-def remove_stale_staging(min_age_s: float = 600.0) -> list[Path]:
+def remove_stale_staging(min_age_s: float = 600.0, pid: int | None = None) -> list[Path]:
     """Remove the staging folders of graders that are gone: the pid in the
     name is not running, and the folder was last changed ``min_age_s`` ago
     (a grader in another PID namespace sharing this temp folder keeps its
-    own).  Returns what was removed."""
+    own).  ``pid``: only that grader's, at any age (batch, after killing a
+    grading that ran out of time).  Returns what was removed."""
     removed = []
     now = time.time()
-    for folder in Path(tempfile.gettempdir()).glob(f"{STAGING_PREFIX}*-*"):
+    pattern = f"{STAGING_PREFIX}{pid if pid is not None else '*'}-*"
+    for folder in Path(tempfile.gettempdir()).glob(pattern):
         try:
-            pid = int(folder.name[len(STAGING_PREFIX):].split("-")[0])
+            owner = int(folder.name[len(STAGING_PREFIX):].split("-")[0])
             age = now - folder.lstat().st_mtime
         except (ValueError, OSError):
             continue
-        if pid == os.getpid() or Path(f"/proc/{pid}").exists() or age < min_age_s:
+        if owner == os.getpid() or Path(f"/proc/{owner}").exists() or \
+                (pid is None and age < min_age_s):
             continue
         if folder.is_dir() and not folder.is_symlink():
             shutil.rmtree(folder, ignore_errors=True)
