@@ -68,7 +68,7 @@ def test_a_submission_that_outlasts_its_limit_costs_only_its_row(tmp_path):
     import tempfile
     from pathlib import Path
 
-    from grader.sandbox.client import STAGING_PREFIX
+    from grader.sandbox.client import STAGING_PREFIX, staging_owner
     sub = copy_solutions(tmp_path / "slow", ["ex01_by_hand"])
     (sub / "ex01_by_hand.py").write_text("import time\ntime.sleep(60)\n")
     staged = set(Path(tempfile.gettempdir()).glob(f"{STAGING_PREFIX}*-*"))
@@ -77,8 +77,9 @@ def test_a_submission_that_outlasts_its_limit_costs_only_its_row(tmp_path):
                         exercises=["ex01_by_hand"])
     assert "longer than 3 s" in outcome.error
     # The killed grading's workers' folders went with it (other tests' may be live).
-    left = [p for p in set(Path(tempfile.gettempdir()).glob(f"{STAGING_PREFIX}*-*")) - staged
-            if not Path("/proc", p.name[len(STAGING_PREFIX):].split("-")[0]).exists()]
+    new = set(Path(tempfile.gettempdir()).glob(f"{STAGING_PREFIX}*-*")) - staged
+    left = [p for p in new if staging_owner(p) is not None
+            and not Path(f"/proc/{staging_owner(p)}").exists()]
     assert not left, left
     data = json.loads(outcome.result_path.read_text())
     assert data["score"] == 0 and "not graded" in data["output"]

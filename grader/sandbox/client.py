@@ -159,6 +159,12 @@ def staging_folder(kind: str = "") -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-{kind}"))
 
 
+def staging_owner(folder: Path) -> int | None:
+    """The pid of the grader a staging folder belongs to (None: not one)."""
+    head = folder.name[len(STAGING_PREFIX):].split("-")[0]
+    return int(head) if folder.name.startswith(STAGING_PREFIX) and head.isdigit() else None
+
+
 def remove_stale_staging(min_age_s: float = 600.0, pid: int | None = None) -> list[Path]:
     """Remove the staging folders of graders that are gone: the pid in the
     name is not running, and the folder was last changed ``min_age_s`` ago
@@ -169,10 +175,12 @@ def remove_stale_staging(min_age_s: float = 600.0, pid: int | None = None) -> li
     now = time.time()
     pattern = f"{STAGING_PREFIX}{pid if pid is not None else '*'}-*"
     for folder in Path(tempfile.gettempdir()).glob(pattern):
+        owner = staging_owner(folder)
         try:
-            owner = int(folder.name[len(STAGING_PREFIX):].split("-")[0])
             age = now - folder.lstat().st_mtime
-        except (ValueError, OSError):
+        except OSError:
+            continue
+        if owner is None:
             continue
         if owner == os.getpid() or Path(f"/proc/{owner}").exists() or \
                 (pid is None and age < min_age_s):
