@@ -65,21 +65,16 @@ def test_batch_grades_a_class_and_reruns_skip(tmp_path):
 
 
 def test_a_submission_that_outlasts_its_limit_costs_only_its_row(tmp_path):
-    import tempfile
-    from pathlib import Path
-
-    from grader.sandbox.client import STAGING_PREFIX, staging_owner
+    from grader.sandbox.client import stale_staging
     sub = copy_solutions(tmp_path / "slow", ["ex01_by_hand"])
     (sub / "ex01_by_hand.py").write_text("import time\ntime.sleep(60)\n")
-    staged = set(Path(tempfile.gettempdir()).glob(f"{STAGING_PREFIX}*-*"))
+    before = set(stale_staging(min_age_s=0))
     outcome = grade_one(Submission("slow", sub), tmp_path / "results", suite="hidden",
                         timeout=None, submission_timeout=3, force=False,
                         exercises=["ex01_by_hand"])
     assert "longer than 3 s" in outcome.error
     # The killed grading's workers' folders went with it (other tests' may be live).
-    new = set(Path(tempfile.gettempdir()).glob(f"{STAGING_PREFIX}*-*")) - staged
-    left = [p for p in new if staging_owner(p) is not None
-            and not Path(f"/proc/{staging_owner(p)}").exists()]
+    left = set(stale_staging(min_age_s=0)) - before
     assert not left, left
     data = json.loads(outcome.result_path.read_text())
     assert data["score"] == 0 and "not graded" in data["output"]

@@ -12,6 +12,7 @@ from grader.core import Options, grade
 from grader.sandbox import bwrap, confine, zygote
 from grader.sandbox.client import Limits, StudentCrash, StudentModule, StudentTimeout, Worker
 from tests.conftest import SOLUTIONS, copy_solutions
+from tests.test_attacks import _alive
 
 pytestmark = pytest.mark.skipif(not zygote.supported(), reason="needs Linux")
 
@@ -42,6 +43,19 @@ def _worker(folder, module, namespaces, z, **limits):
     w = Worker(folder, module, Limits(namespaces=namespaces, **limits), zygote=z)
     w.start()
     return w
+
+
+def _answers(w) -> bool:
+    """ex02's softmax of two equal scores, from a worker on the solutions."""
+    return np.allclose(StudentModule(w).softmax(np.array([[0.0, 0.0]])), 0.5)
+
+
+def _spawned_and_answers(w) -> None:
+    try:
+        assert not isinstance(w.proc, zygote.ForkedProcess)
+        assert _answers(w)
+    finally:
+        w.close()
 
 
 def test_workers_are_forked_fast_and_answer(zyg, namespaces):
@@ -81,8 +95,7 @@ def test_crash_exit_and_hang_cost_one_worker_only(zyg, namespaces, tmp_path):
             s.spin()
         assert s.fine() == 42        # a fresh fork after each
         assert zyg.alive
-        probs = StudentModule(other).softmax(np.array([[0.0, 0.0]]))
-        assert np.allclose(probs, 0.5)
+        assert _answers(other)
     finally:
         w.close()
         other.close()
@@ -121,12 +134,9 @@ def test_a_dead_zygote_means_spawned_workers(namespaces):
     deadline = time.monotonic() + 5
     while zyg.alive and time.monotonic() < deadline:
         time.sleep(0.05)
-    w = _worker(SOLUTIONS, "ex02_mha", namespaces, zyg)
     try:
-        assert not isinstance(w.proc, zygote.ForkedProcess)
-        assert np.allclose(StudentModule(w).softmax(np.array([[0.0, 0.0]])), 0.5)
+        _spawned_and_answers(_worker(SOLUTIONS, "ex02_mha", namespaces, zyg))
     finally:
-        w.close()
         zyg.close()
 
 
@@ -146,14 +156,6 @@ def test_workers_die_with_their_zygote(namespaces):
     finally:
         w.close()
         zyg.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_grading_forks_from_one_zygote_and_leaves_nothing(tmp_path, monkeypatch):
@@ -185,12 +187,7 @@ def test_a_zygote_that_cannot_start_says_why_and_workers_spawn(monkeypatch):
     z = zygote.Zygote({"NumPy"}, namespaces=False, memory_bytes=1 << 30)
     z.start()
     assert not z.alive and "no answer" in z.failed and z.root is None
-    w = _worker(SOLUTIONS, "ex02_mha", False, z)
-    try:
-        assert not isinstance(w.proc, zygote.ForkedProcess)
-        assert np.allclose(StudentModule(w).softmax(np.array([[0.0, 0.0]])), 0.5)
-    finally:
-        w.close()
+    _spawned_and_answers(_worker(SOLUTIONS, "ex02_mha", False, z))
 
 
 def test_a_gpu_exercise_is_not_forked_on_a_gpu_machine(monkeypatch):

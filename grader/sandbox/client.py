@@ -165,30 +165,35 @@ def staging_owner(folder: Path) -> int | None:
     return int(head) if folder.name.startswith(STAGING_PREFIX) and head.isdigit() else None
 
 
-def remove_stale_staging(min_age_s: float = 600.0, pid: int | None = None) -> list[Path]:
-    """Remove the staging folders of graders that are gone: the pid in the
-    name is not running, and the folder was last changed ``min_age_s`` ago
-    (a grader in another PID namespace sharing this temp folder keeps its
-    own).  ``pid``: only that grader's, at any age (batch, after killing a
-    grading that ran out of time).  Returns what was removed."""
-    removed = []
+def stale_staging(min_age_s: float = 600.0, pid: int | None = None) -> list[Path]:
+    """The staging folders of graders that are gone: the pid in the name is
+    not running, and the folder was last changed ``min_age_s`` ago (a grader
+    in another PID namespace sharing this temp folder keeps its own).
+    ``pid``: only that grader's, at any age (batch, after killing a grading
+    that ran out of time)."""
+    stale = []
     now = time.time()
     pattern = f"{STAGING_PREFIX}{pid if pid is not None else '*'}-*"
     for folder in Path(tempfile.gettempdir()).glob(pattern):
         owner = staging_owner(folder)
+        if owner is None or owner == os.getpid() or Path(f"/proc/{owner}").exists():
+            continue
         try:
-            age = now - folder.lstat().st_mtime
+            if pid is None and now - folder.lstat().st_mtime < min_age_s:
+                continue
         except OSError:
             continue
-        if owner is None:
-            continue
-        if owner == os.getpid() or Path(f"/proc/{owner}").exists() or \
-                (pid is None and age < min_age_s):
-            continue
         if folder.is_dir() and not folder.is_symlink():
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
-    return removed
+            stale.append(folder)
+    return stale
+
+
+def remove_stale_staging(min_age_s: float = 600.0, pid: int | None = None) -> list[Path]:
+    """Remove ``stale_staging(min_age_s, pid)``; returns what was removed."""
+    stale = stale_staging(min_age_s, pid)
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
+    return stale
 
 
 def remove_stale_staging_once() -> None:
@@ -208,7 +213,6 @@ def worker_environment(private: Path, namespaces: bool, extra: Mapping | None = 
             "OPENBLAS_NUM_THREADS")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     if namespaces:
-        private = Path("/tmp")  # the sandbox's own tmpfs
         env["USER"] = env["LOGNAME"] = "student"  # no passwd entry for its uid
         env["MALLOC_ARENA_MAX"] = "2"  # reserved arenas count in an address-space limit
     # One BLAS/OpenMP thread unless the grader was told otherwise: workers of
@@ -224,7 +228,8 @@ def worker_environment(private: Path, namespaces: bool, extra: Mapping | None = 
 
 
 def private_environment(private: Path, namespaces: bool) -> dict:
-    """The variables that point into a worker's private folder."""
+    """The variables that point into a worker's private folder (under
+    namespaces, the sandbox's own tmpfs /tmp)."""
     tmp = Path("/tmp") if namespaces else private / "tmp"
     home = Path("/tmp") if namespaces else private
     return {"HOME": str(home), "TMPDIR": str(tmp), "MPLCONFIGDIR": str(tmp),
@@ -347,18 +352,26 @@ class Worker:
         except StudentError as exc:
             self.load_error = StudentLoadError(f"{self.module}.py could not be imported: {exc}")
 
+    def _memory_limit(self, rlimits: dict) -> dict:
+        """Under namespaces: a memory cgroup for the worker where one can be
+        made (``self.cgroup``), else an address-space limit added to
+        ``rlimits`` (shared and tmpfs memory then escape RLIMIT_DATA, and the
+        tmpfs sizes bound what files can hold).  Returns the limits to apply."""
+        rlimits = dict(rlimits)
+        try:
+            self.cgroup = memcg.MemoryCgroup(self.limits.memory_bytes)
+        except OSError:
+            self.cgroup = None
+            if not bwrap.gpu_devices():  # CUDA reserves far more address space
+                rlimits["RLIMIT_AS"] = self.limits.memory_bytes + AS_HEADROOM
+        return rlimits
+
     def _spawn_forked(self, rlimits: dict):
         """Forked by the grading's zygote, with what a spawned worker gets:
-        its own uid, limits, folder and memory cgroup (else an address-space
-        limit, as ``_spawn_sandboxed``)."""
-        rlimits = dict(rlimits)
+        its own uid, limits, folder and, under namespaces, ``_memory_limit``'s
+        memory cgroup or address-space limit."""
         if self.limits.namespaces:
-            try:
-                self.cgroup = memcg.MemoryCgroup(self.limits.memory_bytes)
-            except OSError:
-                self.cgroup = None
-                if not bwrap.gpu_devices():
-                    rlimits["RLIMIT_AS"] = self.limits.memory_bytes + AS_HEADROOM
+            rlimits = self._memory_limit(rlimits)
         inside = self.zygote.sandbox_path(self._dir)
         env = private_environment(Path(inside), self.limits.namespaces)
         env.update({k: str(v) for k, v in self.limits.env.items()})
@@ -383,16 +396,8 @@ class Worker:
             preexec_fn=_die_with_parent_hook(), **as_user)
 
     def _spawn_sandboxed(self, rlimits: dict) -> subprocess.Popen:
-        """Under bubblewrap, in a memory cgroup where one can be made (else an
-        address-space limit: shared and tmpfs memory then escape RLIMIT_DATA,
-        and the tmpfs sizes bound what files can hold)."""
-        rlimits = dict(rlimits)
-        try:
-            self.cgroup = memcg.MemoryCgroup(self.limits.memory_bytes)
-        except OSError:
-            self.cgroup = None
-            if not bwrap.gpu_devices():  # CUDA reserves far more address space
-                rlimits["RLIMIT_AS"] = self.limits.memory_bytes + AS_HEADROOM
+        """Under bubblewrap, within ``_memory_limit``'s limits."""
+        rlimits = self._memory_limit(rlimits)
         cfg = {"env": dict(self.limits.env), "rlimits": rlimits, "drop_to": self.uid,
                "cwd": f"{bwrap.SANDBOX}/submission"}
         worker = f"{bwrap.SANDBOX}/runtime/worker.py"

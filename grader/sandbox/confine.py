@@ -145,6 +145,16 @@ def remove_leftovers(uid: int, folders=SHARED_FOLDERS) -> list[str]:
     return removed
 
 
+def proc_status(pid: int | str) -> dict[str, str] | None:
+    """``/proc/<pid>/status`` as a mapping of its fields (Linux); None when
+    the process is gone or cannot be read."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+
 def _proc_table():
     """(pid, real uid, threads) of every living process, from /proc (Linux);
     zombies (dead, waiting to be reaped) are left out."""
@@ -155,9 +165,8 @@ def _proc_table():
         if not entry.name.isdigit():
             continue
         try:
-            fields = dict(line.split(":", 1) for line in
-                          (entry / "status").read_text().splitlines() if ":" in line)
-            if fields.get("State", "").strip().startswith("Z"):
+            fields = proc_status(entry.name)
+            if fields is None or fields.get("State", "").strip().startswith("Z"):
                 continue
             yield int(entry.name), int(fields["Uid"].split()[0]), int(fields["Threads"])
         except (OSError, ValueError, KeyError, IndexError):

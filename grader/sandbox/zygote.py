@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from grader.paths import KERNELS_DIR, RUNTIME_DIR
@@ -287,13 +288,9 @@ class Zygote:
         (``_pidns``) or, for the zygote itself, a descendant of ``below``."""
         for _ in range(200):
             for entry in os.scandir("/proc"):
-                if not entry.name.isdigit():
+                fields = confine.proc_status(entry.name) if entry.name.isdigit() else None
+                if fields is None:
                     continue
-                try:
-                    status = Path(entry.path, "status").read_text()
-                except OSError:
-                    continue
-                fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
                 nspid = fields.get("NSpid", "").split()
                 if len(nspid) < 2 or int(nspid[-1]) != inner:
                     continue
@@ -306,7 +303,6 @@ class Zygote:
                         return pid
                 except OSError:
                     continue
-            import time
             time.sleep(0.01)
         raise ZygoteError(f"could not find process {inner} of the zygote's sandbox")
 
@@ -317,10 +313,8 @@ def _descends(pid: int, ancestor: int) -> bool:
             return True
         if pid <= 1:
             return False
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
+        fields = confine.proc_status(pid)
+        if fields is None or "PPid" not in fields:
             return False
-        ppid = [line for line in status.splitlines() if line.startswith("PPid:")]
-        pid = int(ppid[0].split()[1]) if ppid else 0
+        pid = int(fields["PPid"])
     return False
