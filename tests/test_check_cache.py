@@ -113,7 +113,18 @@ def test_check_twice_reuses_the_compile_answer(tmp_path):
     assert list((tmp_path / "xdg" / "attn-grade").glob("compile-*.json"))
     assert "kept from an earlier check" not in runs[0][1].stdout
     assert "kept from an earlier check" in runs[1][1].stdout
-    assert runs[1][0] < runs[0][0]
+    # Faster the second time.  Measured on the compile answer itself: this
+    # kernel fails to compile within a second, less than a whole check's
+    # own variation on a busy machine (the suite runs more workers than cores).
+    from grader.sandbox.client import Limits
+    timings = []
+    for _ in range(2):
+        start = time.monotonic()
+        _, cached = flash_judge.compile_results(sub, lambda t: Limits(call_timeout=t),
+                                                tmp_path / "direct")
+        timings.append((time.monotonic() - start, cached))
+    assert [c for _, c in timings] == [False, True]
+    assert timings[1][0] < timings[0][0]
     done = subprocess.run(cmd + ["--no-cache"], capture_output=True, text=True, env=env,
                           timeout=600)
     assert done.returncode == 1 and "global variable LOG2E" in done.stdout
