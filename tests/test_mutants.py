@@ -1,14 +1,15 @@
 """Every known mistake loses points, and the feedback names it.
 
-Mutants of exercises that import no other exercise and are imported by none
-are graded together: one submission holds one mutant of each such exercise
-(a round), the rest of it correct.  A grading runs each exercise in its own
+Mutants are graded together: one submission holds one mutant of each group
+of exercises (a round), the rest of it correct.  An exercise that imports no
+other exercise and is imported by none is a group of its own; exercises
+linked by imports (ex03 imports ex02) form one group, so that a round holds
+one mutant of them at most and grades only that one's exercise: no mistake
+reaches an exercise from a sibling.  A grading runs each exercise in its own
 worker, so a mistake costs only its own exercise (``test_grading`` and
 ``test_attacks`` hold the grader to that), and each mutant is judged on its
 own exercise's results alone; what the round saves is a grading's start (the
-zygote's PyTorch, pytest's session) per mutant.  Exercises that import
-others (ex03 imports ex02) are graded one mutant at a time, so that no
-mistake reaches them from a sibling.
+zygote's PyTorch, pytest's session) per mutant.
 """
 from __future__ import annotations
 
@@ -21,28 +22,32 @@ from tests.mutants import Mutant, all_mutants, diagnosis_lines
 MUTANTS = all_mutants()
 
 
-def _linked(exercise: str) -> bool:
-    """Does it import an exercise, or is it imported by one?"""
-    return bool(EXERCISES[exercise].after) or any(
-        exercise in ex.after for ex in EXERCISES.values())
+def _group(exercise: str) -> str:
+    """The exercise's group: the first, by name, of the exercises it is linked
+    to through imports (either way, transitively); itself when unlinked."""
+    linked = {exercise}
+    grew = True
+    while grew:
+        grew = False
+        for name, ex in EXERCISES.items():
+            near = {name} | set(ex.after)
+            if near & linked and not near <= linked:
+                linked |= near
+                grew = True
+    return min(linked)
 
 
 def _rounds(mutants: list[Mutant]) -> list[list[Mutant]]:
-    """The i-th mutant of each unlinked exercise in round i; every mutant of
-    a linked exercise in a round of its own."""
+    """The i-th mutant of each group in round i."""
     rounds: list[list[Mutant]] = []
     position: dict[str, int] = {}
     for m in mutants:
-        if _linked(m.file):
-            rounds.append([m])
-            continue
-        i = position.get(m.file, 0)
-        position[m.file] = i + 1
-        shared = [r for r in rounds if not _linked(r[0].file)]
-        if i < len(shared):
-            shared[i].append(m)
-        else:
-            rounds.append([m])
+        group = _group(m.file)
+        i = position.get(group, 0)
+        position[group] = i + 1
+        if i == len(rounds):
+            rounds.append([])
+        rounds[i].append(m)
     return rounds
 
 
@@ -86,10 +91,10 @@ def test_mutant_loses_points_and_is_named(round_, tmp_path):
     assert not problems, "\n\n".join(problems)
 
 
-def test_rounds_hold_every_mutant_once_and_never_two_of_an_exercise():
+def test_rounds_hold_every_mutant_once_and_never_two_of_a_group():
     seen = [m for r in ROUNDS for m in r]
     assert sorted(seen, key=id) == sorted(MUTANTS, key=id)
+    assert _group("ex03_gqa") == _group("ex02_mha") != _group("ex01_by_hand")
     for r in ROUNDS:
-        files = [m.file for m in r]
-        assert len(files) == len(set(files))
-        assert len(r) == 1 or not any(_linked(f) for f in files)
+        groups = [_group(m.file) for m in r]
+        assert len(groups) == len(set(groups))
