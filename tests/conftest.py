@@ -15,6 +15,12 @@ SOLUTIONS = REPO / "solutions"
 EXERCISES_DIR = REPO / "exercises"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--full-matrix", action="store_true", default=False,
+                     help="tests/test_gpu_compile.py: compile every configuration of every "
+                          "kernel in every case (224 compiles), not aot.default_matrix()")
+
+
 def pytest_xdist_auto_num_workers(config) -> int:
     """``-n auto`` (the default, pyproject's addopts): one worker more than
     the cores this process may use.  Many tests wait on a grading's time
