@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 EX = "ex09_scale"
@@ -172,6 +174,7 @@ def add_the_exercise(copy: Path) -> None:
     readme.write_text(text.replace(last, last + README_ROW))
 
 
+@pytest.mark.slow
 def test_a_new_exercise_touches_the_files_the_section_names(tmp_path):
     listed = section_files((REPO / "docs" / "AUTHORING.md").read_text())
     assert listed and len(listed) <= 9, listed

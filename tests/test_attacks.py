@@ -113,6 +113,7 @@ def sub(tmp_path):
     return copy_solutions(tmp_path / "sub", FOUNDATION)
 
 
+@pytest.mark.slow
 def test_hang_at_import(sub):
     at_import(sub, "while True:\n    pass\n")
     report, elapsed = grade_attack(sub)
@@ -121,6 +122,7 @@ def test_hang_at_import(sub):
     assert elapsed < 60
 
 
+@pytest.mark.slow
 def test_hang_in_a_call(sub):
     in_function(sub, BYTES_LINE, "while True:\n    pass\n")
     report, elapsed = grade_attack(sub, keyword=TWO_CALLS)
@@ -137,6 +139,7 @@ def test_memory_bomb(sub):
     assert any("MemoryError" in t.output for t in report.tests)
 
 
+@pytest.mark.slow
 def test_fork_bomb(sub):
     first = len(confine.allocated_uids)
     in_function(sub, BYTES_LINE, """\
@@ -497,6 +500,7 @@ SIBLING_READER = """\
     """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_students_cannot_read_each_other(tmp_path, isolation):
     """A worker looks for the batch folder (through its parent's command line,

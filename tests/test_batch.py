@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from grader.batch import Submission, grade_one
@@ -26,6 +27,7 @@ def read_csv(path):
     return {row["submission"]: row for row in csv.DictReader(path.open())}
 
 
+@pytest.mark.slow
 def test_batch_grades_a_class_and_reruns_skip(tmp_path):
     make_class(tmp_path / "class")
     out = tmp_path / "grades.csv"
@@ -135,6 +137,7 @@ def test_intake_like_course_staff_need(tmp_path):
     assert (tmp_path / "o-summary.txt").read_text().startswith("1 submission\n")
 
 
+@pytest.mark.slow
 def test_three_shards_merge_to_one_run(tmp_path):
     cls = tmp_path / "class"
     for i, name in enumerate(["ann", "ben", "cat", "dan", "eve"]):

@@ -92,6 +92,7 @@ def test_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
     assert not cached and res["targets"]
 
 
+@pytest.mark.slow
 def test_check_twice_reuses_the_compile_answer(tmp_path):
     """As a student runs it: the second check of the same files says the
     answer was kept and is faster; a failing kernel stays failing."""

@@ -239,6 +239,7 @@ print(json.dumps({"rows": rows, "tiers": calibrate.tiers_from(rows)}))
 _BENCH = REPO / "benchmarks" / "bench_flash.py"
 
 
+@pytest.mark.slow
 @needs_triton
 def test_calibrate_and_benchmark_run_on_the_cpu():
     """Plumbing only: the interpreter stands in for a GPU, the numbers mean nothing."""
@@ -268,6 +269,7 @@ def test_worker_env_interprets_without_cuda():
     assert all(not dict(e.worker_env) for name, e in EXERCISES.items() if name != EX)
 
 
+@pytest.mark.slow
 @needs_triton
 def test_solution_full_marks_and_gpu_tests_not_run(tmp_path):
     report = grade_dir(copy_solutions(tmp_path / "sub", [EX]), [EX])

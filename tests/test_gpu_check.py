@@ -12,6 +12,7 @@ from grader.reference.secret import flash
 from tests.conftest import REPO
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)
 def test_gpu_check_smoke(tmp_path):
     out = tmp_path / "check.json"

@@ -33,6 +33,7 @@ def _check(rows, capsys):
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel,capability", [("reference/pointers", 80),
                                                ("reference/pointers", 90),
                                                ("reference/descriptors", 90)])

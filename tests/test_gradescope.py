@@ -118,6 +118,7 @@ def test_bundle_layout_is_gradescopes(bundle):
     assert modes["setup.sh"] & 0o111 and modes["run_autograder"] & 0o111
 
 
+@pytest.mark.slow
 def test_loose_modules(installed, tmp_path):
     upload = copy_solutions(tmp_path / "up", ["ex01_by_hand", "ex02_mha", "ex03_gqa"])
     result = _grade_upload(installed, upload, tmp_path)
@@ -132,6 +133,7 @@ def test_loose_modules(installed, tmp_path):
     assert {"visible", "after_published"} <= seen <= {"visible", "after_published", "hidden"}
 
 
+@pytest.mark.slow
 def test_a_zip_and_notebooks(installed, tmp_path):
     archive = tmp_path / "up" / "mine.zip"
     archive.parent.mkdir()

@@ -55,6 +55,7 @@ def _sabotage(path, module, old, new):
     file.write_text(text.replace(old, new))
 
 
+@pytest.mark.slow
 def test_hang_exit_and_crash_cost_only_the_tests_that_hit_them(tmp_path):
     sub = copy_solutions(tmp_path / "sub", FOUNDATION)
     # ex01: hangs at import.  ex02: multi_head_attention hangs (ex03 does not use it).

@@ -80,6 +80,7 @@ def time_fn(fn, *args, warmup=2, repeats=5, **kwargs):
 '''
 
 
+@pytest.mark.slow
 def test_what_cannot_be_judged_needs_a_regrade_and_keeps_its_points(tmp_path):
     """A timer test the machine's noise leaves undecided: its point stays in the
     maximum, the text, JSON and JUnit say "needs regrade", and grade exits 3."""

@@ -248,6 +248,7 @@ def test_a_notebook_that_needs_an_earlier_one_works_alone(notebooks, tmp_path):
     assert "ex02_mha.py is missing" in text and "ModuleNotFoundError" not in text
 
 
+@pytest.mark.slow
 def test_the_ex04_plot_is_shown_inline(notebooks, tmp_path):
     work = tmp_path / "d"
     work.mkdir()

@@ -135,6 +135,7 @@ def _edition_check(edition, folder):
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_the_edition_checks_stubs_and_solutions(edition, tmp_path):
     stubs = _edition_check(edition, edition / "exercises")
     assert "Total: 0/" in stubs
