@@ -58,12 +58,13 @@ def _sabotage(path, module, old, new):
 @pytest.mark.slow
 def test_hang_exit_and_crash_cost_only_the_tests_that_hit_them(tmp_path):
     sub = copy_solutions(tmp_path / "sub", FOUNDATION)
-    # ex01: hangs at import.  ex02: multi_head_attention hangs (ex03 does not use it).
+    # ex01: hangs at import, spinning.  ex02: multi_head_attention hangs asleep
+    # (ex03 does not use it; test_attacks spins in a call).
     # ex03: one function calls os._exit, one segfaults, one raises SystemExit,
     # one raises KeyboardInterrupt.
     (sub / "ex01_by_hand.py").write_text("while True:\n    pass\n")
     _sabotage(sub, "ex02_mha", '    b, s, _ = x.shape\n    positions = np.arange(s)',
-              '    while True:\n        pass\n    b, s, _ = x.shape\n    positions = np.arange(s)')
+              '    import time; time.sleep(3600)\n    b, s, _ = x.shape\n    positions = np.arange(s)')
     _sabotage(sub, "ex03_gqa", "    return 2 * n_layers", "    import os; os._exit(3)\n    return 2 * n_layers")
     _sabotage(sub, "ex03_gqa", "    return n_heads / n_kv_heads",
               "    import ctypes; ctypes.string_at(0)\n    return n_heads / n_kv_heads")
