@@ -9,7 +9,7 @@ behind.
 
 ``top_up=True`` keeps the machine at least that busy without adding to a
 load that is already there: before each spell a process counts the
-processes running or waiting for a core (``/proc/<pid>/stat``), and rests
+processes running or waiting for a core (``/proc/<pid>/status``), and rests
 instead of spinning when the others already reach the target.  Under
 pytest-xdist the suite's other workers are most of the load; the spells
 fill in when they pause or finish.
@@ -28,19 +28,13 @@ REST_S = (0.05, 0.8)
 def runnable() -> int | None:
     """Processes running or waiting for a core now, of those this process can
     see (a container's own, not its host's); None where unknown."""
+    from grader.sandbox.confine import proc_status
     try:
         pids = [name for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
         return None
-    count = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                state = f.read().rpartition(b")")[2].split()[0]
-        except (OSError, IndexError):
-            continue     # gone meanwhile
-        count += state == b"R"
-    return count
+    states = (proc_status(pid) for pid in pids)     # None: gone meanwhile
+    return sum(1 for fields in states if fields and fields.get("State", "").strip()[:1] == "R")
 
 
 def _enough_without_me(target: int | None) -> bool:

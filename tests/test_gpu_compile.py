@@ -33,19 +33,18 @@ def _check(rows, capsys):
     assert not bad, "\n".join(bad)
 
 
+HARDEST = ("bfloat16", 128, True)    # (dtype, d_head, causal)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel,capability", [("reference/pointers", 80),
                                                ("reference/pointers", 90),
                                                ("reference/descriptors", 90)])
 def test_reference_configs_compile_hardest_case(kernel, capability, capsys):
     from grader import aot
-    n = len(aot.launches(kernel, "bfloat16", 128, True))
+    n = len(aot.launches(kernel, *HARDEST))
     assert n >= 2, f"{kernel}: the autotuner has {n} configs"
-    _check([aot.compile_one(kernel, capability, "bfloat16", 128, True, i) for i in range(n)],
-           capsys)
-
-
-HARDEST = ("bfloat16", 128, True)    # compiled above for the references
+    _check([aot.compile_one(kernel, capability, *HARDEST, i) for i in range(n)], capsys)
 
 
 @pytest.mark.slow
@@ -58,7 +57,7 @@ def test_every_kernel_config_compiles(kernel, capability, capsys, request):
     full = request.config.getoption("full_matrix")
     keys = [key for key in (aot.full_matrix() if full else aot.default_matrix())
             if key[:2] == (kernel, capability)
-            and not (kernel.startswith("reference") and key[2:5] == HARDEST)]
+            and not (kernel.startswith("reference") and key[2:5] == HARDEST)]   # compiled above
     assert keys, f"nothing to compile for {kernel} on sm_{capability}"
     cases = {key[2:5] for key in keys}
     assert len(cases) == (8 if kernel == "solution" else 7), cases   # every case, some config
