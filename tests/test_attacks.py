@@ -560,8 +560,14 @@ def time_fn(fn, *args, warmup=2, repeats=5, **kwargs):
 '''
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
-@pytest.mark.parametrize("value", ["float('nan')", "float('inf')", "-1.0", "0.0"])
+# Judging a time is the grading process's work, whatever the isolation: each
+# value under the best isolation here, and one under the fallback as well.
+BAD_TIMES = ["float('nan')", "float('inf')", "-1.0", "0.0"]
+BAD_TIME_CASES = ([(v, "strict" if NAMESPACES else "fallback") for v in BAD_TIMES]
+                  + ([(BAD_TIMES[0], "fallback")] if NAMESPACES else []))
+
+
+@pytest.mark.parametrize("value,isolation", BAD_TIME_CASES)
 def test_a_non_finite_time_fails_and_is_never_too_noisy(tmp_path, isolation, value):
     """A time_fn returning NaN, inf, a negative time or zero fails each timer
     test with feedback: never "not graded" (needs regrade), never a full mark."""
