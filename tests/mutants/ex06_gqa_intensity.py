@@ -81,6 +81,11 @@ MUTANTS = [
 ONLY = {name: "not intensity_table_measured and not measure_intensity_is_counted"
         for name in ("tile_grouping", "no_scale", "no_shape_check", "intensity_kv_all_heads")}
 ONLY["table_wrong_grouping"] = "intensity_table"
+# Named without the measured table (2 s of measuring): a KV copy by the
+# repeat check, the counted intensity's slips by the counting tests.
+ONLY["repeat_interleave"] = "no_repeated_kv"
+ONLY.update({name: "measure_intensity_is_counted" for name in (
+    "formula_with_repeat_interleave", "formula_not_counted", "flops_counted_twice")})
 ONLY.update({"intensity_flops_half": "decode_intensity",
              "intensity_float_bytes": "decode_intensity",
              "intensity_no_q_o": "decode_intensity"})
