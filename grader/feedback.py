@@ -6,12 +6,18 @@ mismatching index, max abs error) and, when the answer matches one of the
 known wrong answers passed in ``mistakes``, which mistake it looks like.
 ``mistakes`` maps a description ("the softmax ran over queries instead of
 keys") to what a submission with that mistake would return; the suites get
-those from ``grader.reference`` with a ``mistake=`` switch.
+those from ``grader.reference`` with a ``mistake=`` switch.  ``mistakes`` may
+also be a function returning that mapping (``lambda: ref.mistakes_of(...)``):
+it is called only for a wrong answer, so a right one costs no run of each
+mistake.  The hidden suites pass functions; the public suites pass the
+mapping itself, because the student edition replays the reference answers
+recorded on the solutions, and an answer never asked for there is not
+recorded.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Union
 
 import numpy as np
 
@@ -24,6 +30,22 @@ TOLERANCES = {
     "float16": (2e-3, 2e-3),
     "bfloat16": (2e-2, 2e-2),
 }
+
+
+# Known mistakes: description -> wrong answer, or a function returning that.
+Mistakes = Union[Mapping[str, object], Callable[[], Mapping[str, object]], None]
+
+
+def known_mistakes(mistakes: Mistakes) -> Mapping[str, object]:
+    """The mapping ``mistakes`` is or, when it is a function, returns.  A
+    function that fails names no mistake: the wrong answer is still
+    explained, never turned into an error of the grader."""
+    if callable(mistakes):
+        try:
+            mistakes = mistakes()
+        except Exception:
+            return {}
+    return mistakes or {}
 
 
 # The line that names a known mistake; ``grader.rootcause`` reads it back.
@@ -65,13 +87,13 @@ def to_numpy(value, what: str) -> np.ndarray:
     raise Feedback(f"{what}: expected an array, got {_type_name(value)}")
 
 
-def matching_mistake(got: np.ndarray, mistakes: Mapping[str, object] | None,
+def matching_mistake(got: np.ndarray, mistakes: Mistakes,
                      atol: float, rtol: float) -> str | None:
     """The known mistake whose answer ``got`` matches, if any.  When two
     mistakes give the same answer on this case, both are named (a tile of one
     key hides the difference between no mask and tile-local indices)."""
     found = []
-    for description, candidate in (mistakes or {}).items():
+    for description, candidate in known_mistakes(mistakes).items():
         try:
             cand = to_numpy(candidate, description).astype(np.float64)
         except Feedback:
@@ -86,8 +108,8 @@ def matching_mistake(got: np.ndarray, mistakes: Mapping[str, object] | None,
 
 
 def check_close(got, expected, *, what: str, atol: float, rtol: float,
-                mistakes: Mapping[str, object] | None = None, hint: str | None = None,
-                hint_where=None, check_dtype: bool = False) -> None:
+                mistakes: Mistakes = None, hint: str | None = None, hint_where=None,
+                check_dtype: bool = False) -> None:
     """Raise ``Feedback`` unless ``got`` is close to ``expected`` elementwise.
 
     ``hint`` is shown only when no known mistake matches and, when
@@ -164,7 +186,7 @@ def _explained(lines, got, mistakes, atol, rtol, hint) -> Feedback:
     return Feedback("\n".join(lines))
 
 
-def check_equal(got, expected, *, what: str, mistakes: Mapping[str, object] | None = None,
+def check_equal(got, expected, *, what: str, mistakes: Mistakes = None,
                 hint: str | None = None) -> None:
     """Exact comparison for counts and formulas (ints, strings, tuples)."""
     if type(got) is bool or type(expected) is bool:
@@ -179,7 +201,7 @@ def check_equal(got, expected, *, what: str, mistakes: Mapping[str, object] | No
     lines = [f"{what}: expected {_fmt(expected)}, got {_fmt(got)}"]
     if isinstance(got, float) and not math.isfinite(got):
         lines.append(f"  the answer is {'NaN' if math.isnan(got) else 'infinite'}")
-    for description, candidate in (mistakes or {}).items():
+    for description, candidate in known_mistakes(mistakes).items():
         if isinstance(got, (int, float)) and isinstance(candidate, (int, float)) \
                 and not isinstance(got, bool) and math.isclose(got, candidate, rel_tol=1e-9):
             lines.append(f"{LOOKS_LIKE}{description}.")

@@ -30,6 +30,53 @@ def test_value_mismatch_names_first_index_max_error_and_mistake():
     assert text.endswith("This looks like: one entry moved.")
 
 
+def test_mistakes_given_as_a_function_are_computed_for_a_wrong_answer_only():
+    want = np.array([1.0, 2.0])
+    calls = []
+
+    def mistakes():
+        calls.append(1)
+        return {"the thing was halved": want / 2}
+    check_close(want.copy(), want, what="f(x)", atol=0, rtol=0, mistakes=mistakes)
+    check_equal(4, 4, what="n", mistakes=mistakes)
+    assert calls == []
+    text = feedback(lambda: check_close(want / 2, want, what="f(x)", atol=0, rtol=0,
+                                        mistakes=mistakes))
+    assert text.endswith("This looks like: the thing was halved.") and calls == [1]
+    text = feedback(lambda: check_equal(2, 4, what="n",
+                                        mistakes=lambda: {"halved": 2}))
+    assert text.endswith("This looks like: halved.")
+    # A function that fails names no mistake; the answer is still explained.
+    text = feedback(lambda: check_close(want / 2, want, what="f(x)", atol=0, rtol=0,
+                                        mistakes=lambda: 1 / 0, hint="Check the scale."))
+    assert "first mismatch at index (0,)" in text and text.endswith("Check the scale.")
+
+
+def test_public_suites_compute_their_mistakes_for_the_release_to_record():
+    """The student edition replays the reference answers recorded while the
+    solutions pass the public suites: a known mistake computed only for a
+    wrong answer would never be recorded, and a student's wrong answer would
+    then find no recorded answer.  So no public suite defers them."""
+    import ast
+
+    from grader.paths import SUITES_DIR
+    deferred = []
+    for path in sorted((SUITES_DIR / "public").glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        functions = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        for node in ast.walk(tree):
+            for kw in node.keywords if isinstance(node, ast.Call) else []:
+                value = kw.value
+                lazy = (kw.arg == "mistakes" and (isinstance(value, ast.Lambda) or
+                                                  isinstance(value, ast.Name)
+                                                  and value.id in functions)
+                        or kw.arg == "lazy" and not (isinstance(value, ast.Constant)
+                                                     and value.value is False))
+                if lazy:
+                    deferred.append(f"{path.name}, line {node.lineno}")
+    assert not deferred, deferred
+
+
 def test_shape_mismatch_names_a_mistake_or_gives_the_hint():
     want = np.zeros((2, 3))
     text = feedback(lambda: check_close(np.zeros((3, 2)), want, what="g", atol=0, rtol=0,

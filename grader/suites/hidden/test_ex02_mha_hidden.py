@@ -62,7 +62,7 @@ def test_softmax_random(student, dtype):
         for_cases(f"shape {shape}, axis={axis}, {dtype}", lambda: check_close(
             student.softmax(x, axis=axis), ref.softmax(x, axis), what=f"softmax(x, axis={axis})",
             atol=atol, rtol=rtol,
-            mistakes=ref.mistakes_of(ref.softmax, SOFTMAX_MISTAKES + (
+            mistakes=lambda: ref.mistakes_of(ref.softmax, SOFTMAX_MISTAKES + (
                 ["softmax_ignores_axis"] if axis not in (-1, len(shape) - 1) else []),
                 x, axis)))
 
@@ -75,8 +75,8 @@ def test_softmax_large_logits(student):
     x = np.array([[1e4, 0.0, -1e4], [1e4, 1e4 - 1.0, 5.0], [0.0, -1.0, -2.0]])
     check_close(student.softmax(x), ref.softmax(x), what="softmax of logits near 1e4",
                 atol=1e-9, rtol=1e-7,
-                mistakes=ref.mistakes_of(ref.softmax, SOFTMAX_MISTAKES + ["softmax_global_max"],
-                                         x),
+                mistakes=lambda: ref.mistakes_of(
+                    ref.softmax, SOFTMAX_MISTAKES + ["softmax_global_max"], x),
                 hint="Shift each row by its own max (along axis, keepdims=True), not by one "
                      "max of the whole array: a row far below the others underflows to 0/0.",
                 hint_where=np.array([[False], [False], [True]]))   # the row 1e4 below
@@ -89,7 +89,7 @@ def test_softmax_masked_entries(student):
     x = np.array([[0.0, -inf, 1.0], [-inf, -inf, -inf]])
     check_close(student.softmax(x), ref.softmax(x), what="softmax with -inf entries",
                 atol=1e-12, rtol=1e-9,
-                mistakes=ref.mistakes_of(ref.softmax, SOFTMAX_MISTAKES, x),
+                mistakes=lambda: ref.mistakes_of(ref.softmax, SOFTMAX_MISTAKES, x),
                 hint="A row that may see nothing must give zeros: guard the max and the sum.",
                 hint_where=np.array([[False], [True]]))       # row 1 is all -inf
 
@@ -103,14 +103,14 @@ def test_causal_mask_end_aligned(student, s_q, s_k):
     names = ["top_left_mask", "diagonal_masked", "mask_wrong_triangle", "no_mask",
              "mask_neg_1e4", "mask_ignores_s_k"]
     check_close(got, ref.causal_mask(s_q, s_k), what=f"causal_mask({s_q}, {s_k})", atol=0,
-                rtol=0, mistakes=ref.mistakes_of(ref.causal_mask, names, s_q, s_k))
+                rtol=0, mistakes=lambda: ref.mistakes_of(ref.causal_mask, names, s_q, s_k))
 
 
 @pytest.mark.points(1)
 def test_causal_mask_default_s_k(student):
     """causal_mask(s_q) defaults s_k to s_q"""
     check_close(student.causal_mask(6), ref.causal_mask(6), what="causal_mask(6)", atol=0,
-                rtol=0, mistakes=ref.mistakes_of(ref.causal_mask, ["mask_neg_1e4"], 6))
+                rtol=0, mistakes=lambda: ref.mistakes_of(ref.causal_mask, ["mask_neg_1e4"], 6))
 
 
 # -- RoPE ---------------------------------------------------------------------
@@ -131,7 +131,7 @@ def test_rope_random(student, dtype):
         for_cases(f"x of shape {q.shape}, base={base}, {dtype}", lambda: check_close(
             student.rope(q, pos, base), ref.rope(q, pos, base), what="rope(x, positions, base)",
             atol=atol * 10, rtol=rtol * 10,
-            mistakes=ref.mistakes_of(ref.rope, names, q, pos, base)))
+            mistakes=lambda: ref.mistakes_of(ref.rope, names, q, pos, base)))
 
 
 @pytest.mark.points(1)
@@ -167,12 +167,14 @@ def test_split_and_merge_random(student):
         for_cases(f"x of shape {x.shape}, n_heads={h}", lambda: (
             check_close(student.split_heads(x, h), ref.split_heads(x, h),
                         what=f"split_heads(x, {h})", atol=0, rtol=0,
-                        mistakes=ref.mistakes_of(ref.split_heads, ["split_without_transpose",
-                                                                   "split_strided"], x, h)),
+                        mistakes=lambda: ref.mistakes_of(
+                            ref.split_heads, ["split_without_transpose", "split_strided"], x,
+                            h)),
             check_close(student.merge_heads(ref.split_heads(x, h).numpy()), x,
                         what="merge_heads", atol=0, rtol=0,
-                        mistakes={ref.MISTAKES["merge_without_transpose"]: ref.merge_heads(
-                            ref.split_heads(x, h), "merge_without_transpose")})))
+                        mistakes=lambda: {ref.MISTAKES["merge_without_transpose"]:
+                                          ref.merge_heads(ref.split_heads(x, h),
+                                                          "merge_without_transpose")})))
 
 
 # -- attention ------------------------------------------------------------------
@@ -188,17 +190,15 @@ def test_attention_random(student, dtype):
         q, k, v = heads(rng, dtype, s_q=s_q, s_k=s_k)
         causal = i % 4 != 3
         mask = ref.causal_mask(s_q, s_k).numpy().astype(dtype) if causal else None
-        mistakes = ref.mistakes_of(ref.attention, ["no_scale", "scale_by_d", "scale_multiplied",
-                                                   "softmax_over_queries"], q, k, v,
-                                   causal=causal)
+        names = ["no_scale", "scale_by_d", "scale_multiplied", "softmax_over_queries"]
         if causal:
-            mistakes.update(ref.mistakes_of(ref.attention, ["no_mask", "mask_after_softmax"],
-                                            q, k, v, causal=True))
+            names += ["no_mask", "mask_after_softmax"]
         for_cases(f"q {q.shape}, k {k.shape}, {'causal mask' if causal else 'no mask'}, "
                   f"{dtype}", lambda: check_close(
                       student.attention(q, k, v, mask), ref.attention(q, k, v, causal=causal),
                       what="attention(q, k, v, mask)", atol=atol, rtol=rtol,
-                      mistakes=mistakes))
+                      mistakes=lambda: ref.mistakes_of(ref.attention, names, q, k, v,
+                                                       causal=causal)))
 
 
 @pytest.mark.points(1)
@@ -209,8 +209,8 @@ def test_attention_large_logits(student):
     q = q * 300.0
     check_close(student.attention(q, k, v, None), ref.attention(q, k, v),
                 what="attention with scores near 1e4", atol=1e-8, rtol=1e-6,
-                mistakes=ref.mistakes_of(ref.attention, ["softmax_unstable"] + ATTN_MISTAKES,
-                                         q, k, v))
+                mistakes=lambda: ref.mistakes_of(
+                    ref.attention, ["softmax_unstable"] + ATTN_MISTAKES, q, k, v))
 
 
 @pytest.mark.points(1)
@@ -221,8 +221,8 @@ def test_attention_query_that_sees_nothing(student):
     mask = ref.causal_mask(5, 3).numpy()
     check_close(student.attention(q, k, v, mask), ref.attention(q, k, v, causal=True),
                 what="attention with 5 queries, 3 keys, causal mask", atol=1e-9, rtol=1e-7,
-                mistakes=ref.mistakes_of(ref.attention, ["empty_row_nan"] + ATTN_MISTAKES,
-                                         q, k, v, causal=True),
+                mistakes=lambda: ref.mistakes_of(
+                    ref.attention, ["empty_row_nan"] + ATTN_MISTAKES, q, k, v, causal=True),
                 hint="Rows 0 and 1 see no key (end-aligned): their weights and output are 0.",
                 hint_where=(np.arange(5) < 2)[:, None])      # (S_q, 1): rows 0 and 1
 
@@ -243,7 +243,8 @@ def test_mha_random(student, dtype):
                       student.multi_head_attention(*args, causal=causal),
                       ref.gqa(*args, causal=causal), what="multi_head_attention",
                       atol=atol * 10, rtol=rtol * 10,
-                      mistakes=ref.mistakes_of(ref.gqa, MHA_MISTAKES, *args, causal=causal)))
+                      mistakes=lambda: ref.mistakes_of(ref.gqa, MHA_MISTAKES, *args,
+                                                       causal=causal)))
 
 
 @pytest.mark.points(2)
@@ -259,8 +260,8 @@ def test_mha_positions_and_base(student):
                   lambda: check_close(
                       student.multi_head_attention(*args, **kwargs),
                       ref.gqa(*args, **kwargs), what="multi_head_attention", atol=1e-8,
-                      rtol=1e-6, mistakes=ref.mistakes_of(ref.gqa, MHA_MISTAKES, *args,
-                                                          **kwargs)))
+                      rtol=1e-6, mistakes=lambda: ref.mistakes_of(ref.gqa, MHA_MISTAKES,
+                                                                  *args, **kwargs)))
 
 
 @pytest.mark.points(2)
@@ -285,8 +286,8 @@ def test_mha_is_causal(student):
                 hint="Earlier outputs changed when later tokens did: the causal mask is "
                      "missing or lets queries see later keys."),
             lambda: check_close(a, ref.gqa(*args), what="multi_head_attention", atol=1e-8,
-                                rtol=1e-6, mistakes=ref.mistakes_of(ref.gqa, MHA_MISTAKES,
-                                                                    *args)),
+                                rtol=1e-6, mistakes=lambda: ref.mistakes_of(
+                                    ref.gqa, MHA_MISTAKES, *args)),
             "the causality check (later tokens changed earlier outputs)"))
 
 
@@ -305,5 +306,6 @@ def test_mha_shift_invariance(student):
                             "positions, so a common shift must not change the output. Is RoPE "
                             "applied to both q and k (and not to v)?"),
         lambda: check_close(base, ref.gqa(*args), what="multi_head_attention", atol=1e-8,
-                            rtol=1e-6, mistakes=ref.mistakes_of(ref.gqa, MHA_MISTAKES, *args)),
+                            rtol=1e-6,
+                            mistakes=lambda: ref.mistakes_of(ref.gqa, MHA_MISTAKES, *args)),
         "the shift check (positions 37.. changed the output)")

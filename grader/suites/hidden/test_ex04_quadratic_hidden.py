@@ -33,8 +33,8 @@ def test_naive_attention_hidden(student, seed, shape, causal, dtype):
     check_close(student.naive_attention(q, k, v, causal), ref.attention(q, k, v, causal=causal),
                 what=f"naive_attention(q, k, v, causal={causal}) on {tuple(shape)}",
                 atol=ATOL, rtol=RTOL,
-                mistakes=rl.attention_mistakes(ATTENTION_MISTAKES, q, k, v,
-                                         causal=causal))
+                mistakes=lambda: rl.attention_mistakes(ATTENTION_MISTAKES, q, k, v,
+                                                       causal=causal))
 
 
 def check_calls(run, warmup, repeats, what):
@@ -175,7 +175,8 @@ def test_loglog_slope_hidden(student):
         times = [float(2e-9 * s ** 2.3 * np.exp(rng.normal(0, 0.15))) for s in lens]
         check_close(student.loglog_slope(lens, times), rl.loglog_slope(lens, times),
                     what=f"loglog_slope({lens}, ...)", atol=1e-9, rtol=1e-7,
-                    mistakes=rl.mistakes_of(rl.loglog_slope, SLOPE_MISTAKES, lens, times))
+                    mistakes=lambda: rl.mistakes_of(rl.loglog_slope, SLOPE_MISTAKES, lens,
+                                                    times))
 
 
 @pytest.mark.points(1)
@@ -184,9 +185,10 @@ def test_score_matrix_bytes_hidden(student):
     for args in [(1, 1, 1000), (4, 16, 3000, 4), (2, 64, 131072, 2), (3, 40, 5000, 1)]:
         check_equal(student.score_matrix_bytes(*args), rl.score_matrix_bytes(*args),
                     what=f"score_matrix_bytes{args}",
-                    mistakes=rl.mistakes_of(rl.score_matrix_bytes,
-                                            ["scores_no_batch", "scores_linear",
-                                             "scores_double", "scores_no_elem_size"], *args))
+                    mistakes=lambda: rl.mistakes_of(rl.score_matrix_bytes,
+                                                    ["scores_no_batch", "scores_linear",
+                                                     "scores_double", "scores_no_elem_size"],
+                                                    *args))
 
 
 @pytest.mark.points(1)
@@ -206,9 +208,9 @@ def test_max_naive_seq_len_hidden(student):
             raise Feedback(f"max_naive_seq_len{args} returned the float {got!r}; a length is "
                            "an int (the largest whole S that fits)")
         check_equal(got, rl.max_naive_seq_len(*args), what=f"max_naive_seq_len{args}",
-                    mistakes=rl.mistakes_of(rl.max_naive_seq_len,
-                                            ["max_len_off_by_one", "max_len_one_short",
-                                             "max_len_no_elem_size"], *args))
+                    mistakes=lambda: rl.mistakes_of(rl.max_naive_seq_len,
+                                                    ["max_len_off_by_one", "max_len_one_short",
+                                                     "max_len_no_elem_size"], *args))
 
 
 @pytest.mark.points(1)

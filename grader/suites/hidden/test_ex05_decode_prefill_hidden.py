@@ -32,8 +32,8 @@ def test_attention_flops_hidden(student):
         check_equal(student.attention_flops(*args, causal=causal),
                     rl.attention_flops(*args, causal=causal),
                     what=f"attention_flops{args[:5]}, causal={causal})".replace("),", ","),
-                    mistakes=rl.mistakes_of(rl.attention_flops, FLOP_MISTAKES, *args,
-                                            causal=causal))
+                    mistakes=lambda: rl.mistakes_of(rl.attention_flops, FLOP_MISTAKES, *args,
+                                                    causal=causal))
 
 
 @pytest.mark.points(1)
@@ -45,7 +45,8 @@ def test_attention_flops_more_queries_than_keys(student):
                 what="attention_flops(2, 4, 12, 5, 16, causal=True)",
                 hint="With 12 queries and 5 keys, end-aligned, query i sits at position "
                      "i - 7: queries 0..6 see no key at all, query 7 sees one.",
-                mistakes=rl.mistakes_of(rl.attention_flops, FLOP_MISTAKES, *args, causal=True))
+                mistakes=lambda: rl.mistakes_of(rl.attention_flops, FLOP_MISTAKES, *args,
+                                                causal=True))
 
 
 # A count that always uses 2 bytes per element is also "doubled" where
@@ -68,7 +69,7 @@ def test_attention_bytes_hidden(student):
     for args in cases:
         check_equal(student.attention_bytes(*args), rl.attention_bytes(*args),
                     what=f"attention_bytes{args}",
-                    mistakes=rl.mistakes_of(rl.attention_bytes, BYTE_MISTAKES, *args))
+                    mistakes=lambda: rl.mistakes_of(rl.attention_bytes, BYTE_MISTAKES, *args))
 
 
 @pytest.mark.points(1)
@@ -113,7 +114,7 @@ def test_prefill_attention_hidden(student, seed, shape, dtype):
     check_close(student.prefill_attention(q, k, v),
                 rl.grouped(q, k, v, causal=True), what=f"prefill_attention on {shape}",
                 atol=ATOL, rtol=RTOL,
-                mistakes=rl.attention_mistakes(ATT_MISTAKES, q, k, v, causal=True))
+                mistakes=lambda: rl.attention_mistakes(ATT_MISTAKES, q, k, v, causal=True))
 
 
 DECODE_MISTAKES = ["no_scale", "softmax_over_queries", "top_left_mask", "mask_wrong_triangle"]
@@ -130,7 +131,7 @@ def test_decode_attention_hidden(student, seed, b, h, s, d):
     check_close(student.decode_attention(q, k, v), rl.grouped(q, k, v, causal=True),
                 what=f"decode_attention(q {tuple(q.shape)}, cache {tuple(k.shape)})",
                 atol=ATOL, rtol=RTOL,
-                mistakes=rl.attention_mistakes(DECODE_MISTAKES, q, k, v, causal=True))
+                mistakes=lambda: rl.attention_mistakes(DECODE_MISTAKES, q, k, v, causal=True))
 
 
 @pytest.mark.points(3)

@@ -1,6 +1,8 @@
 """Hidden tests for ex08_mla: random shapes in float32 and float64, decode equal
 to the explicit form at every length and token by token with a growing cache,
 causality, relative positions, the formulas, and traced decodes."""
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -52,13 +54,13 @@ def test_mla_cache_random(student, dtype):
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise Feedback(f"mla_cache must return (c_kv, k_rope); got {type(got).__name__}")
         want = ref.cache(x, w_dkv, w_kr, **kwargs)
-        wrong = ref.mistakes_of(ref.cache, ["rope_on_latent", "rope_positions_unused"], x,
-                                w_dkv, w_kr, **kwargs)
+        wrong = functools.cache(lambda: ref.mistakes_of(
+            ref.cache, ["rope_on_latent", "rope_positions_unused"], x, w_dkv, w_kr, **kwargs))
         for j, part in enumerate(("c_kv", "k_rope")):
             check_dtype(got[j], x.dtype, f"mla_cache ({part})")
             check_close(got[j], want[j], what=f"mla_cache(...)[{j}], {part}, on a case with "
                         f"{text}", atol=atol, rtol=rtol,
-                        mistakes={k: v[j] for k, v in wrong.items()})
+                        mistakes=lambda: {k: v[j] for k, v in wrong().items()})
 
 
 @pytest.mark.points(3)
@@ -73,7 +75,8 @@ def test_mla_attention_random(student, dtype):
         if pos is not None:
             kwargs["positions"] = pos
         check_attention(student, args, h, what=f"mla_attention on a case with "
-                        f"{text}, causal={kwargs['causal']}", atol=atol, rtol=rtol, **kwargs)
+                        f"{text}, causal={kwargs['causal']}", atol=atol, rtol=rtol,
+                        lazy=True, **kwargs)
 
 
 @pytest.mark.points(3)
@@ -95,8 +98,8 @@ def test_mla_decode_every_length(student, dtype):
             check_dtype(got, x.dtype, "mla_decode")
             check_close(got, full[:, s - 1:s], what=f"mla_decode with a cache of S={s} "
                         f"({text}) against row {s - 1} of the explicit form", atol=atol,
-                        rtol=rtol, mistakes=ref.mistakes_of(ref.decode, DECODE_MISTAKES,
-                                                            *args))
+                        rtol=rtol, mistakes=lambda: ref.mistakes_of(ref.decode,
+                                                                    DECODE_MISTAKES, *args))
 
 
 @pytest.mark.points(3)
@@ -112,12 +115,12 @@ def test_token_by_token_reproduces_attention(student, dtype):
         if isinstance(got, dict):
             raise Feedback(f"decoding token by token ({text}): {got.get('bad_result')}")
         kwargs = {} if pos is None else {"positions": pos}
-        wrong = ref.mistakes_of(ref.attention, ATTENTION_MISTAKES, *args, h, **kwargs)
         check_close(got, ref.attention(*args, h, **kwargs),
                     what=f"token-by-token decode (mla_cache of each new token appended to the "
                          f"cache, then mla_decode at its position) on a case with {text}"
                          + (", positions with gaps" if pos is not None else ""),
-                    atol=atol, rtol=rtol, mistakes=wrong)
+                    atol=atol, rtol=rtol, mistakes=lambda: ref.mistakes_of(
+                        ref.attention, ATTENTION_MISTAKES, *args, h, **kwargs))
 
 
 @pytest.mark.points(1)
@@ -128,7 +131,7 @@ def test_mla_decode_explicit_position(student):
     pos = torch.tensor([3, 5, 6, 10, 11, 15, 20, 21, 30])
     c_kv, k_rope = ref.cache(x, w_dkv, w_kr, positions=pos)
     args = (x[:, -1:], c_kv, k_rope, w_q, w_uk, w_uv, w_o, 4)
-    check_decode(student, *args, position=30,
+    check_decode(student, *args, position=30, lazy=True,
                  what="mla_decode(x_t, c_kv, k_rope, ..., position=30)", atol=1e-9, rtol=1e-7)
     check_close(student.mla_decode(*args, position=30),
                 ref.attention(x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o, 4, positions=pos)[:, -1:],
@@ -204,8 +207,8 @@ def test_mla_cache_bytes_hidden(student):
                  (60, 512, 64, 1, 1, 1)]:
         check_equal(student.mla_cache_bytes(*args), ref.cache_bytes(*args),
                     what=f"mla_cache_bytes{args}",
-                    mistakes=ref.mistakes_of(ref.cache_bytes, CACHE_BYTES_MISTAKES,
-                                             *args))
+                    mistakes=lambda: ref.mistakes_of(ref.cache_bytes, CACHE_BYTES_MISTAKES,
+                                                     *args))
     check_equal(student.mla_cache_bytes(61, 512, 64, 4096), ref.cache_bytes(61, 512, 64, 4096),
                 what="mla_cache_bytes(61, 512, 64, 4096) with default batch and bytes")
 
@@ -217,7 +220,7 @@ def test_mla_cache_saving_hidden(student):
                  (16, 64, 32, 64, 256)]:
         check_close(float(student.mla_cache_saving(*args)), ref.cache_saving(*args),
                     what=f"mla_cache_saving{args}", atol=0, rtol=1e-9,
-                    mistakes=ref.mistakes_of(ref.cache_saving, SAVING_MISTAKES, *args))
+                    mistakes=lambda: ref.mistakes_of(ref.cache_saving, SAVING_MISTAKES, *args))
 
 
 @pytest.mark.points(2)
@@ -227,11 +230,11 @@ def test_mla_decode_intensity_hidden(student):
                  (128, 131072, 512, 64, 2, 1), (32, 2048, 256, 32, 1, 2)]:
         check_close(student.mla_decode_intensity(*args), ref.decode_intensity(*args),
                     what=f"mla_decode_intensity{args}", atol=0, rtol=1e-9,
-                    mistakes=ref.mistakes_of(ref.decode_intensity,
-                                             ["rope_key_per_head", "latent_per_head",
-                                              "flops_scores_only", "flops_double",
-                                              "intensity_no_q_o", "no_rope_key",
-                                              "bytes_per_elem_ignored"], *args))
+                    mistakes=lambda: ref.mistakes_of(ref.decode_intensity,
+                                                     ["rope_key_per_head", "latent_per_head",
+                                                      "flops_scores_only", "flops_double",
+                                                      "intensity_no_q_o", "no_rope_key",
+                                                      "bytes_per_elem_ignored"], *args))
 
 
 TRACED = [dict(batch=1, n_heads=16, d=32, d_c=48, d_rope=4, d_nope=20, d_v=12),
