@@ -237,8 +237,10 @@ def record_public_answers(dest_reference: Path) -> Recorder:
     from grader.core import Options, grade
 
     # Tests marked nothing_to_record (ex07's GPU compile check: half a minute
-    # of compiling, no reference called) have no answer to record; the
-    # package's tests prove the solutions pass them (tests/test_gpu_compile.py).
+    # of compiling; ex04's measurement: seconds of timing; no secret reference
+    # called) have no answer to record; the package's tests prove the
+    # solutions pass them (tests/test_gpu_compile.py, tests/test_ex04_06.py),
+    # and tests/test_release.py that they call no secret reference.
     with Recorder() as recorder:
         report = grade(SOLUTIONS_DIR, Options(suite="public", markers="not nothing_to_record"))
     # A test this (busy) machine could not judge keeps its points in the

@@ -291,6 +291,40 @@ def test_no_working_logic_of_a_task_in_the_edition(edition):
     assert not leaks, leaks
 
 
+def test_tests_left_out_of_the_recording_call_no_secret_reference():
+    """release records the public suites' reference answers with the tests
+    marked nothing_to_record left out: such a test, and the module's own
+    functions it calls, must name no secret reference module (the edition
+    could not replay it)."""
+    from grader.paths import SUITES_DIR
+    marked = []
+    for path in sorted((SUITES_DIR / "public").glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        secret = {a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                  and (node.module or "").startswith("grader.reference.secret")
+                  for a in node.names}
+        secret |= {a.asname or a.name for node in tree.body if isinstance(node, ast.Import)
+                   for a in node.names if a.name.startswith("grader.reference.secret")}
+        functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        for fn in functions.values():
+            if "pytest.mark.nothing_to_record" not in map(ast.unparse, fn.decorator_list):
+                continue
+            marked.append(fn.name)
+            todo, seen = [fn.name], set()
+            while todo:
+                name = todo.pop()
+                if name in seen:
+                    continue
+                seen.add(name)
+                names = {n.id for n in ast.walk(functions[name]) if isinstance(n, ast.Name)}
+                assert not names & secret, (f"{path.name}: {fn.name} is marked "
+                                            f"nothing_to_record but {name} uses "
+                                            f"{sorted(names & secret)}")
+                todo += [n for n in names if n in functions]
+    assert {"test_kernel_compiles_for_sm80_and_sm90",
+            "test_measure_scaling_shows_the_quadratic"} <= set(marked), marked
+
+
 def test_grading_only_code_still_runs_when_graded():
     """What the edition stubs is real in the instructors' grader."""
     from grader.sandbox.runtime import measure
