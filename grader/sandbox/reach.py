@@ -12,6 +12,7 @@ Read here, in the grading process, as text (parsed, never run).
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from grader.paths import RUNTIME_PACKAGE
@@ -59,10 +60,25 @@ def runtime_reach(folder: Path) -> str | None:
         if path.is_symlink() or not path.is_file():
             continue
         try:
-            tree = ast.parse(path.read_text(errors="replace"))
-        except (SyntaxError, ValueError):
-            continue   # the import error is reported where it belongs
-        for node in ast.walk(tree):
-            if _names_runtime(node):
-                return f"{path.name}, line {getattr(node, 'lineno', '?')}"
+            source = path.read_bytes()
+        except OSError:
+            continue
+        line = _first_reach(source)
+        if line is not None:
+            return f"{path.name}, line {line}"
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _first_reach(source: bytes):
+    """The line where ``source`` first names the runtime, "?" where the node
+    has none, None where it never does.  Kept by content: every worker of a
+    grading asks about the same files."""
+    try:
+        tree = ast.parse(source.decode("utf-8", errors="replace"))
+    except (SyntaxError, ValueError):
+        return None   # the import error is reported where it belongs
+    for node in ast.walk(tree):
+        if _names_runtime(node):
+            return getattr(node, "lineno", "?")
     return None
