@@ -129,11 +129,13 @@ def worker_launch(smoke: bool) -> dict:
     never touched CUDA): a GPU exercise's workers are spawned on a GPU
     machine until this proves the fork there (grader.core's _zygote_for)."""
     from grader.sandbox import zygote
-    from grader.sandbox.client import Limits, StudentModule, Worker
+    from grader.sandbox.client import StudentModule
+    from grader.sandbox.launch import Launcher
     folder = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     out = {}
-    zyg = zygote.Zygote({"NumPy", "PyTorch"}, namespaces=False, memory_bytes=8 << 30) \
-        if zygote.supported() else None
+    launcher = Launcher.here("auto")     # as a grading on this machine would
+    out["isolation"] = launcher.isolation.text
+    zyg = launcher.zygote({"NumPy", "PyTorch"})
     try:
         (folder / "launch_check.py").write_text(LAUNCH_MODULE)
         env = {"TRITON_INTERPRET": "1"} if smoke else {}
@@ -141,9 +143,10 @@ def worker_launch(smoke: bool) -> dict:
             zyg.start()
         for how, z in (("spawned", None), ("forked", zyg)):
             if how == "forked" and (zyg is None or not zyg.alive):
-                out["forked"] = f"no zygote: {zyg.failed if zyg else 'not Linux'}"
+                out["forked"] = f"no zygote: {zyg.failed if zyg else 'not used here'}"
                 continue
-            worker = Worker(folder, "launch_check", Limits(call_timeout=300, env=env), zygote=z)
+            worker = launcher.worker(folder, "launch_check", call_timeout=300, env=env,
+                                     fork_from=z)
             try:
                 worker.start()
                 if how == "forked" and not isinstance(worker.proc, zygote.ForkedProcess):
@@ -360,16 +363,19 @@ def flash_attention(q, k, v, *, causal=True, sm_scale=None):
 def grader_verdict(smoke: bool) -> dict:
     from grader.reference import flash_speed
     from grader.reference.secret import flash
-    from grader.sandbox.client import Limits, StudentModule
+    from grader.sandbox.client import StudentModule
+    from grader.sandbox.launch import Launcher
     from grader.sandbox.runtime.kernels import flash as kernel
     env = {"TRITON_INTERPRET": "1"} if smoke else {}
-    limits = Limits(call_timeout=600, env=env)
+    launcher = Launcher.here("auto")
     cases = ([dict(batch=1, heads=2, kv_heads=1, s_q=20, s_k=20, d_head=16, causal=True,
                    dtype="float32")] if smoke else
              [dict(batch=4, heads=32, kv_heads=32, s_q=4096, s_k=4096, d_head=128,
                    causal=True, dtype="bfloat16")])
     out = {}
-    with flash_speed.reference_side(limits) as reference:
+    trusted = launcher.binder(Path(tempfile.gettempdir()))
+    with flash_speed.reference_side(lambda module, **kw: trusted(module, **kw, env=env),
+                                    600) as reference:
         subs = [("solution", ""), ("calls another kernel", OTHER_KERNEL_CHEAT)]
         if not smoke:                      # nothing runs asynchronously on the CPU
             subs.append(("skips synchronization", NO_SYNC_CHEAT))
@@ -379,7 +385,7 @@ def grader_verdict(smoke: bool) -> dict:
                 source = (REPO / "solutions" / f"{EX}.py").read_text() + extra
                 (folder / f"{EX}.py").write_text(source)
                 shutil.copyfile(kernel.__file__, folder / "ex07_reference_copy.py")
-                worker = flash_speed.LockedWorker(folder, EX, limits)
+                worker = launcher.worker(folder, EX, call_timeout=600, env=env, locked=True)
                 try:
                     result = flash_speed.measure(
                         StudentModule(worker, 600), reference, cases,

@@ -35,7 +35,7 @@ from typing import Callable
 
 from grader.exercises import EXERCISES
 from grader.paths import PACKAGE_DIR
-from grader.sandbox.client import remove_stale_staging
+from grader.sandbox.process import remove_stale_staging
 
 
 @dataclass
@@ -282,6 +282,9 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
            "--format", "json", "--out", str(result_path), "--isolation", isolation]
     if timeout:
         cmd += ["--timeout", str(timeout)]
+    # Within the overall limit, so that a grading that runs long still ends
+    # with its own result (the rest failed at once) rather than being killed.
+    cmd += ["--grading-budget", f"{max(1.0, submission_timeout * 0.9):g}"]
     for ex in exercises or []:
         cmd += ["--exercise", ex]
     if seed is not None:

@@ -20,6 +20,7 @@ from grader.core import GraderConfigError, Options, grade
 from grader.exercises import EXERCISES, available, by_letter
 from grader.paths import EXERCISES_DIR, HIDDEN_SUITES_DIR, REPO_DIR, SOLUTIONS_DIR
 from grader.report import write_private
+from grader.sandbox.launch import GRADING_BUDGET_S
 from grader.submission import SubmissionError, materialize
 
 EXIT_UNGRADED = 3   # a submission (or a test of it) could not be graded: see the report
@@ -222,8 +223,16 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, cache):
 @click.option("--deduct-once", is_flag=True,
               help="A mistake named in an upstream function costs points once per exercise: "
                    "downstream tests that fail only because of it keep their points.")
+@click.option("--exercise-budget", type=click.FloatRange(min=1), default=None,
+              help="Seconds all workers of one exercise may spend (starting, answering); "
+                   "once spent, its remaining tests fail at once [default: 300, ex07 900].")
+@click.option("--grading-budget", type=click.FloatRange(min=1), default=GRADING_BUDGET_S,
+              show_default=True,
+              help="Seconds the whole grading may take; once spent, every remaining call "
+                   "fails at once, and the result is still written.")
 def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, keyword, seed,
-              student_id, fail_on_lost_points, deduct_once, artifacts, isolation):
+              student_id, fail_on_lost_points, deduct_once, artifacts, isolation,
+              exercise_budget, grading_budget):
     """Grade a submission: a folder of exercise modules, a notebook, or a zip.
 
     Exit status: 0 graded; 1 points lost, with --fail-on-lost-points; 2 bad
@@ -234,7 +243,8 @@ def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, key
     options = Options(suite=suite, exercises=_exercise_names(exercises, "--exercise"),
                       call_timeout=timeout, require_gpu=require_gpu, keyword=keyword,
                       seed=seed, student_id=_student_id(student_id, "--student-id"),
-                      deduct_once=deduct_once, artifacts_dir=artifacts, isolation=isolation)
+                      deduct_once=deduct_once, artifacts_dir=artifacts, isolation=isolation,
+                      exercise_budget=exercise_budget, grading_budget=grading_budget)
     report = _run(path, options)
     _emit(report, out_format, out, public_only=suite == "public")
     if report.ungraded:   # before --fail-on-lost-points: not graded is the graver news

@@ -25,8 +25,9 @@ from grader.feedback import Feedback
 from grader.paths import SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
 from grader.sandbox import bwrap, confine, isolation, zygote
-from grader.sandbox.client import (Limits, StudentError, StudentModule, Worker,
-                                   remove_stale_staging_once)
+from grader.sandbox.client import StudentError, StudentModule, Worker
+from grader.sandbox.launch import GRADING_BUDGET_S, Launcher
+from grader.sandbox.process import remove_stale_staging_once
 
 PLUGIN_KEY = pytest.StashKey["GradingPlugin"]()
 SEED_LIMIT = 2**32
@@ -53,6 +54,8 @@ class Options:
     artifacts_dir: Path | None = None     # grader-owned folder for files like the ex04 plot
     check_cache: Path | None = None       # `check` only: answers kept for unchanged files
     zygote: bool = True                   # fork workers from one process per grading
+    exercise_budget: float | None = None  # seconds per exercise; None: each one's default
+    grading_budget: float | None = GRADING_BUDGET_S   # seconds for the whole grading
 
 
 def _title(item) -> str:
@@ -105,7 +108,7 @@ class GradingPlugin:
         self._started: dict[str, threading.Event] = {}
         self._starter: threading.Thread | None = None
         self._closing = threading.Event()
-        self.namespaces = False   # set by grade() from the isolation it found
+        self.launcher: Launcher | None = None   # set by grade() from the isolation it found
         self.zygote: zygote.Zygote | None = None   # started by prestart
 
     # -- used by the suites' fixtures --------------------------------------
@@ -118,9 +121,8 @@ class GradingPlugin:
         One at a time, in course order, so that no two starts run at once
         (each may take a fresh user id).  ``worker()`` waits for its own."""
         needs = {n for e in exercises for n in EXERCISES[e].needs}
-        if self.options.zygote and zygote.supported() and needs & set(zygote.PRELOAD):
-            self.zygote = zygote.Zygote(needs, namespaces=self.namespaces,
-                                        memory_bytes=self.options.memory_mb << 20)
+        if self.options.zygote:
+            self.zygote = self.launcher.zygote(needs)
         for exercise in exercises:
             self.worker(exercise)
             self._started[exercise] = threading.Event()
@@ -150,15 +152,14 @@ class GradingPlugin:
             started.wait()
         if exercise not in self.workers:
             ex = EXERCISES[exercise]
-            limits = Limits(call_timeout=self.options.call_timeout or ex.call_timeout,
-                            import_timeout=self.options.import_timeout,
-                            memory_bytes=self.options.memory_mb << 20,
-                            # the mapping itself: ex07's asks PyTorch whether there is
-                            # CUDA, which is read when the worker starts (in prestart's
-                            # thread, beside the grading process's own imports)
-                            env=ex.worker_env, namespaces=self.namespaces)
-            self.workers[exercise] = Worker(self.submission, exercise, limits,
-                                            zygote=self._zygote_for(ex))
+            self.launcher.budget(exercise, ex.budget_s)
+            # ``env``, the mapping itself: ex07's asks PyTorch whether there is
+            # CUDA, which is read when the worker starts (in prestart's thread,
+            # beside the grading process's own imports)
+            self.workers[exercise] = self.launcher.worker(
+                self.submission, exercise, exercise=exercise,
+                call_timeout=self.options.call_timeout or ex.call_timeout,
+                env=ex.worker_env, fork_from=self._zygote_for(ex))
         return self.workers[exercise]
 
     def _zygote_for(self, ex):
@@ -331,7 +332,10 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
                     seed=run_seed(options.seed), student_id=options.student_id,
                     isolation=iso.level, isolation_text=iso.text)
     plugin = GradingPlugin(submission, options, report)
-    plugin.namespaces = iso.namespaces
+    plugin.launcher = Launcher(iso, memory_mb=options.memory_mb,
+                               import_timeout=options.import_timeout,
+                               grading_budget_s=options.grading_budget,
+                               exercise_budget_s=options.exercise_budget)
     start = time.perf_counter()
     args = ["-c", str(SUITES_DIR / "pytest.ini"), "--rootdir", str(SUITES_DIR),
             "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:randomly",

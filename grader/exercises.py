@@ -56,6 +56,7 @@ class Exercise:
     probes: tuple[str, ...] = ()  # its modules of grader/sandbox/runtime/probes/
     worker_env: Mapping = field(default_factory=dict)
     call_timeout: float = 10.0    # seconds per call, by default (--timeout overrides)
+    budget_s: float = 300.0       # seconds all its workers may use (--exercise-budget overrides)
     in_contract: bool = True      # False: the project's own extension, not a contract module
 
     def __post_init__(self):
@@ -117,7 +118,9 @@ EXERCISES = {e.name: e for e in [
     Exercise("ex07_flash_attention", "G", "a fused attention kernel in Triton",
              needs=("NumPy", "PyTorch", "Triton", "GPU"), gpu_for="the speed tiers",
              secret=("flash",), probes=("ex07_flash_attention",),
-             worker_env=_InterpretWithoutCuda(), call_timeout=120.0),
+             worker_env=_InterpretWithoutCuda(), call_timeout=120.0,
+             # the compile check compiles every config for two GPUs in a worker of its own
+             budget_s=900.0),
     # ex08's probe imports ex06's tracer (a probe module may import another)
     Exercise("ex08_mla", "H", "multi-head latent attention (MLA)", needs=("PyTorch",),
              secret=("mla",), probes=("ex08_mla",), call_timeout=60.0),

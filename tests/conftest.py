@@ -34,6 +34,27 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return cores + 1
 
 
+_launchers: dict = {}
+
+
+def launcher(mode: str = "auto"):
+    """A ``Launcher`` for this machine in ``mode`` (``strict``: namespaces,
+    ``fallback``), one per mode for the test process: the one way a test
+    makes a worker, as grading does."""
+    from grader.sandbox.launch import Launcher
+    if mode not in _launchers:
+        _launchers[mode] = Launcher.here(mode, grading_budget_s=None)
+    return _launchers[mode]
+
+
+def launch(folder: Path, module: str, *, namespaces: bool | None = None,
+           call_timeout: float = 10.0, **kwargs):
+    """A worker for ``module`` of ``folder``: under namespaces (True), in the
+    fallback (False), or as this machine gives (None)."""
+    mode = "auto" if namespaces is None else ("strict" if namespaces else "fallback")
+    return launcher(mode).worker(folder, module, call_timeout=call_timeout, **kwargs)
+
+
 def copy_solutions(dest: Path, only: list[str] | None = None) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for path in SOLUTIONS.glob("*.py"):   # the exercises and the questions

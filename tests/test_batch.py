@@ -69,7 +69,7 @@ def test_batch_grades_a_class_and_reruns_skip(tmp_path):
 
 
 def test_a_submission_that_outlasts_its_limit_costs_only_its_row(tmp_path):
-    from grader.sandbox.client import stale_staging
+    from grader.sandbox.process import stale_staging
     sub = copy_solutions(tmp_path / "slow", ["ex01_by_hand"])
     (sub / "ex01_by_hand.py").write_text("import time\ntime.sleep(60)\n")
     before = set(stale_staging(min_age_s=0))

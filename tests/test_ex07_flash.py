@@ -27,9 +27,9 @@ from grader.paths import KERNELS_DIR
 from grader.reference.secret import attention as att
 from grader.reference import flash_speed
 from grader.reference.secret import flash
-from grader.sandbox.client import Limits, StudentModule, Worker
+from grader.sandbox.client import StudentModule
 from grader.sandbox.runtime.kernels import flash as kernel
-from tests.conftest import REPO, copy_solutions, grade_dir
+from tests.conftest import REPO, copy_solutions, grade_dir, launch, launcher
 from tests.mutants import all_mutants
 
 EX = "ex07_flash_attention"
@@ -38,15 +38,16 @@ SOURCE = Path(flash.__file__).read_text()
 
 
 def _student(folder: Path) -> StudentModule:
-    return StudentModule(Worker(folder, EX, Limits(call_timeout=120,
-                                                   env={"TRITON_INTERPRET": "1"})))
+    return StudentModule(launch(folder, EX, call_timeout=120, env={"TRITON_INTERPRET": "1"}))
 
 
 @pytest.fixture(scope="module")
 def reference():
     """The reference kernel in a trusted worker of its own (as the speed grade runs it)."""
-    with flash_speed.reference_side(Limits(call_timeout=120,
-                                           env={"TRITON_INTERPRET": "1"})) as side:
+    launch_worker = launcher().binder(REPO / "no-submission")
+    with flash_speed.reference_side(
+            lambda module, **kw: launch_worker(module, **kw, env={"TRITON_INTERPRET": "1"}),
+            120) as side:
         yield side
 
 

@@ -12,9 +12,9 @@ import torch
 from grader.feedback import Feedback
 from grader.reference import flash_speed
 from grader.reference.secret import flash
-from grader.sandbox.client import Limits, StudentModule
+from grader.sandbox.client import StudentModule
 from grader.sandbox.runtime.kernels import flash as kernel
-from tests.conftest import copy_solutions
+from tests.conftest import copy_solutions, launcher
 
 EX = "ex07_flash_attention"
 CASE = dict(batch=1, heads=2, kv_heads=1, s_q=20, s_k=20, d_head=16, causal=True,
@@ -119,15 +119,24 @@ def test_only_the_students_own_kernels_may_run_while_timed(files, forbidden, exp
 
 
 # -- for real, two workers under the interpreter ---------------------------------------
-LIMITS = Limits(call_timeout=120, env={"TRITON_INTERPRET": "1"})
+INTERPRET = {"TRITON_INTERPRET": "1"}
+
+
+def _sides(sub):
+    """The student's locked worker and the trusted reference side, as the
+    speed grade makes them (the launcher's ``launch_worker``)."""
+    launch_worker = launcher().binder(sub)
+    student = launch_worker(EX, call_timeout=120, env=INTERPRET, locked=True)
+    return student, flash_speed.reference_side(
+        lambda module, **kw: launch_worker(module, **{**kw, "env": INTERPRET}), 120)
 
 
 @pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)
 def test_two_workers_on_the_cpu(tmp_path):
     sub = copy_solutions(tmp_path / "sub", [EX])
-    worker = flash_speed.LockedWorker(sub, EX, LIMITS)
+    worker, side = _sides(sub)
     try:
-        with flash_speed.reference_side(LIMITS) as reference:
+        with side as reference:
             result = flash_speed.measure(StudentModule(worker), reference, [CASE], calls=2,
                                          rounds=2, on="cpu")
     finally:
@@ -172,9 +181,9 @@ def test_a_kernel_from_another_file_and_a_changed_file_are_named(tmp_path):
     (sub / "ex07_helper.py").write_text(HELPER_KERNEL)
     path = sub / f"{EX}.py"
     path.write_text(path.read_text() + CALLS_A_HELPER)
-    worker = flash_speed.LockedWorker(sub, EX, LIMITS)
+    worker, side = _sides(sub)
     try:
-        with flash_speed.reference_side(LIMITS) as reference:
+        with side as reference:
             result = flash_speed.measure(StudentModule(worker), reference, [CASE], calls=1,
                                          rounds=1, on="cpu")
         dropped = worker.uid is not None

@@ -176,15 +176,15 @@ def test_stale_staging_folders_of_dead_graders_are_removed_and_no_others(tmp_pat
     import sys
     import time
 
-    from grader.sandbox import client
-    monkeypatch.setattr(client.tempfile, "gettempdir", lambda: str(tmp_path))
+    from grader.sandbox import process
+    monkeypatch.setattr(process.tempfile, "gettempdir", lambda: str(tmp_path))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
     old = time.time() - 3600
     folders = {}
     for name, pid in (("dead_old", dead), ("dead_new", dead), ("alive", str(os.getppid())),
                       ("mine", str(os.getpid()))):
-        folder = tmp_path / f"{client.STAGING_PREFIX}{pid}-{name}"
+        folder = tmp_path / f"{process.STAGING_PREFIX}{pid}-{name}"
         (folder / "submission").mkdir(parents=True)
         if name != "dead_new":
             os.utime(folder, (old, old))
@@ -192,6 +192,6 @@ def test_stale_staging_folders_of_dead_graders_are_removed_and_no_others(tmp_pat
     other = tmp_path / "attn-grade-notapid"
     other.mkdir()
     os.utime(other, (old, old))
-    assert client.remove_stale_staging() == [folders["dead_old"]]
+    assert process.remove_stale_staging() == [folders["dead_old"]]
     assert not folders["dead_old"].exists()
     assert all(folders[n].exists() for n in ("dead_new", "alive", "mine")) and other.exists()

@@ -12,7 +12,8 @@ import pytest
 from grader.paths import KERNELS_DIR, RUNTIME_DIR, RUNTIME_PACKAGE
 from grader.reference.flash_speed import REFERENCE_MODULE
 from grader.sandbox import bwrap
-from grader.sandbox.client import Limits, StudentModule, Worker
+from grader.sandbox.client import StudentModule
+from tests.conftest import launch
 
 NAMESPACES, WHY = bwrap.usable()
 # Where a student's module finds the runtime's folder (a name split in two, so
@@ -82,7 +83,7 @@ def test_a_worker_starts_without_writing_into_the_runtime(tmp_path, namespaces):
     (tmp_path / "ex02_mha.py").write_text(LOOK)
     before = {p: p.stat().st_mtime_ns for p in RUNTIME_DIR.rglob("*")
               if "__pycache__" not in p.parts}
-    worker = Worker(tmp_path, "ex02_mha", Limits(namespaces=namespaces))
+    worker = launch(tmp_path, "ex02_mha", namespaces=namespaces)
     try:
         student = StudentModule(worker)
         folder = student.runtime_folder()
@@ -116,9 +117,8 @@ def test_a_worker_starts_without_writing_into_the_runtime(tmp_path, namespaces):
 def test_a_trusted_worker_runs_the_reference_kernel_where_it_lies(tmp_path, namespaces):
     pytest.importorskip("triton")
     assert REFERENCE_MODULE == f"{RUNTIME_PACKAGE}.kernels.flash"
-    limits = Limits(namespaces=namespaces, call_timeout=120, drop_privileges=False,
-                    env={"TRITON_INTERPRET": "1"})
-    worker = Worker(tmp_path, REFERENCE_MODULE, limits, kernels=True)
+    worker = launch(tmp_path, REFERENCE_MODULE, namespaces=namespaces, call_timeout=120,
+                    env={"TRITON_INTERPRET": "1"}, trusted=True)
     try:
         assert list(StudentModule(worker).SUPPORTED_D_HEAD) == [16, 32, 64, 128]
         assert worker.load_error is None and not list(tmp_path.iterdir())

@@ -10,8 +10,8 @@ import pytest
 
 from grader.core import Options, grade
 from grader.sandbox import bwrap, confine, zygote
-from grader.sandbox.client import Limits, StudentCrash, StudentModule, StudentTimeout, Worker
-from tests.conftest import SOLUTIONS, copy_solutions
+from grader.sandbox.client import StudentCrash, StudentModule, StudentTimeout
+from tests.conftest import SOLUTIONS, copy_solutions, launch, launcher
 from tests.test_attacks import _alive
 
 pytestmark = pytest.mark.skipif(not zygote.supported(), reason="needs Linux")
@@ -25,7 +25,7 @@ def namespaces(request):
 
 
 def _zygote(namespaces, needs=("NumPy", "PyTorch")):
-    z = zygote.Zygote(set(needs), namespaces=namespaces, memory_bytes=4 << 30)
+    z = launcher("strict" if namespaces else "fallback").zygote(set(needs))
     z.start()
     assert z.alive, z.failed
     return z
@@ -40,7 +40,7 @@ def zyg(namespaces):
 
 
 def _worker(folder, module, namespaces, z, **limits):
-    w = Worker(folder, module, Limits(namespaces=namespaces, **limits), zygote=z)
+    w = launch(folder, module, namespaces=namespaces, fork_from=z, **limits)
     w.start()
     return w
 
@@ -184,7 +184,7 @@ def test_a_zygote_that_cannot_start_says_why_and_workers_spawn(monkeypatch):
     def no_answer(self, timeout):
         raise zygote.ZygoteError("no answer within 0 s")
     monkeypatch.setattr(zygote.Zygote, "_receive", no_answer)
-    z = zygote.Zygote({"NumPy"}, namespaces=False, memory_bytes=1 << 30)
+    z = launcher("fallback").zygote({"NumPy"})
     z.start()
     assert not z.alive and "no answer" in z.failed and z.root is None
     _spawned_and_answers(_worker(SOLUTIONS, "ex02_mha", False, z))

@@ -142,45 +142,24 @@ COMPILE_HINTS = (
 )
 
 
-def compile_worker(submission_dir, worker_limits):
+def compile_worker(launch_worker):
     """A second worker for the student's ex07 module, imported as on a GPU
-    (no ``TRITON_INTERPRET``): the student's code runs only there.  Takes the
-    suites' ``submission_dir`` and ``worker_limits`` fixtures."""
-    from grader.sandbox.client import StudentModule, Worker
-    limits = worker_limits(600)      # no env: nothing of the exercise's TRITON_INTERPRET
-    return StudentModule(Worker(submission_dir, "ex07_flash_attention", limits), 600)
+    (no ``TRITON_INTERPRET``): the student's code runs only there, in the
+    grading's sandbox like every worker.  Takes the suites'
+    ``launch_worker`` fixture."""
+    from grader.sandbox.client import StudentModule
+    # no env: nothing of the exercise's TRITON_INTERPRET
+    return StudentModule(launch_worker("ex07_flash_attention", call_timeout=600), 600)
 
 
 def compile_inputs(submission_dir) -> list[Path] | None:
-    """The submission's modules a compile of ex07 can depend on: its own, and
-    the modules of the submission it imports, and theirs (a worker sees the
-    top-level ``.py`` files only).  None when an import cannot be read from
-    the source (``importlib``, ``__import__``, ``exec``, a syntax error):
-    then every file counts.  So a student who edits ex02 keeps the answer."""
-    import ast
-    folder = Path(submission_dir)
-    local = {p.stem: p for p in folder.glob("*.py") if p.is_file() and not p.is_symlink()}
-    todo, seen = ["ex07_flash_attention"], []
-    while todo:
-        name = todo.pop()
-        if name in seen or name not in local:
-            continue
-        seen.append(name)
-        source = local[name].read_text(errors="replace")
-        if any(word in source for word in ("importlib", "__import__", "exec(", "eval(")):
-            return None
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError):
-            return None
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                todo += [a.name.split(".")[0] for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                todo.append(node.module.split(".")[0])
-            elif isinstance(node, ast.ImportFrom) and node.level:
-                return None   # a relative import: not a worker's layout, count all
-    return [local[n] for n in sorted(seen)]
+    """The submission's modules a compile of ex07 can depend on
+    (``reach.imported_modules``): its own, and the modules of the submission
+    it imports, and theirs; None when an import cannot be read from the
+    source (then every file counts).  So a student who edits ex02 keeps the
+    answer."""
+    from grader.sandbox.reach import imported_modules
+    return imported_modules(Path(submission_dir), "ex07_flash_attention")
 
 
 def _compile_key(submission_dir) -> str:
@@ -211,7 +190,7 @@ def _compile_key(submission_dir) -> str:
     return h.hexdigest()[:32]
 
 
-def compile_results(submission_dir, worker_limits, cache_dir=None) -> tuple[dict, bool]:
+def compile_results(submission_dir, launch_worker, cache_dir=None) -> tuple[dict, bool]:
     """``ex07_flash_attention.compile_check``'s answer for this submission, and
     whether it came from ``cache_dir``.
 
@@ -227,7 +206,7 @@ def compile_results(submission_dir, worker_limits, cache_dir=None) -> tuple[dict
             return json.loads(path.read_text()), True
         except (OSError, ValueError):
             pass
-    compiler = compile_worker(submission_dir, worker_limits)
+    compiler = compile_worker(launch_worker)
     try:
         res = compiler.probe("ex07_flash_attention.compile_check")
     finally:

@@ -19,7 +19,7 @@ process does can move the clock:
   synchronize whose work the copy then waits for) fails too;
 * every kernel launched during the timed calls must come from the
   student's own exercise file, and no PyTorch op may do attention's work;
-* the student's submission folder is read-only to its worker.
+* the student's submission folder is read-only to its worker (``locked``).
 
 ``measure`` takes the two sides as objects with ``probe(name, *args)``
 (``StudentModule`` s, or fakes in tests) and a ``clock``.  Its result has the
@@ -29,20 +29,14 @@ shape ``flash.judge_speed`` judges.  What remains possible is written in
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import os
 import random
-import shutil
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
 from grader.paths import RUNTIME_PACKAGE
-from grader.sandbox import confine
-from grader.sandbox.client import Limits, StudentModule, Worker
+from grader.sandbox.client import StudentModule
 
 # The reference kernel, loaded where it lies in the worker runtime.
 REFERENCE_MODULE = f"{RUNTIME_PACKAGE}.kernels.flash"
@@ -53,65 +47,21 @@ LATE_FRACTION = 0.5  # of the checked calls' reference time: a later collect is 
 LATE_SLACK_S = 0.002  # pipe and copy jitter
 
 
-class LockedWorker(Worker):
-    """A worker whose copy of the submission is read-only to it.
-
-    The private folder is the worker user's; the submission folder inside it
-    and its files stay the grader's, readable but not writable by the worker
-    (as root; otherwise only their write bits are cleared)."""
-
-    def start(self) -> None:
-        if self._dir is None and self.module_problem() is None:
-            self._dir = self._prepare_dir()
-            (self._dir / "tmp").mkdir()
-            if self.limits.drop_privileges and confine.can_drop_privileges():
-                self.uid = confine.fresh_uid()
-                confine.give_to(self._dir, self.uid)
-            sub = self._dir / "submission"
-            for path in [sub, *sub.iterdir()]:
-                if os.geteuid() == 0:
-                    os.chown(path, 0, 0, follow_symlinks=False)
-                os.chmod(path, 0o555 if path.is_dir() else 0o444)
-        super().start()
-
-    def fingerprint(self) -> str:
-        """A digest of the worker's copy of the submission: a worker that runs
-        as the grading user (no unprivileged user available) could write
-        despite the cleared bits, so a change is also detected."""
-        import hashlib
-        digest = hashlib.sha256()
-        sub = (self._dir / "submission") if self._dir is not None else None
-        for path in sorted(sub.iterdir()) if sub is not None and sub.is_dir() else []:
-            digest.update(path.name.encode() + b"\0")
-            if path.is_file() and not path.is_symlink():
-                digest.update(path.read_bytes())
-        return digest.hexdigest()
-
-    def close(self) -> None:
-        if self._dir is not None:             # writable again, so that it can be removed
-            sub = self._dir / "submission"
-            for path in [sub, *sub.iterdir()] if sub.is_dir() else []:
-                os.chmod(path, 0o700 if path.is_dir() else 0o600)
-        super().close()
-
-
 @contextlib.contextmanager
-def reference_side(limits: Limits):
+def reference_side(launch_worker, call_timeout: float):
     """A trusted worker running the reference kernel of the worker runtime
     (``runtime.kernels.flash``, where it lies), with an empty submission.
 
-    It runs as the grading user (``drop_privileges=False``): the kernels
-    folder is the one part of the runtime that a student's worker never
-    sees, and as root without namespaces it is readable by root alone
-    (``confine.secret_paths``).  Only trusted code runs in it."""
-    folder = Path(tempfile.mkdtemp(prefix="ex07-reference-"))
-    trusted = dataclasses.replace(limits, drop_privileges=False)
-    worker = Worker(folder, REFERENCE_MODULE, trusted, kernels=True)
+    It runs as the grading user (``trusted``): the kernels folder is the one
+    part of the runtime that a student's worker never sees, and as root
+    without namespaces it is readable by root alone
+    (``confine.secret_paths``).  Only trusted code runs in it.
+    ``launch_worker`` is the suites' fixture of that name."""
+    worker = launch_worker(REFERENCE_MODULE, call_timeout=call_timeout, trusted=True)
     try:
-        yield StudentModule(worker, limits.call_timeout)
+        yield StudentModule(worker, call_timeout)
     finally:
         worker.close()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _timed(side, clock, *args, **kwargs) -> tuple:

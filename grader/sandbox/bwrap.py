@@ -112,12 +112,15 @@ def gpu_devices() -> list[str]:
 
 
 def command(staging: Path, argv: list[str], *, root: bool, tmpfs_bytes: int,
-            kernels: bool = False, workspace: bool = False) -> list[str]:
+            kernels: bool = False, workspace: bool = False, admin: bool = False) -> list[str]:
     """The bwrap command line that runs ``argv`` (a Python command line using
     sandbox paths) over the private ``staging`` folder's ``submission/`` and
     the runtime folder; ``kernels``: the worker is a trusted one and may see
     the runtime's reference kernels; ``workspace``: a zygote's, whose whole
-    ``staging`` folder (one folder per worker inside) is at ``/sandbox/w``."""
+    ``staging`` folder (one folder per worker inside) is at ``/sandbox/w``;
+    ``admin`` (a zygote's, as root): it keeps CAP_SYS_ADMIN, to give each
+    worker it forks its own mount, IPC and PID namespaces and fresh temp
+    folders (``runtime/zygote.py``); the worker drops it with its uid."""
     bwrap = executable()
     assert bwrap is not None
     cmd = [bwrap]
@@ -126,6 +129,8 @@ def command(staging: Path, argv: list[str], *, root: bool, tmpfs_bytes: int,
         cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts",
                 "--unshare-cgroup-try", "--cap-drop", "ALL",
                 "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        if admin:
+            cmd += ["--cap-add", "CAP_SYS_ADMIN"]
     else:
         cmd += ["--unshare-all"]  # user namespace included; no network
     cmd += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]

@@ -1,38 +1,38 @@
-"""The grading process's side of the sandbox: start, call and kill workers.
+"""The grading process's side of the sandbox: call and end workers.
 
 ``Worker`` runs one exercise module of one submission in a child process
-(``runtime/worker.py``), in a private directory that holds only a copy of the
-submission's ``.py`` files.  The worker runtime (``grader/sandbox/runtime/``)
-is one folder used as it is: under namespaces bubblewrap binds it read-only
-into the sandbox (nothing is written into it or copied at start); without them
-it is copied whole, with one ``copytree``, into the private directory, because
-the worker's fresh uid may not be able to read where the grader is installed (a
-checkout or a Python under ``/root``, mode 700).  Its ``kernels/`` (the
-reference kernels) is seen by trusted workers only (``kernels=True``): hidden
-from a student's worker in both cases.  Every request has a time limit; a
-timeout kills the worker's whole process group, a crash or exit is reported,
-and the next request starts a fresh worker.  ``StudentModule`` is the object a
-suite sees as ``student``: attribute access and calls become requests, and
-answers come back as plain data (see ``codec``).
+(``runtime/worker.py``), in a private directory that holds a copy of only the
+submission's modules it can import.  Only ``grader.sandbox.launch`` makes
+one, with the grading's ``Confinement``; ``grader.sandbox.process`` starts
+and ends its process.  The worker runtime (``grader/sandbox/runtime/``) is
+one folder used as it is: under namespaces bubblewrap binds it read-only into
+the sandbox; without them it is copied whole into the private directory,
+because the worker's fresh uid may not be able to read where the grader is
+installed (a checkout or a Python under ``/root``, mode 700).  Its
+``kernels/`` (the reference kernels) is seen by trusted workers only: hidden
+from a student's worker in both cases.  Every request has a time limit, and
+within the budgets (an exercise's, the grading's) that the worker was given;
+a time-out or a crash ends the worker and everything it started, and counts
+toward the cut-off; the next request starts a fresh worker.
+``StudentModule`` is the object a suite sees as ``student``: attribute access
+and calls become requests, and answers come back as plain data (see
+``codec``).
 """
 from __future__ import annotations
 
-import json
 import os
 import select
 import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.paths import HIDDEN_SUITES_DIR, KERNELS_DIR, RUNTIME_DIR, RUNTIME_PACKAGE
-from grader.sandbox import bwrap, confine, memcg
+from grader.paths import HIDDEN_SUITES_DIR, RUNTIME_PACKAGE
+from grader.sandbox import bwrap, confine, memcg, process
 from grader.sandbox.runtime import codec
 
 
@@ -69,18 +69,56 @@ class StudentBadValue(StudentError):
 
 @dataclass
 class Limits:
-    """Per-worker limits.  ``call_timeout`` applies to every request."""
+    """Per-worker limits.  ``call_timeout`` applies to every request.  How a
+    worker is confined is not here: it is the grading's, fixed in one place
+    (``launch.Launcher``) for every worker it makes."""
 
     call_timeout: float = 10.0
     import_timeout: float = 60.0
-    max_timeouts: int = 4      # after this many, further calls fail at once
+    max_failures: int = 4      # time-outs and crashes; after this many, calls fail at once
     max_response_bytes: int = 256 << 20
     max_output_bytes: int = 64 << 10  # stderr kept for feedback (head + tail)
     memory_bytes: int = 8 << 30       # RLIMIT_DATA, and the cgroup's limit
-    drop_privileges: bool = True      # as root: run as a fresh unprivileged uid
-    namespaces: bool = False          # run under bubblewrap (see ``bwrap``)
     rlimits: dict | None = None       # None: confine.default_rlimits
     env: Mapping = field(default_factory=dict)  # read when the worker starts
+
+
+class Budget:
+    """Wall-clock seconds a set of workers may use: an exercise's (the time
+    its workers spent starting and answering, charged by each request) or,
+    with ``deadline=True``, the whole grading's (from when it began).  Every
+    request and start is given at most what is left, and once it is spent
+    every further call fails at once, saying which."""
+
+    def __init__(self, seconds: float | None, what: str, option: str, *,
+                 deadline: bool = False):
+        self.seconds, self.what, self.option = seconds, what, option
+        self.used = 0.0
+        self._start = time.monotonic() if deadline else None
+
+    def charge(self, seconds: float) -> None:
+        self.used += seconds
+
+    def left(self) -> float:
+        if self.seconds is None:
+            return float("inf")
+        used = time.monotonic() - self._start if self._start is not None else self.used
+        return self.seconds - used
+
+    def spent_text(self) -> str:
+        return (f"not run: {self.what}'s time budget of {self.seconds:g} s is spent (by "
+                f"earlier calls that were slow, hung or crashed), so the rest is not tried "
+                f"({self.option} changes it)")
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """How the workers of one grading are confined, decided once
+    (``launch.Launcher``): under bubblewrap's namespaces or the fallback, and
+    whether, as root, each student's worker gets a fresh uid of its own."""
+
+    namespaces: bool
+    own_uids: bool
 
 
 # Address space a worker needs beyond its data when no cgroup counts its
@@ -88,22 +126,6 @@ class Limits:
 # VmSize 830 MB, of which 225 MB data), plus thread stacks; malloc's arenas
 # are bounded by MALLOC_ARENA_MAX.  Any more would let shared memory through.
 AS_HEADROOM = 1 << 30
-
-
-def _die_with_parent_hook():
-    """For the fallback's child, run between fork and exec (after its uid
-    switch, which would clear it): SIGKILL when the grading process dies.  Its
-    own detached children are not covered; bubblewrap's PID namespace is.
-    ctypes is loaded here, in the parent: the child must not import."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    PR_SET_PDEATHSIG = 1
-
-    def hook() -> None:
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
-    return hook
 
 
 def _describe_exit(code: int | None) -> str:
@@ -147,149 +169,66 @@ class _OutputTail:
         return (self.head + mid.encode() + self.tail).decode("utf-8", "replace")
 
 
-STAGING_PREFIX = "attn-grade-"
-_stale_removed = False
-
-
-def staging_folder(kind: str = "") -> Path:
-    """A private folder for workers (0700), named after this process:
-    ``attn-grade-<pid>-<kind>...`` in the temp folder.  A grader killed with
-    ``kill -9`` cannot remove its own; the next one does
-    (``remove_stale_staging``)."""
-    return Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-{kind}"))
-
-
-def staging_owner(folder: Path) -> int | None:
-    """The pid of the grader a staging folder belongs to (None: not one)."""
-    head = folder.name[len(STAGING_PREFIX):].split("-")[0]
-    return int(head) if folder.name.startswith(STAGING_PREFIX) and head.isdigit() else None
-
-
-def stale_staging(min_age_s: float = 600.0, pid: int | None = None) -> list[Path]:
-    """The staging folders of graders that are gone: the pid in the name is
-    not running, and the folder was last changed ``min_age_s`` ago (a grader
-    in another PID namespace sharing this temp folder keeps its own).
-    ``pid``: only that grader's, at any age (batch, after killing a grading
-    that ran out of time)."""
-    stale = []
-    now = time.time()
-    pattern = f"{STAGING_PREFIX}{pid if pid is not None else '*'}-*"
-    for folder in Path(tempfile.gettempdir()).glob(pattern):
-        owner = staging_owner(folder)
-        if owner is None or owner == os.getpid() or Path(f"/proc/{owner}").exists():
-            continue
-        try:
-            if pid is None and now - folder.lstat().st_mtime < min_age_s:
-                continue
-        except OSError:
-            continue
-        if folder.is_dir() and not folder.is_symlink():
-            stale.append(folder)
-    return stale
-
-
-def remove_stale_staging(min_age_s: float = 600.0, pid: int | None = None) -> list[Path]:
-    """Remove ``stale_staging(min_age_s, pid)``; returns what was removed."""
-    stale = stale_staging(min_age_s, pid)
-    for folder in stale:
-        shutil.rmtree(folder, ignore_errors=True)
-    return stale
-
-
-def remove_stale_staging_once() -> None:
-    """``remove_stale_staging`` the first time a grading runs in this process."""
-    global _stale_removed
-    if not _stale_removed and sys.platform.startswith("linux"):
-        _stale_removed = True
-        remove_stale_staging()
-
-
-def worker_environment(private: Path, namespaces: bool, extra: Mapping | None = None) -> dict:
-    """A scrubbed environment: nothing of the grader's but what Python,
-    BLAS and the GPU need; home, temp and caches inside the private folder
-    (under namespaces, the sandbox's own /tmp)."""
-    keep = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
-            "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-            "OPENBLAS_NUM_THREADS")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
-    if namespaces:
-        env["USER"] = env["LOGNAME"] = "student"  # no passwd entry for its uid
-        env["MALLOC_ARENA_MAX"] = "2"  # reserved arenas count in an address-space limit
-    # One BLAS/OpenMP thread unless the grader was told otherwise: workers of
-    # parallel gradings that each spin a thread per core slow one another
-    # down tenfold; the exercises' own measurements pin their threads.
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env.setdefault(var, "1")
-    env.update(private_environment(private, namespaces))
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update({k: str(v) for k, v in (extra or {}).items()})
-    return env
-
-
-def private_environment(private: Path, namespaces: bool) -> dict:
-    """The variables that point into a worker's private folder (under
-    namespaces, the sandbox's own tmpfs /tmp)."""
-    tmp = Path("/tmp") if namespaces else private / "tmp"
-    home = Path("/tmp") if namespaces else private
-    return {"HOME": str(home), "TMPDIR": str(tmp), "MPLCONFIGDIR": str(tmp),
-            "TRITON_CACHE_DIR": str(tmp / "triton")}
-
-
 class Worker:
     """One exercise module of one submission, run in a child process.
 
-    ``module`` is a module of the submission, or for a trusted worker one of
-    the runtime's own (``runtime.kernels.flash``); ``kernels=True`` lets the
-    worker see the runtime's reference kernels (trusted workers only)."""
+    Made by ``launch.Launcher`` only, never directly.  ``module`` is a module
+    of the submission, or for a trusted worker one of the runtime's own
+    (``runtime.kernels.flash``); ``trusted=True`` lets the worker see the
+    runtime's reference kernels and keeps the grading user (trusted code
+    only); ``locked=True``: its copy of the submission is read-only to it
+    (ex07's speed worker)."""
 
-    def __init__(self, submission: Path, module: str, limits: Limits | None = None, *,
-                 kernels: bool = False, zygote=None):
+    def __init__(self, submission: Path, module: str, limits: Limits,
+                 confinement: Confinement, *, trusted: bool = False, locked: bool = False,
+                 zygote=None, budgets: tuple[Budget, ...] = ()):
         self.submission = Path(submission)
         self.module = module
-        self.limits = limits or Limits()
-        self.kernels = kernels
+        self.limits = limits
+        self.confinement = confinement
+        self.trusted = trusted
+        self.locked = locked
+        self.budgets = budgets
         # A student's worker of a grading: forked by the grading's zygote
         # (``grader.sandbox.zygote``) while it runs, else spawned.
-        self.zygote = None if kernels else zygote
+        self.zygote = None if trusted else zygote
         self.proc: subprocess.Popen | None = None
         self.output: _OutputTail | None = None
         self._dir: Path | None = None
         self.load_error: StudentLoadError | None = None
-        self.timeouts = 0
+        self.failures = 0
         self.uid: int | None = None
         self.cgroup: memcg.MemoryCgroup | None = None
+
+    @property
+    def namespaces(self) -> bool:
+        return self.confinement.namespaces
 
     # -- lifecycle ---------------------------------------------------------
     def _forking(self) -> bool:
         return self.zygote is not None and self.zygote.alive
 
     def _prepare_dir(self) -> Path:
+        """The worker's private folder, with a copy of the submission's
+        modules that this one can import (``needed_modules``): a worker gets
+        no more of the upload than it can use."""
         forking = self._forking()
-        root = self.zygote.folder() if forking else staging_folder()
+        root = self.zygote.folder() if forking else process.staging_folder()
         sub = root / "submission"
         sub.mkdir()
-        for path in sorted(self.submission.glob("*.py")):
+        for path in needed_modules(self.submission, self.module):
             # Never a link: copied as root it would bring whatever it points
             # at (a hidden suite, say) into the worker's reach.
             if path.is_file() and not path.is_symlink():
                 shutil.copyfile(path, sub / path.name, follow_symlinks=False)
-        if not self.limits.namespaces and not forking:
-            self._copy_runtime(root)
+        (root / "tmp").mkdir()
+        if not self.namespaces and not forking:
+            process.copy_runtime(root, self.trusted)
         return root
-
-    def _copy_runtime(self, root: Path) -> None:
-        """The whole runtime folder, as it is (bubblewrap binds it instead),
-        but its reference kernels for trusted workers only.  A forked worker
-        has it from its zygote."""
-        def ignore(folder, names):
-            hidden = not self.kernels and Path(folder) == RUNTIME_DIR
-            return {KERNELS_DIR.name} & set(names) if hidden else set()
-        shutil.copytree(RUNTIME_DIR, root / "runtime", ignore=ignore)
 
     def _env(self) -> dict:
         assert self._dir is not None
-        return worker_environment(self._dir, self.limits.namespaces, self.limits.env)
+        return process.worker_environment(self._dir, self.namespaces, self.limits.env)
 
     def runtime_reach(self) -> str | None:
         """Where the submission names the worker's runtime, if it does (cached)."""
@@ -309,41 +248,53 @@ class Worker:
             return StudentLoadError(f"{self.module}.py was not found in the submission")
         return None
 
+    def _own_uid(self) -> bool:
+        return (not self.trusted and self.confinement.own_uids and confine.is_root()
+                and (self.namespaces or confine.can_drop_privileges()))
+
+    def _first_start(self) -> None:
+        self._dir = self._prepare_dir()
+        if self._own_uid():
+            self.uid = confine.fresh_uid()
+            confine.give_to(self._dir / "submission" if self.namespaces else self._dir,
+                            self.uid)
+        if self.locked:
+            # The submission folder and its files stay the grader's: readable,
+            # not writable, by the worker (as root; otherwise only their write
+            # bits are cleared, and ``fingerprint`` detects a change).
+            sub = self._dir / "submission"
+            for path in [sub, *sub.iterdir()]:
+                if confine.is_root():
+                    os.chown(path, 0, 0, follow_symlinks=False)
+                os.chmod(path, 0o555 if path.is_dir() else 0o444)
+
     def start(self) -> None:
         self.load_error = self.module_problem()
         if self.load_error is not None:
             return  # no process for a module that is not there
         if self._dir is None:
-            self._dir = self._prepare_dir()
-            (self._dir / "tmp").mkdir()
-            if self.limits.drop_privileges and confine.is_root() and (
-                    self.limits.namespaces or confine.can_drop_privileges()):
-                self.uid = confine.fresh_uid()
-                if self.limits.namespaces:
-                    confine.give_to(self._dir / "submission", self.uid)
-                else:
-                    confine.give_to(self._dir, self.uid)
+            self._first_start()
         rlimits = self.limits.rlimits
         if rlimits is None:
             rlimits = confine.default_rlimits(self.limits.memory_bytes, self.uid)
+        rlimits = self._memory_limit(rlimits)
         self.proc = None
         if self._forking():
             from grader.sandbox.zygote import ZygoteError
             try:
                 self.proc = self._spawn_forked(rlimits)
             except ZygoteError:
-                self.kill()   # spawned below instead
+                self._end()   # spawned below instead
+                rlimits = self._memory_limit(rlimits)
         if self.proc is None:
-            if not self.limits.namespaces and not (self._dir / "runtime").is_dir():
-                self._copy_runtime(self._dir)   # prepared for a zygote that is gone
-            if self.limits.namespaces:
-                self.proc = self._spawn_sandboxed(rlimits)
-            else:
-                self.proc = self._spawn_plain(rlimits)
+            if not self.namespaces and not (self._dir / "runtime").is_dir():
+                process.copy_runtime(self._dir, self.trusted)  # prepared for a zygote that is gone
+            self.proc = self._spawn(rlimits)
         self.output = _OutputTail(self.proc.stderr, self.limits.max_output_bytes)
         try:
             self._request({"op": "load", "module": self.module},
-                          self.limits.import_timeout, f"importing {self.module}.py")
+                          self._timeout(self.limits.import_timeout),
+                          f"importing {self.module}.py")
         except StudentRaised as exc:
             r = exc.raised
             where = f" at {r.where}" if r.where else ""
@@ -353,10 +304,12 @@ class Worker:
             self.load_error = StudentLoadError(f"{self.module}.py could not be imported: {exc}")
 
     def _memory_limit(self, rlimits: dict) -> dict:
-        """Under namespaces: a memory cgroup for the worker where one can be
-        made (``self.cgroup``), else an address-space limit added to
-        ``rlimits`` (shared and tmpfs memory then escape RLIMIT_DATA, and the
-        tmpfs sizes bound what files can hold).  Returns the limits to apply."""
+        """A cgroup for the worker where one can be made (``self.cgroup``), in
+        every mode: it counts every page the worker touches, and ending the
+        worker kills every process inside (``process.end``).  Without one, an
+        address-space limit is added to ``rlimits`` (shared and tmpfs memory
+        then escape RLIMIT_DATA, and the tmpfs sizes bound what files can
+        hold).  Returns the limits to apply."""
         rlimits = dict(rlimits)
         try:
             self.cgroup = memcg.MemoryCgroup(self.limits.memory_bytes)
@@ -366,102 +319,109 @@ class Worker:
                 rlimits["RLIMIT_AS"] = self.limits.memory_bytes + AS_HEADROOM
         return rlimits
 
+    def _join_cgroup(self, pid: int) -> None:
+        """Before the worker runs any student code (it waits for its first
+        request): all it starts then is inside."""
+        if self.cgroup is not None:
+            self.cgroup.procs.write_text(str(pid))
+
     def _spawn_forked(self, rlimits: dict):
         """Forked by the grading's zygote, with what a spawned worker gets:
-        its own uid, limits, folder and, under namespaces, ``_memory_limit``'s
-        memory cgroup or address-space limit."""
-        if self.limits.namespaces:
-            rlimits = self._memory_limit(rlimits)
+        its own uid, limits, folder and cgroup."""
         inside = self.zygote.sandbox_path(self._dir)
-        env = private_environment(Path(inside), self.limits.namespaces)
+        env = process.private_environment(Path(inside), self.namespaces)
         env.update({k: str(v) for k, v in self.limits.env.items()})
         cfg = {"env": env, "rlimits": rlimits, "drop_to": self.uid,
                "cwd": f"{inside}/submission"}
+        return self.zygote.fork(cfg, on_forked=self._join_cgroup)
 
-        def join_cgroup(pid: int) -> None:
-            if self.cgroup is not None:
-                self.cgroup.procs.write_text(str(pid))
-        return self.zygote.fork(cfg, on_forked=join_cgroup)
-
-    def _spawn_plain(self, rlimits: dict) -> subprocess.Popen:
-        """The fallback: a child process, as the worker's uid when there is one."""
+    def _spawn(self, rlimits: dict) -> subprocess.Popen:
+        """Under bubblewrap, or the fallback's plain child, as the worker's uid
+        when there is one (``process.spawn``)."""
         cfg = {"env": dict(self.limits.env), "rlimits": rlimits}
-        as_user = {}
-        if self.uid is not None:
-            as_user = dict(user=self.uid, group=self.uid, extra_groups=[], umask=0o077)
-        return subprocess.Popen(
-            [sys.executable, "-I", str(self._dir / "runtime" / "worker.py"), json.dumps(cfg)],
-            cwd=self._dir / "submission", env=self._env(), stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            preexec_fn=_die_with_parent_hook(), **as_user)
-
-    def _spawn_sandboxed(self, rlimits: dict) -> subprocess.Popen:
-        """Under bubblewrap, within ``_memory_limit``'s limits."""
-        rlimits = self._memory_limit(rlimits)
-        cfg = {"env": dict(self.limits.env), "rlimits": rlimits, "drop_to": self.uid,
-               "cwd": f"{bwrap.SANDBOX}/submission"}
-        worker = f"{bwrap.SANDBOX}/runtime/worker.py"
-        cmd = bwrap.command(self._dir, [sys.executable, "-I", worker, json.dumps(cfg)],
-                            root=confine.is_root(), kernels=self.kernels,
-                            tmpfs_bytes=min(self.limits.memory_bytes, 4 << 30))
-        if self.cgroup is not None:
-            # Join the cgroup before bubblewrap starts, so all it forks is inside.
-            cmd = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.cgroup.procs),
-                   *cmd]
-        # umask 022: the folders bubblewrap makes for its mount points (/root,
-        # /sandbox) must let the worker's user through once it has switched.
-        return subprocess.Popen(cmd, cwd="/", env=self._env(), stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True, umask=0o022)
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            try:  # the whole group: children it forked die with it
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        if self.uid is not None:
-            confine.kill_uid(self.uid)  # also those that left the group
-        if self.proc is not None:
+        if self.namespaces:
+            cfg.update(drop_to=self.uid, cwd=f"{bwrap.SANDBOX}/submission")
+        proc = process.spawn(self._dir, cfg, namespaces=self.namespaces, uid=self.uid,
+                             env=self._env(), kernels=self.trusted,
+                             tmpfs_bytes=min(self.limits.memory_bytes, 4 << 30),
+                             cgroup_procs=self.cgroup.procs if self.namespaces and
+                             self.cgroup is not None else None)
+        if not self.namespaces:
             try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:  # pragma: no cover
-                pass
-            for stream in (self.proc.stdin, self.proc.stdout):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
+                self._join_cgroup(proc.pid)
+            except OSError:
+                process.end(proc)
+                raise
+        return proc
+
+    def _end(self) -> None:
+        """Kill the worker and everything it started (``process.end``)."""
+        process.end(self.proc, uid=self.uid, cgroup=self.cgroup)
         self.proc = None
         if self.cgroup is not None:
             self.cgroup.remove()
             self.cgroup = None
 
+    def kill(self) -> None:
+        self._end()
+
+    def fingerprint(self) -> str:
+        """A digest of the worker's copy of the submission: a worker that runs
+        as the grading user (no unprivileged user available) could write
+        despite the cleared bits, so a change is also detected."""
+        import hashlib
+        digest = hashlib.sha256()
+        sub = (self._dir / "submission") if self._dir is not None else None
+        for path in sorted(sub.iterdir()) if sub is not None and sub.is_dir() else []:
+            digest.update(path.name.encode() + b"\0")
+            if path.is_file() and not path.is_symlink():
+                digest.update(path.read_bytes())
+        return digest.hexdigest()
+
     def close(self) -> None:
-        self.kill()
+        self._end()
         if self.uid is not None:
             confine.release_uid(self.uid)
             self.uid = None
         if self._dir is not None:
+            if self.locked:             # writable again, so that it can be removed
+                sub = self._dir / "submission"
+                for path in [sub, *sub.iterdir()] if sub.is_dir() else []:
+                    os.chmod(path, 0o700 if path.is_dir() else 0o600)
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+    def _timeout(self, limit: float) -> float:
+        """``limit``, or less where a budget has less left."""
+        return min([limit] + [b.left() for b in self.budgets])
 
     def _ensure(self) -> None:
         if self.load_error is not None:
             raise self.load_error  # a module that failed to import is not retried
-        if self.timeouts >= self.limits.max_timeouts:
-            raise StudentTimeout(f"not run: {self.timeouts} earlier calls into "
-                                 f"{self.module}.py ran out of time, so the rest of this "
-                                 "exercise is not tried")
+        for budget in self.budgets:
+            if budget.left() <= 0:
+                raise StudentTimeout(budget.spent_text())
+        if self.failures >= self.limits.max_failures:
+            raise StudentTimeout(f"not run: {self.failures} earlier calls into "
+                                 f"{self.module}.py ran out of time or crashed, so the rest "
+                                 "of this exercise is not tried")
         if self.proc is None or self.proc.poll() is not None:
             if self.proc is not None:
-                self.kill()
+                self._end()
             self.start()
         if self.load_error is not None:
             raise self.load_error
 
     # -- requests ----------------------------------------------------------
     def _request(self, req: dict, timeout: float, what: str):
+        began = time.monotonic()
+        try:
+            return self._exchange(req, timeout, what)
+        finally:
+            for budget in self.budgets:
+                budget.charge(time.monotonic() - began)
+
+    def _exchange(self, req: dict, timeout: float, what: str):
         proc = self.proc
         assert proc is not None
         try:
@@ -469,7 +429,7 @@ class Worker:
             proc.stdin.flush()
         except (BrokenPipeError, OSError):
             return self._died(what)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + max(timeout, 0.0)
         fd = proc.stdout.fileno()
 
         def read_exact(n: int) -> bytes:
@@ -488,18 +448,22 @@ class Worker:
         try:
             answer = codec.read_message(read_exact, self.limits.max_response_bytes)
         except TimeoutError:
-            self.kill()
-            self.timeouts += 1
+            self._end()
+            self.failures += 1
+            spent = next((b for b in self.budgets if b.left() <= 0), None)
+            if spent is not None:
+                raise StudentTimeout(f"{what} was stopped: " + spent.spent_text()
+                                     .removeprefix("not run: ")) from None
             raise StudentTimeout(f"{what} did not finish within {timeout:g} s "
                                  "(the time limit); it was stopped") from None
         except EOFError:
             return self._died(what)
         except (codec.CodecError, ValueError, KeyError, IndexError, TypeError,
                 RecursionError) as exc:
-            self.kill()
+            self._end()
             raise StudentBadValue(f"{what} sent back a malformed answer: {exc}") from None
         if not isinstance(answer, dict):
-            self.kill()
+            self._end()
             raise StudentBadValue(f"{what} sent back a malformed answer")
         if "raised" in answer and isinstance(answer["raised"], codec.Raised):
             raise StudentRaised(what, answer["raised"])
@@ -519,13 +483,13 @@ class Worker:
             except subprocess.TimeoutExpired:
                 pass
         over_memory = self.cgroup is not None and self.cgroup.oom_killed()
-        # A forked worker's code comes from its zygote's wait(), as Popen's would.
-        bubblewrapped = self.limits.namespaces and not getattr(self.proc, "forked", False)
-        self.kill()
+        self._end()
+        self.failures += 1   # a crash counts toward the cut-off as a time-out does
         out = self.output.text().strip() if self.output else ""
         tail = f"; its last output:\n{out[-1500:]}" if out else ""
-        if bubblewrapped and code is not None and code > 128:
-            code = -(code - 128)  # bubblewrap reports a signal as 128 + its number
+        if self.namespaces and code is not None and code > 128:
+            # bubblewrap, and a forked worker's keeper, report a signal as 128 + it
+            code = -(code - 128)
         why = _describe_exit(code)
         if over_memory:
             why = (f"was stopped for going over its memory limit of "
@@ -535,7 +499,19 @@ class Worker:
 
     def request(self, req: dict, what: str, timeout: float | None = None):
         self._ensure()
-        return self._request(req, timeout or self.limits.call_timeout, what)
+        return self._request(req, self._timeout(timeout or self.limits.call_timeout), what)
+
+
+def needed_modules(folder: Path, module: str) -> list[Path]:
+    """The submission's top-level modules that ``module`` can import: its
+    own, those it imports, and theirs (``reach.imported_modules``); every
+    module when an import cannot be read from the source."""
+    from grader.sandbox.reach import imported_modules
+    folder = Path(folder)
+    found = imported_modules(folder, module)
+    if found is None:
+        return sorted(folder.glob("*.py"))
+    return found
 
 
 def _call_text(name: str, args, kwargs) -> str:

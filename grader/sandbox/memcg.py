@@ -160,16 +160,31 @@ class MemoryCgroup:
         except (OSError, ValueError):
             return []
 
-    def remove(self) -> None:
-        """Kill what is left inside, then remove the folder (the kernel
-        refuses while a process is inside, so retry briefly)."""
+    def kill(self) -> None:
+        """Kill every process inside: none can leave a cgroup it was put in
+        (moving needs write access to another's ``cgroup.procs``), so this
+        reaches those that left the worker's session or process group.  v2's
+        ``cgroup.kill`` does it in one pass; otherwise, again until empty
+        (a fork bomb's children are in here too)."""
         import signal
+        if self.version == "v2" and _try_write(self.path / "cgroup.kill", "1"):
+            return
         for _ in range(50):
-            for pid in self.pids():
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+            time.sleep(0.005)
+
+    def remove(self) -> None:
+        """Kill what is left inside, then remove the folder (the kernel
+        refuses while a process is inside, so retry briefly)."""
+        for _ in range(50):
+            self.kill()
             try:
                 self.path.rmdir()
                 return
@@ -179,8 +194,9 @@ class MemoryCgroup:
                 time.sleep(0.02)
 
 
-def _try_write(path: Path, value: str) -> None:
+def _try_write(path: Path, value: str) -> bool:
     try:
         path.write_text(value)
+        return True
     except OSError:
-        pass
+        return False

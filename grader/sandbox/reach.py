@@ -82,3 +82,55 @@ def _first_reach(source: bytes):
         if _names_runtime(node):
             return getattr(node, "lineno", "?")
     return None
+
+
+# Words that import a module whose name a parse cannot see.
+DYNAMIC = ("importlib", "__import__", "exec(", "eval(")
+
+
+def imported_modules(folder: Path, module: str) -> list[Path] | None:
+    """The submission's top-level modules that ``module`` can import: its own,
+    the modules of the submission it imports, and theirs (a worker sees the
+    top-level ``.py`` files only).  None when an import cannot be read from
+    the source (``importlib``, ``__import__``, ``exec``, a relative import):
+    then every module counts.  A module that does not parse imports nothing
+    (its own error is what the student sees).  Links are never counted."""
+    folder = Path(folder)
+    local = {p.stem: p for p in folder.glob("*.py") if p.is_file() and not p.is_symlink()}
+    todo, seen = [module], []
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in local:
+            continue
+        seen.append(name)
+        try:
+            source = local[name].read_bytes()
+        except OSError:
+            continue
+        found = _imports(source)
+        if found is None:
+            return None
+        todo += found
+    return [local[n] for n in sorted(seen)]
+
+
+@functools.lru_cache(maxsize=64)
+def _imports(source: bytes) -> tuple[str, ...] | None:
+    """The top-level names ``source`` imports; None where it imports by a
+    name no parse can see.  Kept by content, as ``_first_reach``."""
+    text = source.decode("utf-8", errors="replace")
+    if any(word in text for word in DYNAMIC):
+        return None
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            return None   # a relative import: not a worker's layout, count all
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module.split(".")[0])
+    return tuple(names)

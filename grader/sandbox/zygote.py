@@ -4,15 +4,20 @@ One ``Zygote`` per grading: a sandboxed process like a worker (under
 bubblewrap with namespaces, else a plain child), started before the first
 worker, that imports NumPy and PyTorch once and then forks each of the
 grading's workers.  Every worker keeps what a spawned one has: its own copy
-of the submission in its own folder, its own uid, memory cgroup and resource
+of the submission in its own folder, its own uid, cgroup and resource
 limits, its own session, pipes and time limits, and it dies with the grading.
-What the workers of one grading share is the zygote's sandbox (one student's
-exercises, never two students'): its PID namespace and its ``/tmp``; their
-uids keep them apart.  A worker of another grading is in another sandbox.
+Under namespaces each forked worker also gets mount, IPC and PID namespaces
+of its own, with fresh ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/proc``
+(``runtime/zygote.py``): nothing one exercise leaves there (a file, a SysV
+segment, a detached process) is seen by the next, and all of it goes when
+its worker ends.  That needs root (the zygote's sandbox keeps CAP_SYS_ADMIN
+for it); where the zygote cannot do it, it is not used under namespaces.
+Without namespaces (the fallback) workers share the machine's temp folders,
+as spawned ones do there.
 
-If the zygote cannot start or dies, workers are spawned as before
-(``Worker._spawn_*``): the zygote changes how fast a worker starts, never
-whether it does.
+Only ``grader.sandbox.launch`` makes a zygote.  If it cannot start or dies,
+workers are spawned instead: the zygote changes how fast a worker starts,
+never whether it does, nor how it is confined.
 """
 from __future__ import annotations
 
@@ -27,8 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from grader.paths import KERNELS_DIR, RUNTIME_DIR
-from grader.sandbox import bwrap, confine
+from grader.sandbox import bwrap, confine, process
 
 # What the exercises' ``needs`` preload (Triton is left to the worker: ex07's
 # TRITON_INTERPRET must be set before it is imported).
@@ -105,44 +109,38 @@ class Zygote:
             self.close()
 
     def _start(self) -> None:
-        from grader.sandbox.client import staging_folder
-        self.root = staging_folder("zygote-")
+        self.root = process.staging_folder("zygote-")
         os.chmod(self.root, 0o711)   # each worker's uid passes through to its own folder
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
-        cfg = json.dumps({"zygote": {"preload": self.preload}})
-        from grader.sandbox.client import worker_environment
-        env = worker_environment(self.root, self.namespaces)
+        tmpfs = min(self.memory_bytes, 4 << 30)
+        # Under namespaces each forked worker gets namespaces and temp folders
+        # of its own (runtime/zygote.py), which needs root's CAP_SYS_ADMIN in
+        # the zygote's sandbox; without it workers are spawned, each in a
+        # sandbox of its own (``launch``).
+        own = tmpfs if self.namespaces else None
+        cfg = {"zygote": {"preload": self.preload, "own_namespaces": own}}
+        env = process.worker_environment(self.root, self.namespaces)
+        if not self.namespaces:
+            # Only the runtime's student part, readable by the workers' uids.
+            process.copy_runtime(self.root, kernels=False)
         # Its own complaints (an import that fails) go to a file of the
         # grader's: a pipe nobody reads while it runs could fill and stall it.
         fd = os.open(self.root / "zygote.err", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         err = os.fdopen(fd, "wb")
         try:
-            if self.namespaces:
-                cmd = bwrap.command(self.root, [sys.executable, "-I",
-                                                f"{bwrap.SANDBOX}/runtime/worker.py", cfg],
-                                    root=confine.is_root(), workspace=True,
-                                    tmpfs_bytes=min(self.memory_bytes, 4 << 30))
-                self.proc = subprocess.Popen(cmd, cwd="/", env=env, stdin=theirs,
-                                             stdout=subprocess.DEVNULL, stderr=err,
-                                             start_new_session=True, umask=0o022)
-            else:
-                # Only the runtime's student part, readable by the workers' uids.
-                shutil.copytree(RUNTIME_DIR, self.root / "runtime",
-                                ignore=lambda folder, names: {KERNELS_DIR.name} & set(names)
-                                if Path(folder) == RUNTIME_DIR else set())
-                from grader.sandbox.client import _die_with_parent_hook
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-I", str(self.root / "runtime" / "worker.py"), cfg],
-                    cwd=self.root, env=env, stdin=theirs, stdout=subprocess.DEVNULL,
-                    stderr=err, start_new_session=True,
-                    preexec_fn=_die_with_parent_hook())
+            self.proc = process.spawn(self.root, cfg, namespaces=self.namespaces, uid=None,
+                                      env=env, tmpfs_bytes=tmpfs, workspace=True,
+                                      admin=self.namespaces, stdin=theirs,
+                                      stdout=subprocess.DEVNULL, stderr=err)
         finally:
             theirs.close()
             err.close()
         ready = self._receive(READY_TIMEOUT)
         if "ready" not in ready:
             raise ZygoteError(f"unexpected first message {ready!r}")
+        if self.namespaces and not ready.get("own_namespaces"):
+            raise ZygoteError("it cannot give a worker namespaces of its own here")
         if self.namespaces:
             pid = self._outer_pid(int(ready["ready"]), below=self.proc.pid)
             self._pidns = os.readlink(f"/proc/{pid}/ns/pid")
@@ -193,14 +191,7 @@ class Zygote:
             except OSError:
                 pass
         if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, 9)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:  # pragma: no cover
-                pass
+            process.end(self.proc)
         if self._reader is not None:
             self._reader.join(timeout=5)
         if self.root is not None:

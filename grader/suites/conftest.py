@@ -10,7 +10,7 @@ measured once per run and shown at the top of the report;
 (automatic): the run's secret seed, from which every random hidden case is
 drawn (``grader.reference.cases``).  ``roster_student_id``,
 ``artifacts_dir``, ``check_cache_dir``, ``for_staff``, ``submission_dir`` and
-``worker_limits``: what a few suites need of the run's options.
+``launch_worker``: what a few suites need of the run.
 """
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ import pytest
 
 from grader.core import PLUGIN_KEY
 from grader.reference import cases
-from grader.sandbox.client import Limits
 
 
 def _plugin(config):
@@ -97,16 +96,18 @@ def submission_dir(request) -> Path:
     return _plugin(request.config).submission
 
 
-@pytest.fixture(scope="session")
-def worker_limits(request):
-    """``worker_limits(call_timeout)``: ``Limits`` for a worker a suite starts
-    itself, with this run's import time limit and memory."""
-    options = _plugin(request.config).options
-
-    def limits(call_timeout: float) -> Limits:
-        return Limits(call_timeout=call_timeout, import_timeout=options.import_timeout,
-                      memory_bytes=options.memory_mb << 20)
-    return limits
+@pytest.fixture
+def launch_worker(request):
+    """``launch_worker(module, call_timeout=..., env=None, trusted=False,
+    locked=False)``: another worker for the test's exercise (ex07's compile
+    and speed workers, the reference's trusted worker), confined as every
+    worker of this grading is and drawing on the exercise's time budget
+    (``grader.sandbox.launch``).  A suite never builds a worker itself."""
+    mark = request.node.get_closest_marker("exercise")
+    if mark is None:
+        raise RuntimeError(f"{request.node.nodeid}: the suite declares no exercise marker")
+    plugin = _plugin(request.config)
+    return plugin.launcher.binder(plugin.submission, mark.args[0])
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -16,6 +16,18 @@ in its configuration, then waits on its control socket (its stdin, a Unix
 * A child's end is told as ``{"exited": pid, "code": c}`` (negative: killed
   by that signal).
 
+With ``own_namespaces`` in its configuration (a zygote under bubblewrap as
+root, which keeps CAP_SYS_ADMIN for this alone), each child first gets
+namespaces of its own: mount, IPC and PID, with fresh tmpfs ``/tmp``,
+``/var/tmp`` and ``/dev/shm`` and its own ``/proc``.  The child stays root
+and waits (a trusted keeper: the worker's uid cannot signal it); the worker
+runs below the new PID namespace's first process (a trusted init that reaps
+its orphans), forked only once the grading process has put the keeper into
+the worker's cgroup (it waits for the first request to arrive), and it drops
+to its uid, and with it every capability, before it reads that request.  When the worker ends, every
+process it started ends with its namespace, and its temp folders and IPC
+objects with their namespaces; the keeper exits with the worker's status.
+
 The grading process owns everything else: the child's memory cgroup, its time
 limits and killing it.  When the control socket closes, the zygote exits, and
 its children are killed with it (their parent-death signal; under
@@ -33,6 +45,9 @@ import socket
 import sys
 
 MAX_FDS = 3
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
+TMPFS = (b"/tmp", b"/var/tmp", b"/dev/shm")
 
 
 def _send(sock: socket.socket, message: dict) -> None:
@@ -53,8 +68,82 @@ def _reap(sock: socket.socket) -> None:
         _send(sock, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def _child(fds: list[int], cfg: dict, serve) -> None:
-    """In the forked child: become a worker, on the grading process's pipes."""
+def _libc():
+    import ctypes
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(libc, source: bytes, target: bytes, fstype: bytes, flags: int, data: bytes | None):
+    if libc.mount(source, target, fstype, flags, data) != 0:
+        import ctypes
+        raise OSError(ctypes.get_errno(), f"mount {target.decode()}")
+
+
+def _own_namespaces(tmpfs_bytes: int) -> None:
+    """Mount, IPC and PID namespaces of this child's own, with fresh temp
+    folders; the PID namespace takes effect for the next fork."""
+    libc = _libc()
+    if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID) != 0:
+        import ctypes
+        raise OSError(ctypes.get_errno(), "unshare")
+    _mount(libc, b"none", b"/", None, MS_REC | MS_PRIVATE, None)
+    opts = f"size={int(tmpfs_bytes)},mode=1777".encode()
+    for path in TMPFS:
+        _mount(libc, b"tmpfs", path, b"tmpfs", MS_NOSUID | MS_NODEV, opts)
+
+
+def _keep(cfg: dict, serve) -> None:
+    """The keeper: once the first request is there (the cgroup is joined by
+    then), fork the new PID namespace's init, wait, exit as it did."""
+    _die_with_parent()
+    select.select([0], [], [])
+    pid = os.fork()
+    if pid == 0:
+        _init(cfg, serve)
+    _close_pipes()
+    os._exit(_exit_code(os.waitpid(pid, 0)[1]))
+
+
+def _init(cfg: dict, serve) -> None:
+    """The namespace's first process, root and trusted: the worker runs as
+    its child, not as pid 1 (which signals it sends itself would not reach),
+    and when the worker ends, so does init, and with it the namespace."""
+    _die_with_parent()
+    _mount(_libc(), b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    worker = os.fork()
+    if worker == 0:
+        serve(dict(cfg, forked=True))
+        os._exit(0)
+    _close_pipes()
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)   # orphans of the worker are reaped here
+        except ChildProcessError:
+            os._exit(70)
+        if pid == worker:
+            os._exit(_exit_code(status))
+
+
+def _exit_code(status: int) -> int:
+    """An exit status to pass on: a signal as 128 + its number, as a shell
+    (and bubblewrap) reports it."""
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code
+
+
+def _close_pipes() -> None:
+    for fd in range(MAX_FDS):   # the worker's pipes are the worker's alone
+        os.close(fd)
+
+
+def _die_with_parent() -> None:
+    PR_SET_PDEATHSIG = 1
+    _libc().prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
+
+def _child(fds: list[int], cfg: dict, serve, own_namespaces: int | None) -> None:
+    """In the forked child: become a worker (or its keeper), on the grading
+    process's pipes."""
     try:
         os.setsid()
         for target, fd in enumerate(fds):
@@ -62,10 +151,30 @@ def _child(fds: list[int], cfg: dict, serve) -> None:
         os.closerange(MAX_FDS, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 4096)
         for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
+        if own_namespaces:
+            _own_namespaces(own_namespaces)
+            _keep(cfg, serve)
         serve(dict(cfg, forked=True))
     except BaseException:  # nothing of the zygote's must run on in a child
         os._exit(71)
     os._exit(0)
+
+
+def _can_own(tmpfs_bytes: int | None) -> bool:
+    """Can a child be given namespaces of its own here?  Tried once, in a
+    child, before any worker is forked (the grading process spawns its
+    workers instead when not)."""
+    if not tmpfs_bytes:
+        return False
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _own_namespaces(1 << 20)
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
 
 
 def run(cfg: dict, serve) -> None:
@@ -82,7 +191,8 @@ def run(cfg: dict, serve) -> None:
     os.dup2(devnull, 0)
     os.close(devnull)
     _send(sock, {"ready": os.getpid(), "preloaded": [m for m in cfg.get("preload", [])
-                                                      if m in sys.modules]})
+                                                      if m in sys.modules],
+                 "own_namespaces": _can_own(cfg.get("own_namespaces"))})
     while True:
         _reap(sock)
         if not select.select([sock], [], [], 0.05)[0]:
@@ -104,7 +214,7 @@ def run(cfg: dict, serve) -> None:
         pid = os.fork()
         if pid == 0:
             sock.close()
-            _child(fds, req.get("cfg", {}), serve)
+            _child(fds, req.get("cfg", {}), serve, cfg.get("own_namespaces"))
         for fd in fds:
             os.close(fd)
         _send(sock, {"forked": req.get("id"), "pid": pid})

@@ -73,7 +73,7 @@ def speed_runs() -> dict:
     return {}
 
 
-def _speed(runs: dict, submission_dir, worker_limits) -> dict:
+def _speed(runs: dict, launch_worker) -> dict:
     """The speed measurement, run once per grading run and shared by the tier
     tests: the student's kernel in a fresh worker whose submission folder is
     read-only, the reference in a trusted worker of its own, the clock here
@@ -82,10 +82,9 @@ def _speed(runs: dict, submission_dir, worker_limits) -> dict:
     from grader.sandbox.client import StudentModule
     key = "ex07_flash_attention"
     if key not in runs:
-        limits = worker_limits(600)
-        worker = flash_speed.LockedWorker(submission_dir, key, limits)
+        worker = launch_worker(key, call_timeout=600, locked=True)
         try:
-            with flash_speed.reference_side(limits) as reference:
+            with flash_speed.reference_side(launch_worker, 600) as reference:
                 runs[key] = flash_speed.measure(StudentModule(worker, 600), reference,
                                                 SPEED_CASES, rounds=SPEED_ROUNDS,
                                                 seed=random.SystemRandom().randrange(1 << 30))
@@ -105,10 +104,10 @@ def _speed(runs: dict, submission_dir, worker_limits) -> dict:
 # instructors: students see the tier, not the measurements.
 @pytest.mark.visibility("hidden")
 @pytest.mark.parametrize("tier", [1, 2, 3])
-def test_gpu_speed(request, machine, tier, speed_runs, submission_dir, worker_limits):
+def test_gpu_speed(request, machine, tier, speed_runs, launch_worker):
     """speed against the reference kernel, same run, same inputs (tier by TFLOP/s ratio)"""
     _need_gpu()
-    result = _speed(speed_runs, submission_dir, worker_limits)
+    result = _speed(speed_runs, launch_worker)
     gpu = result["gpu"]
     machine.setdefault("GPU", gpu)
     machine.setdefault("reference kernel", result["variant"])

@@ -103,11 +103,11 @@ def test_flash_attention_gpu_fp16(student):
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(600)
 @pytest.mark.nothing_to_record
-def test_kernel_compiles_for_sm80_and_sm90(request, submission_dir, worker_limits,
+def test_kernel_compiles_for_sm80_and_sm90(request, submission_dir, launch_worker,
                                            check_cache_dir):
     """your kernel compiles for real GPUs (sm_80 and sm_90), with every config it launches"""
     # flash_judge, not flash: judging code ships as is in the student edition.
-    res, cached = flash_judge.compile_results(submission_dir, worker_limits, check_cache_dir)
+    res, cached = flash_judge.compile_results(submission_dir, launch_worker, check_cache_dir)
     kept = "\n(kept from an earlier check of these same files)" if cached else ""
     try:
         request.node.feedback_on_pass = flash_judge.judge_compile(res) + kept

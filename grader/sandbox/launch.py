@@ -1,0 +1,98 @@
+"""The one way to make a process that runs student code.
+
+A ``Launcher`` is made once per grading from the isolation this machine
+gives (``isolation.decide``), and every worker of that grading comes from
+it: each exercise's worker, ex07's compile worker and speed worker, the
+trusted worker that runs the reference kernel, and the zygote that forks
+them.  So no worker can be weaker than the grading's isolation: no caller
+passes sandbox settings, only what the worker is for (its module, its time
+limit per call, its environment, whether it is the trusted reference side or
+must not write its copy of the submission).  ``tests/test_launch.py`` fails
+when code anywhere else constructs a worker or a zygote.
+
+It also holds the grading's time budgets: each exercise's (the time its
+workers spend starting and answering, the compile and speed workers' too)
+and the whole grading's (wall clock from its start).  Once one is spent, every further call it covers fails at once
+with one sentence, and the grading still writes its result.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from grader.sandbox import confine, isolation, process, zygote
+from grader.sandbox.client import Budget, Confinement, Limits, Worker
+
+# Seconds of wall clock, by default: an exercise's workers together
+# (``Exercise.budget_s`` where an exercise needs more), and a whole grading.
+# The reference grades in about a minute on 2 busy cores; a submission that
+# hangs or crashes in every call is cut off within these.
+EXERCISE_BUDGET_S = 300.0
+GRADING_BUDGET_S = 1800.0
+
+
+class Launcher:
+    def __init__(self, iso: isolation.Isolation, *, memory_mb: int = 8192,
+                 import_timeout: float = 60.0, grading_budget_s: float | None = GRADING_BUDGET_S,
+                 exercise_budget_s: float | None = None):
+        self.isolation = iso
+        self.confinement = Confinement(namespaces=iso.namespaces, own_uids=True)
+        self.memory_bytes = memory_mb << 20
+        self.import_timeout = import_timeout
+        self.grading_budget = Budget(grading_budget_s, "this grading", "--grading-budget",
+                                     deadline=True)
+        self.exercise_budget_s = exercise_budget_s
+        self._budgets: dict[str, Budget] = {}
+        process.become_subreaper()
+
+    @classmethod
+    def here(cls, mode: str = "auto", *, memory_mb: int = 8192, **kwargs) -> "Launcher":
+        """A launcher with the isolation this machine gives in ``mode``
+        (``auto``, ``strict`` or ``fallback``)."""
+        return cls(isolation.decide(mode, memory_mb), memory_mb=memory_mb, **kwargs)
+
+    @property
+    def namespaces(self) -> bool:
+        return self.confinement.namespaces
+
+    def budget(self, exercise: str, default_s: float | None = EXERCISE_BUDGET_S) -> Budget:
+        """The exercise's budget (made the first time it is asked for)."""
+        if exercise not in self._budgets:
+            seconds = self.exercise_budget_s if self.exercise_budget_s is not None else default_s
+            self._budgets[exercise] = Budget(seconds, exercise, "--exercise-budget")
+        return self._budgets[exercise]
+
+    def worker(self, submission: Path, module: str, *, call_timeout: float,
+               env=None, exercise: str | None = None, trusted: bool = False,
+               locked: bool = False, fork_from=None) -> Worker:
+        """A worker running ``module`` of ``submission``, confined as every
+        worker of this grading is.  ``exercise``: whose budget it draws on
+        (the grading's always); ``trusted``: the reference side (the
+        runtime's own module, its kernels visible, the grading user kept);
+        ``locked``: its copy of the submission is read-only to it;
+        ``fork_from``: this grading's zygote, to fork it from."""
+        limits = Limits(call_timeout=call_timeout, import_timeout=self.import_timeout,
+                        memory_bytes=self.memory_bytes, env=env if env is not None else {})
+        budgets = (self.grading_budget,) if exercise is None else \
+            (self.budget(exercise), self.grading_budget)
+        return Worker(submission, module, limits, self.confinement, trusted=trusted,
+                      locked=locked, zygote=fork_from, budgets=budgets)
+
+    def binder(self, submission: Path, exercise: str | None = None):
+        """``launch(module, call_timeout=..., env=None, trusted=False,
+        locked=False)`` for ``submission``: the suites' ``launch_worker``."""
+        def launch(module: str, *, call_timeout: float, env=None, trusted: bool = False,
+                   locked: bool = False) -> Worker:
+            return self.worker(submission, module, call_timeout=call_timeout, env=env,
+                               exercise=exercise, trusted=trusted, locked=locked)
+        return launch
+
+    def zygote(self, needs: set[str]) -> "zygote.Zygote | None":
+        """A zygote for a grading whose exercises need ``needs``, or None
+        where none is used: not on this platform, nothing heavy to preload,
+        or namespaces without root (a forked worker's own namespaces need
+        root there; each worker is then spawned in a sandbox of its own)."""
+        if not zygote.supported() or not needs & set(zygote.PRELOAD):
+            return None
+        if self.namespaces and not confine.is_root():
+            return None
+        return zygote.Zygote(needs, namespaces=self.namespaces, memory_bytes=self.memory_bytes)

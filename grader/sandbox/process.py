@@ -1,0 +1,310 @@
+"""Starting and ending the processes that run student code: the mechanism.
+
+Every such process (an exercise's worker, ex07's compile and speed workers,
+the reference's trusted worker, a grading's zygote) is started by ``spawn``
+and ended by ``end``; which ones are started, and with what confinement, is
+decided in one place above this one (``grader.sandbox.launch``).  This module
+holds no policy of its own beyond what the kernel offers to make "everything
+it started dies with it" true in every mode:
+
+* a cgroup per worker where one can be made (as root, a delegated systemd
+  scope): its processes cannot leave it, and ``end`` kills all of them,
+  however detached (``setsid``, a double fork);
+* under namespaces, a PID namespace (bubblewrap's, or a forked worker's own):
+  when its first process dies, every process in it dies;
+* as root with a fresh uid, every process of that uid;
+* and always, this process as a child subreaper (Linux): whatever a worker
+  orphans is re-parented here instead of to init, and ``end`` kills every
+  adopted child that is not a live process of ours (``sweep_orphans``).
+
+Also here: the private staging folders (named after the grading process, so
+that the next grader removes those of one killed with ``kill -9``) and the
+scrubbed environment every worker gets.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from grader.paths import KERNELS_DIR, RUNTIME_DIR
+from grader.sandbox import bwrap, confine
+
+STAGING_PREFIX = "attn-grade-"
+WORKER_PROGRAM = "worker.py"   # the runtime's entry point: a worker, or a zygote
+_stale_removed = False
+_live: set[int] = set()       # pids (and so session ids) of the processes spawn started
+_live_lock = threading.Lock()
+_subreaper = False
+
+
+def staging_folder(kind: str = "") -> Path:
+    """A private folder for workers (0700), named after this process:
+    ``attn-grade-<pid>-<kind>...`` in the temp folder.  A grader killed with
+    ``kill -9`` cannot remove its own; the next one does
+    (``remove_stale_staging``)."""
+    return Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-{kind}"))
+
+
+def staging_owner(folder: Path) -> int | None:
+    """The pid of the grader a staging folder belongs to (None: not one)."""
+    head = folder.name[len(STAGING_PREFIX):].split("-")[0]
+    return int(head) if folder.name.startswith(STAGING_PREFIX) and head.isdigit() else None
+
+
+def stale_staging(min_age_s: float = 600.0, pid: int | None = None) -> list[Path]:
+    """The staging folders of graders that are gone: the pid in the name is
+    not running, and the folder was last changed ``min_age_s`` ago (a grader
+    in another PID namespace sharing this temp folder keeps its own).
+    ``pid``: only that grader's, at any age (batch, after killing a grading
+    that ran out of time)."""
+    stale = []
+    now = time.time()
+    pattern = f"{STAGING_PREFIX}{pid if pid is not None else '*'}-*"
+    for folder in Path(tempfile.gettempdir()).glob(pattern):
+        owner = staging_owner(folder)
+        if owner is None or owner == os.getpid() or Path(f"/proc/{owner}").exists():
+            continue
+        try:
+            if pid is None and now - folder.lstat().st_mtime < min_age_s:
+                continue
+        except OSError:
+            continue
+        if folder.is_dir() and not folder.is_symlink():
+            stale.append(folder)
+    return stale
+
+
+def remove_stale_staging(min_age_s: float = 600.0, pid: int | None = None) -> list[Path]:
+    """Remove ``stale_staging(min_age_s, pid)``; returns what was removed."""
+    stale = stale_staging(min_age_s, pid)
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
+    return stale
+
+
+def remove_stale_staging_once() -> None:
+    """``remove_stale_staging`` the first time a grading runs in this process."""
+    global _stale_removed
+    if not _stale_removed and sys.platform.startswith("linux"):
+        _stale_removed = True
+        remove_stale_staging()
+
+
+def worker_environment(private: Path, namespaces: bool, extra: Mapping | None = None) -> dict:
+    """A scrubbed environment: nothing of the grader's but what Python,
+    BLAS and the GPU need; home, temp and caches inside the private folder
+    (under namespaces, the sandbox's own /tmp)."""
+    keep = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
+            "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+            "OPENBLAS_NUM_THREADS")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    if namespaces:
+        env["USER"] = env["LOGNAME"] = "student"  # no passwd entry for its uid
+        env["MALLOC_ARENA_MAX"] = "2"  # reserved arenas count in an address-space limit
+    # One BLAS/OpenMP thread unless the grader was told otherwise: workers of
+    # parallel gradings that each spin a thread per core slow one another
+    # down tenfold; the exercises' own measurements pin their threads.
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env.setdefault(var, "1")
+    env.update(private_environment(private, namespaces))
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update({k: str(v) for k, v in (extra or {}).items()})
+    return env
+
+
+def private_environment(private: Path, namespaces: bool) -> dict:
+    """The variables that point into a worker's private folder (under
+    namespaces, the sandbox's own tmpfs /tmp)."""
+    tmp = Path("/tmp") if namespaces else private / "tmp"
+    home = Path("/tmp") if namespaces else private
+    return {"HOME": str(home), "TMPDIR": str(tmp), "MPLCONFIGDIR": str(tmp),
+            "TRITON_CACHE_DIR": str(tmp / "triton")}
+
+
+def copy_runtime(root: Path, kernels: bool) -> None:
+    """The fallback's copy of the runtime folder, as it is (bubblewrap binds
+    it instead), readable by the worker's uid wherever the grader lies; its
+    reference kernels for trusted workers only."""
+    def ignore(folder, names):
+        hidden = not kernels and Path(folder) == RUNTIME_DIR
+        return {KERNELS_DIR.name} & set(names) if hidden else set()
+    shutil.copytree(RUNTIME_DIR, root / "runtime", ignore=ignore)
+
+
+def _die_with_parent_hook():
+    """For the fallback's child, run between fork and exec (after its uid
+    switch, which would clear it): SIGKILL when the grading process dies.
+    ctypes is loaded here, in the parent: the child must not import."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    PR_SET_PDEATHSIG = 1
+
+    def hook() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    return hook
+
+
+def become_subreaper() -> bool:
+    """Make this process the child subreaper of everything it starts (Linux
+    3.4+): a process a worker orphans (a double fork, ``setsid``) is adopted
+    here, where ``sweep_orphans`` finds it, instead of by init."""
+    global _subreaper
+    if _subreaper or not sys.platform.startswith("linux"):
+        return _subreaper
+    import ctypes
+    PR_SET_CHILD_SUBREAPER = 36
+    _subreaper = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
+    return _subreaper
+
+
+def spawn(staging: Path, cfg: dict, *, namespaces: bool, uid: int | None, env: dict,
+          tmpfs_bytes: int, kernels: bool = False, workspace: bool = False,
+          cgroup_procs: Path | None = None, admin: bool = False, stdin=subprocess.PIPE,
+          stdout=subprocess.PIPE, stderr=subprocess.PIPE) -> subprocess.Popen:
+    """Start ``runtime/worker.py`` with configuration ``cfg``: under
+    bubblewrap over ``staging`` (``bwrap.command``), or in the fallback as a
+    plain child from its copy of the runtime (``copy_runtime``), as ``uid``
+    where one is given.  ``cgroup_procs``: the cgroup to start in (joined
+    before bubblewrap forks; the fallback's child is moved in by the caller
+    before it runs any student code).  ``admin``: a zygote's sandbox keeps
+    the capability to give each worker it forks namespaces of its own.  In
+    its own session; tracked for ``sweep_orphans``."""
+    become_subreaper()
+    payload = json.dumps(cfg)
+    if namespaces:
+        worker = f"{bwrap.SANDBOX}/runtime/{WORKER_PROGRAM}"
+        cmd = bwrap.command(staging, [sys.executable, "-I", worker, payload],
+                            root=confine.is_root(), kernels=kernels, workspace=workspace,
+                            tmpfs_bytes=tmpfs_bytes, admin=admin)
+        if cgroup_procs is not None:
+            # Join the cgroup before bubblewrap starts, so all it forks is inside.
+            cmd = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup_procs), *cmd]
+        # umask 022: the folders bubblewrap makes for its mount points (/root,
+        # /sandbox) must let the worker's user through once it has switched.
+        kwargs = dict(cwd="/", umask=0o022)
+    else:
+        as_user = {}
+        if uid is not None:
+            as_user = dict(user=uid, group=uid, extra_groups=[], umask=0o077)
+        cmd = [sys.executable, "-I", str(staging / "runtime" / WORKER_PROGRAM), payload]
+        cwd = staging / "submission"
+        kwargs = dict(cwd=cwd if cwd.is_dir() else staging,
+                      preexec_fn=_die_with_parent_hook(), **as_user)
+    with _live_lock:
+        proc = subprocess.Popen(cmd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
+                                start_new_session=True, **kwargs)
+        _live.add(proc.pid)
+    return proc
+
+
+def descendants(pid: int) -> list[int]:
+    """Every living process below ``pid`` (as this process's /proc shows them)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields = confine.proc_status(entry.name)
+        if fields is None or "PPid" not in fields:
+            continue
+        try:
+            children.setdefault(int(fields["PPid"]), []).append(int(entry.name))
+        except ValueError:
+            continue
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _session(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def sweep_orphans() -> list[int]:
+    """Kill what workers orphaned and this (subreaper) process adopted: its
+    children that are in another session than its own and than any live
+    process ``spawn`` started.  The grader's own short helper processes stay
+    in its session and are never touched.  Repeated until none is left (a
+    fork bomb's children are adopted in turn)."""
+    if not sys.platform.startswith("linux"):
+        return []
+    me, own = os.getpid(), _session(0)
+    killed: list[int] = []
+    for _ in range(50):
+        with _live_lock:
+            live = set(_live)
+        found = []
+        for pid in descendants(me):
+            fields = confine.proc_status(pid)
+            if fields is None or fields.get("PPid", "").strip() != str(me):
+                continue
+            sid = _session(pid)
+            if sid is None or sid == own or sid in live or pid in live:
+                continue
+            found.append(pid)
+        if not found:
+            break
+        for pid in found:
+            for p in [*descendants(pid), pid]:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                os.waitpid(pid, 0)
+            except (ChildProcessError, OSError):
+                pass
+        killed += found
+    return killed
+
+
+def end(proc, *, uid: int | None = None, cgroup=None) -> None:
+    """Kill ``proc`` and everything it started, in every mode: its cgroup's
+    processes, its descendants (found before it dies, while they are still
+    below it), its process group, its uid's processes, then the orphans
+    adopted here.  Waits for it."""
+    if cgroup is not None:
+        cgroup.kill()
+    if proc is not None:
+        below = descendants(proc.pid) if sys.platform.startswith("linux") else []
+        try:  # the whole group: children it forked die with it
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    if uid is not None:
+        confine.kill_uid(uid)  # also those that left the group
+    if proc is not None:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+        with _live_lock:
+            _live.discard(proc.pid)
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                stream.close()
+            except (OSError, AttributeError):
+                pass
+    sweep_orphans()

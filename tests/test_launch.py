@@ -1,0 +1,347 @@
+"""One launch path: every process that runs student code comes from
+``grader.sandbox.launch``, is confined as the grading's isolation says,
+and takes everything it started with it when its exercise ends.
+
+Each kind of worker is tested from inside (the submission looks around at
+import and reports what it saw in its error), under namespaces and in the
+fallback where the fallback promises anything on this machine.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from grader.paths import HIDDEN_SUITES_DIR, PACKAGE_DIR, REPO_DIR, SOLUTIONS_DIR
+from grader.sandbox import bwrap, confine, memcg, process
+from grader.sandbox.client import StudentModule
+from tests.conftest import REPO, copy_solutions, grade_dir, launch, launcher
+
+NAMESPACES, WHY = bwrap.usable()
+needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=f"no namespaces here: {WHY}")
+# In the fallback a worker is confined only by a uid of its own: as root with a
+# Python an unprivileged user can run.  Elsewhere it promises nothing (the
+# report says "NO ISOLATION"), and there is nothing to test from inside.
+FALLBACK_CONFINES = confine.can_drop_privileges()
+MODES = [pytest.param(True, id="namespaces", marks=needs_namespaces),
+         pytest.param(False, id="fallback", marks=pytest.mark.skipif(
+             not FALLBACK_CONFINES, reason="the fallback runs workers as the grading user "
+             "here (this Python cannot be run by another user): it promises nothing"))]
+EX07 = "ex07_flash_attention"
+LAUNCHER = "grader/sandbox/launch.py"
+# The mechanism beneath the launcher: it starts what the launcher asks for.
+MECHANISM = {"grader/sandbox/process.py", "grader/sandbox/client.py", "grader/sandbox/zygote.py"}
+
+
+def _python_files():
+    for folder in ("grader", "benchmarks", "tests"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                yield path, path.relative_to(REPO).as_posix()
+
+
+def _constructions(tree: ast.AST) -> list[tuple[str, int]]:
+    """Calls that build a worker or a zygote, or start the worker program."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+            if name in ("Worker", "Zygote", "LockedWorker", "spawn"):
+                found.append((name, node.lineno))
+        if isinstance(node, ast.ClassDef):   # a subclass is another way to make one
+            if any(getattr(b, "attr", getattr(b, "id", "")) == "Worker" for b in node.bases):
+                found.append((f"class {node.name}(Worker)", node.lineno))
+        if isinstance(node, ast.Constant) and node.value == "worker.py":
+            found.append(("'worker.py'", node.lineno))
+    return found
+
+
+def test_no_code_but_the_launcher_makes_a_worker():
+    """A worker, a zygote or the worker program is made in launch.py alone
+    (and started by the mechanism it calls): nowhere else in the package,
+    its benchmarks or its tests."""
+    offenders = []
+    for path, rel in _python_files():
+        if rel == LAUNCHER or rel in MECHANISM or rel == "tests/test_launch.py":
+            continue
+        for name, line in _constructions(ast.parse(path.read_text())):
+            offenders.append(f"{rel}, line {line}: {name}")
+    assert not offenders, "build workers with grader.sandbox.launch:\n" + "\n".join(offenders)
+    # ... and the mechanism makes them only where it is asked to.
+    made = {rel: [n for n, _ in _constructions(ast.parse(path.read_text()))]
+            for path, rel in _python_files() if rel in MECHANISM}
+    assert made["grader/sandbox/client.py"] == ["spawn"]
+    assert made["grader/sandbox/zygote.py"] == ["spawn"]
+    assert sorted(set(made["grader/sandbox/process.py"])) == ["'worker.py'"]
+    launcher_made = {n for n, _ in _constructions(ast.parse((REPO / LAUNCHER).read_text()))}
+    assert launcher_made == {"Worker", "Zygote"}
+
+
+def test_the_launch_takes_no_sandbox_settings():
+    """No caller can ask for a weaker worker: what confines it is not a
+    parameter of the launcher's ``worker`` nor of ``Limits``."""
+    import dataclasses
+    import inspect
+
+    from grader.sandbox.client import Limits
+    from grader.sandbox.launch import Launcher
+    params = set(inspect.signature(Launcher.worker).parameters)
+    fields = {f.name for f in dataclasses.fields(Limits)}
+    for word in ("namespaces", "drop_privileges", "isolation", "uid", "confinement"):
+        assert word not in params and word not in fields
+
+
+# -- what a worker sees, from inside -------------------------------------------------
+LOOK = '''
+import importlib.util, json, os, socket
+def look():
+    seen = {{"interpret": os.environ.get("TRITON_INTERPRET")}}
+    seen["grader"] = importlib.util.find_spec("grader") is not None
+    seen["paths"] = [p for p in {paths!r} if os.path.exists(p)]
+    host = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{{pid}}/cmdline", "rb") as f:
+                if {token!r}.encode() in f.read():
+                    host.append(pid)
+        except OSError:
+            pass
+    seen["host_processes"] = host
+    try:
+        socket.create_connection(("127.0.0.1", {port}), timeout=1).close()
+        seen["network"] = True
+    except OSError:
+        seen["network"] = False
+    return "SEEN" + json.dumps(seen) + "NEES"
+'''
+# At import (a worker's load), or only where the module is imported as on a
+# GPU (ex07's compile worker) and in a call (its own worker, the interpreter's).
+AT_IMPORT = "raise RuntimeError(look())\n"
+COMPILE_AND_CALL = ('if os.environ.get("TRITON_INTERPRET") != "1":\n    raise RuntimeError(look())\n'
+                    'def flash_attention(*args, **kwargs):\n    raise RuntimeError(look())\n')
+
+
+@pytest.fixture
+def listener():
+    """A listener on the host's loopback, and a token on this process's
+    command line (``sys.argv`` is what /proc shows): what a worker must not reach."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+def _look(port: int, tail: str = AT_IMPORT) -> str:
+    paths = [str(p) for p in (PACKAGE_DIR, HIDDEN_SUITES_DIR, SOLUTIONS_DIR, REPO_DIR / "tests",
+                              PACKAGE_DIR / "reference" / "secret")]
+    return LOOK.format(paths=paths, token=_TOKEN, port=port) + tail
+
+
+_TOKEN = f"attn-host-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def host_token():
+    """A process on the host whose command line holds ``_TOKEN``."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", _TOKEN])
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def _seen(text: str) -> list[dict]:
+    out = []
+    while "SEEN" in text:
+        head, _, rest = text.partition("SEEN")
+        body, _, text = rest.partition("NEES")
+        out.append(json.loads(body))
+    return out
+
+
+def _assert_blind(seen: dict) -> None:
+    assert seen == {**seen, "grader": False, "paths": [], "host_processes": [],
+                    "network": False}, seen
+
+
+@pytest.mark.parametrize("namespaces", MODES)
+def test_an_exercise_worker_and_the_compile_worker_see_nothing(tmp_path, namespaces,
+                                                                listener, host_token):
+    """Graded as a student's submission is: ex07's own worker (under the
+    interpreter) and its compile worker (without) each import the module
+    that looks around; neither sees the grader, a secret, a host process
+    or the network."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / f"{EX07}.py").write_text(_look(listener, COMPILE_AND_CALL))
+    report = grade_dir(sub, [EX07], suite="public",
+                       isolation="strict" if namespaces else "fallback", check_cache=None)
+    seen = _seen("\n".join(t.output for t in report.tests))
+    interpreters = {s["interpret"] for s in seen}
+    assert interpreters == {"1", None}, seen    # both kinds of worker reported
+    for s in seen:
+        _assert_blind(s)
+
+
+@pytest.mark.parametrize("namespaces", MODES)
+@pytest.mark.parametrize("kind", ["speed", "forked"])
+def test_the_speed_worker_and_a_forked_worker_see_nothing(tmp_path, namespaces, kind,
+                                                           listener, host_token):
+    """ex07's speed worker (its copy of the submission read-only) and a worker
+    forked by a grading's zygote, made as grading makes them."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "ex05_decode_prefill.py").write_text(_look(listener))
+    mode = "strict" if namespaces else "fallback"
+    zyg = None
+    if kind == "forked":
+        zyg = launcher(mode).zygote({"NumPy", "PyTorch"})
+        zyg.start()
+        assert zyg.alive, zyg.failed
+    try:
+        worker = launch(sub, "ex05_decode_prefill", namespaces=namespaces,
+                        locked=kind == "speed", fork_from=zyg)
+        worker.start()
+        forked = getattr(worker.proc, "forked", False)
+        worker.close()
+    finally:
+        if zyg is not None:
+            zyg.close()
+    assert forked == (kind == "forked")
+    (seen,) = _seen(str(worker.load_error))
+    _assert_blind(seen)
+
+
+# -- nothing outlives its exercise ---------------------------------------------------
+DAEMON = '''
+import os, subprocess, sys
+def start(token, seconds):
+    """A daemon: a new session, a double fork, then a program of its own."""
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(sys.executable, [sys.executable, "-c",
+                                      f"import time; time.sleep({{seconds}})", token])
+        os._exit(0)
+    os.wait()
+    return 1
+'''
+
+
+def _running(token: str) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                if token.encode() in f.read():
+                    state = confine.proc_status(entry.name) or {}
+                    if not state.get("State", "").strip().startswith("Z"):
+                        found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+def _daemon_modes():
+    modes = [pytest.param("fallback", "cgroup", id="fallback-cgroup"),
+             pytest.param("fallback", "subreaper", id="fallback-no-cgroup-no-uid")]
+    if NAMESPACES:
+        modes += [pytest.param("strict", "cgroup", id="namespaces-spawned"),
+                  pytest.param("strict", "forked", id="namespaces-forked"),
+                  pytest.param("strict", "subreaper", id="namespaces-no-cgroup")]
+    return modes
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+@pytest.mark.parametrize("mode,how", _daemon_modes())
+def test_a_detached_daemon_dies_with_its_exercise(tmp_path, monkeypatch, mode, how):
+    """A double-forked daemon in a new session is gone as soon as its worker
+    ends: by its cgroup, its PID namespace, or, with neither and no uid of
+    its own, as an orphan this (subreaper) process adopted."""
+    if how == "subreaper":
+        def no_cgroup(self, limit):
+            raise OSError("no cgroup in this test")
+        monkeypatch.setattr(memcg.MemoryCgroup, "__init__", no_cgroup)
+        monkeypatch.setattr(confine, "can_drop_privileges", lambda: False)
+    elif memcg.base()[0] is None:
+        pytest.skip("no writable cgroup here")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    os.chmod(tmp_path, 0o755)
+    (sub / "ex02_mha.py").write_text(DAEMON)
+    token = f"attn-daemon-{uuid.uuid4().hex}"
+    zyg = None
+    own = launcher(mode)
+    if how == "subreaper":   # no uid of its own either
+        import dataclasses
+
+        from grader.sandbox.launch import Launcher
+        own = Launcher(own.isolation, grading_budget_s=None)
+        own.confinement = dataclasses.replace(own.confinement, own_uids=False)
+    if how == "forked":
+        zyg = own.zygote({"NumPy"})
+        zyg.start()
+        assert zyg.alive, zyg.failed
+    try:
+        worker = own.worker(sub, "ex02_mha", call_timeout=10, fork_from=zyg)
+        assert StudentModule(worker).start(token, 60) == 1
+        assert worker.uid is None or how != "subreaper"
+        deadline = time.monotonic() + 10
+        while not _running(token) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _running(token), "the daemon never started"
+        worker.close()
+        assert _running(token) == [], "the daemon outlived its worker"
+    finally:
+        if zyg is not None:
+            zyg.close()
+        for pid in _running(token):
+            os.kill(pid, 9)
+
+
+def test_a_daemon_cannot_rewrite_the_result(tmp_path):
+    """The red team's forgery: a daemon that waits for the grader to exit,
+    then rewrites ``--out``.  Run as an instructor runs it (the command line),
+    in the fallback without a uid of its own (this Python is root's) where
+    that is what this machine gives."""
+    out = tmp_path / "result.json"
+    sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand"])
+    os.chmod(tmp_path, 0o777)
+    forged = json.dumps({"score": 999})
+    code = textwrap.dedent(f'''
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                parent = os.getppid()
+                for _ in range(200):
+                    time.sleep(0.05)
+                try:
+                    with open({str(out)!r}, "w") as f:
+                        f.write({forged!r})
+                except OSError:
+                    pass
+                os._exit(0)
+            os._exit(0)
+    ''')
+    path = sub / "ex01_by_hand.py"
+    path.write_text(code + path.read_text())
+    proc = subprocess.run([str(Path(sys.executable).parent / "attn-grade"), "grade", str(sub),
+                           "-e", "ex01_by_hand", "--isolation", "fallback", "--format", "json",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr
+    before = out.read_text()
+    time.sleep(12)
+    assert out.read_text() == before
+    assert json.loads(before)["tests"], before
