@@ -264,8 +264,10 @@ def read_roster(path: Path) -> dict[str, str]:
 
 
 def _read_extra(outcome: Outcome, data: dict) -> None:
+    from grader.report import manual_from_gradescope
+
     outcome.scores = exercise_scores(data)
-    outcome.manual = data.get("manual_grading", [])
+    outcome.manual = manual_from_gradescope(data)
     extra = data.get("extra_data") or {}
     outcome.needs_regrade = int(extra.get("needs_regrade", 0) or 0)
     outcome.import_errors = dict(extra.get("import_errors") or {})

@@ -213,14 +213,37 @@ def to_gradescope(report: Report) -> dict:
         out["deduct_once"] = True   # a batch rerun without the option grades again
     if report.manual:
         # For staff only: Gradescope shows "hidden" entries to instructors, never to
-        # students; the list itself feeds the batch's rubric sheet.
-        out["manual_grading"] = report.manual
+        # students; the list (``manual_from_gradescope``) feeds the batch's rubric
+        # sheet.  Each answer is stored once, in its hidden entry: the list points to it.
+        out["manual_grading"] = []
         for entry in report.manual:
+            out["manual_grading"].append({**{k: v for k, v in entry.items() if k != "answer"},
+                                          "answer_in_test": len(tests)})
             tests.append({"name": f"{entry['exercise']}: {entry['question']} (staff grade, "
                                   f"out of {entry['points']:g})",
                           "score": 0.0, "max_score": 0.0, "visibility": "hidden",
-                          "output": f"Answer:\n{entry['answer'] or '(none)'}\n\n"
-                                    f"Rubric: {entry['rubric']}"})
+                          "output": _staff_output(entry.get("answer", ""), entry["rubric"])})
+    return out
+
+
+def _staff_output(answer: str, rubric: str) -> str:
+    return f"Answer:\n{answer or '(none)'}\n\nRubric: {rubric}"
+
+
+def manual_from_gradescope(data: dict) -> list[dict]:
+    """``Report.manual`` from a results JSON of ``to_gradescope``: each entry
+    with its answer, read back from the hidden entry that holds it."""
+    tests, out = data.get("tests") or [], []
+    for entry in data.get("manual_grading") or []:
+        entry = dict(entry)
+        at = entry.pop("answer_in_test", None)
+        if "answer" not in entry:      # (results of earlier versions hold it here)
+            output = str(tests[at].get("output", "")) if isinstance(at, int) \
+                and 0 <= at < len(tests) else ""
+            answer = output.removeprefix("Answer:\n").removesuffix(
+                f"\n\nRubric: {entry.get('rubric', '')}")
+            entry["answer"] = "" if answer == "(none)" else answer
+        out.append(entry)
     return out
 
 
