@@ -33,18 +33,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from grader import safetext
 from grader.exercises import EXERCISES
 from grader.paths import PACKAGE_DIR
+from grader.safetext import (NAME_LIMIT, Entries, TextMap, clean, cleaner, csv_number, csv_text,
+                             csv_value)
 from grader.sandbox.process import remove_stale_staging
+
+ONE_LINE = cleaner(NAME_LIMIT, one_line=True)
 
 
 @dataclass
 class Submission:
-    name: str              # as the class folder spells it (the CSV's name)
+    name: str              # as the class folder spells it (the roster's key)
     path: Path
     key: str = ""          # its result file's stem, unique in the batch
+    label: str = field(init=False, default="")   # the name as outputs show it (safetext)
+
+    def __post_init__(self):
+        self.label = ONE_LINE(self.name)
 
 
+@safetext.fields(error=cleaner(), manual=Entries, import_errors=TextMap, isolation=ONE_LINE)
 @dataclass
 class Outcome:
     submission: Submission
@@ -57,6 +67,14 @@ class Outcome:
     needs_regrade: int = 0         # tests that could not be judged
     import_errors: dict = field(default_factory=dict)   # exercise -> why
     isolation: str = ""
+
+    @property
+    def problems(self) -> str:
+        """The CSV's error column: the error, then each import error; one field
+        (``FIELD_LIMIT``), so that a merge reads back what was written."""
+        errors = [self.error] if self.error else []
+        errors += [f"{ex}: {why}" for ex, why in sorted(self.import_errors.items())]
+        return clean(" | ".join(errors))
 
 
 def _safe(name: str) -> str:
@@ -246,8 +264,10 @@ def read_roster(path: Path) -> dict[str, str]:
 
 
 def _read_extra(outcome: Outcome, data: dict) -> None:
+    from grader.report import manual_from_gradescope
+
     outcome.scores = exercise_scores(data)
-    outcome.manual = data.get("manual_grading", [])
+    outcome.manual = manual_from_gradescope(data)
     extra = data.get("extra_data") or {}
     outcome.needs_regrade = int(extra.get("needs_regrade", 0) or 0)
     outcome.import_errors = dict(extra.get("import_errors") or {})
@@ -313,36 +333,33 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
     if outcome.error:
         data = _failed_result(f"not graded: {outcome.error}")
         data["batch_error"] = outcome.error
-        data["batch"] = {"key": key, "submission": sub.name}  # --force grades it again
+        data["batch"] = {"key": key, "submission": sub.label}  # --force grades it again
         _write_json(result_path, data)
         return outcome
     try:
         data = json.loads(result_path.read_text())
         _read_extra(outcome, data)
-        data["batch"] = {"key": key, "submission": sub.name}
+        data["batch"] = {"key": key, "submission": sub.label}
         _write_json(result_path, data)
     except (OSError, ValueError) as exc:
         outcome.error = f"the result could not be read: {exc}"
     return outcome
 
 
+GRADES_NUMBERS = ("total", "max_total", "needs_regrade")   # and each exercise's column
+
+
 def to_csv(outcomes: list[Outcome], exercises: list[str]) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(["submission", *exercises, "total", "max_total", "needs_regrade",
-                     "isolation", "error"])
+    rows = []
     for o in sorted(outcomes, key=lambda o: (o.submission.name, o.submission.key)):
-        row = [o.submission.name]
+        row: list = [o.submission.label]
         total = max_total = 0.0
         for ex in exercises:
             got, most = o.scores.get(ex, (0.0, 0.0))
-            row.append(f"{got:g}")
+            row.append(float(got))
             total, max_total = total + got, max_total + most
-        errors = [o.error] if o.error else []
-        errors += [f"{ex}: {why}" for ex, why in sorted(o.import_errors.items())]
-        writer.writerow(row + [f"{total:g}", f"{max_total:g}", str(o.needs_regrade),
-                               o.isolation, " | ".join(errors)])
-    return buf.getvalue()
+        rows.append(row + [total, max_total, o.needs_regrade, o.isolation, o.problems])
+    return csv_text(["submission", *exercises, *GRADES_NUMBERS, "isolation", "error"], rows)
 
 
 RUBRIC_COLUMNS = ["question", "submission", "points_possible", "answer", "rubric", "points",
@@ -353,15 +370,11 @@ def to_rubric_csv(outcomes: list[Outcome]) -> str:
     """The staff's sheet for free-text answers: one row per answer, grouped by
     question (staff grade one question across the class), with the rubric and
     empty ``points`` and ``comment`` columns to fill in."""
-    rows = [(str(e.get("question", "")), o.submission.name, e) for o in outcomes
+    rows = [(str(e.get("question", "")), o.submission.label, e) for o in outcomes
             for e in o.manual]
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(RUBRIC_COLUMNS)
-    for question, name, e in sorted(rows, key=lambda r: (r[0], r[1])):
-        writer.writerow([question, name, f"{float(e.get('points', 0)):g}",
-                         e.get("answer", ""), e.get("rubric", ""), "", ""])
-    return buf.getvalue()
+    return csv_text(RUBRIC_COLUMNS, [
+        [question, name, float(e.get("points", 0)), e.get("answer", ""), e.get("rubric", ""),
+         "", ""] for question, name, e in sorted(rows, key=lambda r: (r[0], r[1]))])
 
 
 def run_batch(subs: list[Submission], results_dir: Path, *, jobs: int = 1, suite: str = "hidden",
@@ -427,11 +440,14 @@ def merge_parts(parts: list[Path]) -> str:
             raise MergeError(f"{path} was graded from another class folder than "
                              f"{seen[min(seen)]}.")
         everyone = set(info["everyone"])
-        reader = csv.DictReader(io.StringIO(path.read_text()))
+        reader = csv.DictReader(io.StringIO(path.read_text(encoding="utf-8",
+                                                           errors="replace")))
         for column in reader.fieldnames or []:
             if column not in header:
                 header.append(column)
         for row in reader:
+            row = {k: clean(csv_value(v)) for k, v in row.items()
+                   if k is not None and v is not None}
             name = row["submission"]
             if name in rows:
                 raise MergeError(f"{name} is in two parts ({path} and another).")
@@ -444,14 +460,12 @@ def merge_parts(parts: list[Path]) -> str:
     if absent:
         raise MergeError(f"{len(absent)} submissions are in no part, {absent[0]} first.")
     exercises = [c for c in EXERCISES if c in header]
-    fields = ["submission", *exercises, "total", "max_total", "needs_regrade", "isolation",
-              "error"]
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(fields)
-    for name in sorted(rows):
-        writer.writerow([rows[name].get(f) or ("0" if f in exercises else "") for f in fields])
-    return buf.getvalue()
+    fields = ["submission", *exercises, *GRADES_NUMBERS, "isolation", "error"]
+    numbers = {*exercises, *GRADES_NUMBERS}
+    return csv_text(fields, [[csv_number(rows[name].get(f) or ("0" if f in exercises else ""))
+                              if f in numbers
+                              else rows[name].get(f) or "" for f in fields]
+                             for name in sorted(rows)])
 
 
 def class_summary(text: str) -> str:

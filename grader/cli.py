@@ -20,6 +20,7 @@ from grader.core import GraderConfigError, Options, grade
 from grader.exercises import EXERCISES, available, by_letter
 from grader.paths import EXERCISES_DIR, HIDDEN_SUITES_DIR, REPO_DIR, SOLUTIONS_DIR
 from grader.report import write_private
+from grader.safetext import clean
 from grader.sandbox.launch import GRADING_BUDGET_S
 from grader.submission import SubmissionError, materialize
 
@@ -104,8 +105,8 @@ def _run(path: Path, options: Options):
             report = grade(folder, options)
             report.submission = str(path)
             return report
-    except SubmissionError as exc:
-        raise click.UsageError(str(exc)) from None
+    except SubmissionError as exc:   # it may name the submission's files: safetext
+        raise click.UsageError(clean(exc)) from None
     except GraderConfigError as exc:  # --isolation strict without namespaces, too
         raise click.UsageError(str(exc)) from None
 
@@ -353,10 +354,10 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
         subs = shard_of(everyone, *part) if part else everyone
         for sub in subs if ids is not None else []:
             if sub.name not in ids:
-                click.echo(f"  {sub.name} is not on the roster: exercise A is graded for the "
+                click.echo(f"  {sub.label} is not on the roster: exercise A is graded for the "
                            "STUDENT_ID in its module, if any", err=True)
         with click.progressbar(length=len(subs), label="grading", file=sys.stderr,
-                               show_pos=True, item_show_func=lambda o: o.submission.name
+                               show_pos=True, item_show_func=lambda o: o.submission.label
                                if o else "") as bar:
             outcomes = run_batch(subs, results_dir, jobs=jobs, suite=suite, timeout=timeout,
                                  submission_timeout=submission_timeout, force=force,
@@ -366,7 +367,7 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
     text = to_csv(outcomes, columns(outcomes))
     write_private(out, text)
     extras = write_extras(out, text, shard=part,
-                          everyone=[s.name for s in everyone] if part else None)
+                          everyone=[s.label for s in everyone] if part else None)
     rubric = out.with_name(f"{out.stem}_rubric.csv")   # beside grades.csv, for staff
     if any(o.manual for o in outcomes):
         write_private(rubric, to_rubric_csv(outcomes))
@@ -380,7 +381,7 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
                f"{len(broken)} with errors; wrote {out}, {results_dir}/"
                + "".join(f", {p}" for p in extras))
     for o in broken:
-        click.echo(f"  {o.submission.name}: {o.error}")
+        click.echo(f"  {o.submission.label}: {o.error}")
     regrade = [o for o in outcomes if o.needs_regrade]
     if broken or regrade:
         click.echo(f"{len(broken)} submission(s) not graded and {len(regrade)} with tests "

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.paths import PACKAGE_DIR, REPO_DIR
+from grader.safetext import clean
 
 VISIBILITIES = {"hidden", "after_due_date", "after_published", "visible"}
 OUTPUT_FORMATS = {"text", "html", "simple_format", "md", "ansi"}
@@ -92,13 +93,15 @@ def build_bundle(out: Path) -> Path:
 
 
 def _failure(message: str, seconds: float) -> dict:
-    return {"score": 0.0, "tests": [], "output": message, "output_format": "text",
+    """A result without a report: its message may name the upload's files (safetext)."""
+    return {"score": 0.0, "tests": [], "output": clean(message), "output_format": "text",
             "visibility": "visible", "execution_time": round(seconds, 3)}
 
 
 def _log(message: str) -> None:
-    """One line of progress for staff (Gradescope shows stdout to staff only)."""
-    print(f"[attn-grade {time.strftime('%H:%M:%S')}] {message}", flush=True)
+    """One line of progress for staff (Gradescope shows stdout to staff only); it
+    may name the upload's files, so it is made safe (``grader.safetext``)."""
+    print(f"[attn-grade {time.strftime('%H:%M:%S')}] {clean(message)}", flush=True)
 
 
 def _student_output(data: dict, report) -> dict:

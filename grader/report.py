@@ -1,9 +1,11 @@
 """The result of grading one submission, and its output formats.
 
 ``Report`` is plain data; ``to_text``, ``to_gradescope`` and ``to_junit`` are
-small functions of it.  Gradescope's format: a top-level ``score`` and
-``tests``, each test with ``name``, ``score``, ``max_score``, ``status``
-(``passed``/``failed``), ``output`` and ``visibility``.
+small functions of it.  Every field a submission controls is made safe as it
+is assigned (``grader.safetext``: valid Unicode, controls escaped, bounded),
+so no format has a check of its own.  Gradescope's format: a top-level
+``score`` and ``tests``, each test with ``name``, ``score``, ``max_score``,
+``status`` (``passed``/``failed``), ``output`` and ``visibility``.
 """
 from __future__ import annotations
 
@@ -17,12 +19,20 @@ import textwrap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from grader import safetext
+from grader.safetext import FIELD_LIMIT, NAME_LIMIT, Entries, Texts, TextMap, cleaner
+
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not_run"
 # Could not be judged (a too noisy machine, say): its points stay in the
 # maximum, it scores nothing until someone regrades it.
 NEEDS_REGRADE = "needs_regrade"
 
 
+ONE_LINE = cleaner(NAME_LIMIT, one_line=True)
+
+
+@safetext.fields(exercise=ONE_LINE, name=ONE_LINE, title=ONE_LINE,
+                 output=cleaner(FIELD_LIMIT))
 @dataclass
 class TestResult:
     exercise: str
@@ -50,6 +60,8 @@ class TestResult:
         return f"{self.exercise}: {self.title}"
 
 
+@safetext.fields(submission=ONE_LINE, student_id=ONE_LINE, errors=Texts, notes=Texts,
+                 manual=Entries, import_errors=TextMap)
 @dataclass
 class Report:
     submission: str
@@ -162,8 +174,8 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
     if report.needs_regrade:
         lines.append(f"NEEDS REGRADE: {report.needs_regrade} test(s) could not be judged on "
                      "this run (marked REGR); their points count in the maximum.")
-    for err in report.errors:
-        lines.append(f"Grader problem: {err}")
+    for err in report.errors:   # its own lines indented: never one that looks like the table's
+        lines.append("Grader problem: " + err.replace("\n", "\n  "))
     if public_only:
         lines.append("These are the public tests only: the hidden tests decide the grade, "
                      "so passing here does not mean the exercise is right.")
@@ -201,14 +213,37 @@ def to_gradescope(report: Report) -> dict:
         out["deduct_once"] = True   # a batch rerun without the option grades again
     if report.manual:
         # For staff only: Gradescope shows "hidden" entries to instructors, never to
-        # students; the list itself feeds the batch's rubric sheet.
-        out["manual_grading"] = report.manual
+        # students; the list (``manual_from_gradescope``) feeds the batch's rubric
+        # sheet.  Each answer is stored once, in its hidden entry: the list points to it.
+        out["manual_grading"] = []
         for entry in report.manual:
+            out["manual_grading"].append({**{k: v for k, v in entry.items() if k != "answer"},
+                                          "answer_in_test": len(tests)})
             tests.append({"name": f"{entry['exercise']}: {entry['question']} (staff grade, "
                                   f"out of {entry['points']:g})",
                           "score": 0.0, "max_score": 0.0, "visibility": "hidden",
-                          "output": f"Answer:\n{entry['answer'] or '(none)'}\n\n"
-                                    f"Rubric: {entry['rubric']}"})
+                          "output": _staff_output(entry.get("answer", ""), entry["rubric"])})
+    return out
+
+
+def _staff_output(answer: str, rubric: str) -> str:
+    return f"Answer:\n{answer or '(none)'}\n\nRubric: {rubric}"
+
+
+def manual_from_gradescope(data: dict) -> list[dict]:
+    """``Report.manual`` from a results JSON of ``to_gradescope``: each entry
+    with its answer, read back from the hidden entry that holds it."""
+    tests, out = data.get("tests") or [], []
+    for entry in data.get("manual_grading") or []:
+        entry = dict(entry)
+        at = entry.pop("answer_in_test", None)
+        if "answer" not in entry:      # (results of earlier versions hold it here)
+            output = str(tests[at].get("output", "")) if isinstance(at, int) \
+                and 0 <= at < len(tests) else ""
+            answer = output.removeprefix("Answer:\n").removesuffix(
+                f"\n\nRubric: {entry.get('rubric', '')}")
+            entry["answer"] = "" if answer == "(none)" else answer
+        out.append(entry)
     return out
 
 
@@ -256,13 +291,13 @@ def write_private(path: Path, text: str) -> None:
     except OSError:
         mode = None
     if mode is not None and not stat.S_ISREG(mode) and not os.path.islink(path):
-        with open(path, "w") as f:
+        with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)

@@ -14,7 +14,7 @@ from grader import replay
 from grader.cli import main
 from grader.gradescope import validate_results
 from grader.reference.secret import questions as qref
-from grader.report import to_gradescope, to_text
+from grader.report import manual_from_gradescope, to_gradescope, to_text
 from tests.conftest import EXERCISES_DIR, SOLUTIONS, failures, grade_dir
 
 
@@ -87,7 +87,9 @@ def test_the_reference_answers_earn_everything_and_reach_staff(tmp_path):
     staff = [t for t in data["tests"] if "(staff grade" in t["name"]]
     assert len(staff) == 4 and {t["visibility"] for t in staff} == {"hidden"}
     assert all(t["max_score"] == 0 and "Rubric:" in t["output"] for t in staff)
-    assert data["score"] == 16 and data["manual_grading"] == report.manual
+    assert data["score"] == 16 and manual_from_gradescope(data) == report.manual
+    answers = [e["answer"] for e in report.manual]
+    assert all(json.dumps(data).count(json.dumps(a)[1:-1]) == 1 for a in answers)  # once
     assert "4 free-text answers (12 points) for staff" in to_text(report)
 
 
