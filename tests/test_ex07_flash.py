@@ -378,3 +378,49 @@ def test_gpu_solution_earns_every_point(tmp_path):
     assert not report.errors, report.errors
     got, total = report.exercise_scores()[EX]
     assert got == total, [t.output for t in report.tests if t.status != "passed"]
+
+
+# A device check in the style the stub's docstring invites (CUDA, or the CPU
+# under the interpreter): the compile check's inputs must pass it.
+GUARD = '''
+import os as _os
+_checked = flash_attention
+
+
+def flash_attention(q, k, v, *, causal=True, sm_scale=None):
+    interpreting = _os.environ.get("TRITON_INTERPRET") == "1"
+    if not q.is_cuda and not interpreting:
+        raise RuntimeError("CPU tensors need Triton's interpreter (TRITON_INTERPRET=1)")
+    if q.device.type == "cuda":
+        import torch
+        major, _ = torch.cuda.get_device_capability(q.device)
+        assert major in (8, 9), major
+        _ = torch.empty(1, device=q.device)   # allocated where the inputs are
+    return _checked(q, k, v, causal=causal, sm_scale=sm_scale)
+'''
+
+
+@needs_triton
+@pytest.mark.parametrize("global_read", [False, True], ids=["guarded", "guarded-global"])
+def test_a_device_guard_passes_the_compile_check_and_a_global_is_named(tmp_path,
+                                                                       global_read):
+    """The compile check calls the student's code with inputs that are on a
+    GPU as that code sees them: a correct kernel behind a device check
+    compiles (1/1), and a kernel that reads a Python global is told about
+    the global, not the guard."""
+    sub = copy_solutions(tmp_path / "sub", [EX])
+    path = sub / f"{EX}.py"
+    source = path.read_text()
+    if global_read:
+        old = "s = tl.dot(q, k) * qk_scale "
+        assert source.count(old) == 1
+        source = source.replace(old, "s = tl.dot(q, k) * (qk_scale * LOG2E / LOG2E) ")
+    path.write_text(source + GUARD)
+    report = grade_dir(sub, [EX], suite="public", keyword="compiles", check_cache=None)
+    (test,) = [t for t in report.tests if "compiles" in t.title]
+    if global_read:
+        assert test.score == 0 and "LOG2E" in test.output, test.output
+        assert "before launching" not in test.output and "interpreter" not in \
+            test.output.split("\n")[0], test.output
+    else:
+        assert test.score == test.max_score == 1, test.output

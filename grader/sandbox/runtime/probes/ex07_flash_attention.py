@@ -450,19 +450,25 @@ def compile_check(module, d_head=128, causal=True):
     the first failure per target.  Returns ``{"targets": [...]}`` with, per
     target, the rows of ``gpu_compile.compile_launch`` (plus ``kernel``,
     ``config``, ``file``) or ``{"error": ...}`` when the host code itself
-    failed before launching."""
+    failed before launching.  The inputs say they are on a GPU of the
+    target's capability (``gpu_compile.looks_like_gpu``): the host code takes
+    the path it would take there, device checks included."""
     from . import gpu_compile
     root = os.path.abspath(os.getcwd())
     targets = []
     budget = MAX_COMPILES
     for capability, dtype_name, label in COMPILE_TARGETS:
         dtype = getattr(torch, dtype_name)
-        q = torch.zeros(1, 4, 1024, d_head, dtype=dtype)         # (B, h, S_q, d)
-        k = torch.zeros(1, 2, 1024, d_head, dtype=dtype)         # (B, h_kv, S_k, d): GQA
+        # (B, h, S_q, d) and (B, h_kv, S_k, d): GQA; in host memory, but on
+        # the GPU as the student's code sees them (its device checks pass)
+        q = gpu_compile.as_gpu(torch.zeros(1, 4, 1024, d_head, dtype=dtype))
+        k = gpu_compile.as_gpu(torch.zeros(1, 2, 1024, d_head, dtype=dtype))
+        v = gpu_compile.as_gpu(torch.zeros(1, 2, 1024, d_head, dtype=dtype))
         entry = {"capability": capability, "target": label, "dtype": dtype_name, "rows": []}
         try:
-            launches = gpu_compile.capture_launches(module.flash_attention, q, k, k.clone(),
-                                                    causal=causal)
+            with gpu_compile.looks_like_gpu(capability):
+                launches = gpu_compile.capture_launches(module.flash_attention, q, k, v,
+                                                        causal=causal)
         except Exception as exc:  # noqa: BLE001 - the student's host code failed
             entry["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
             entry["error_type"] = type(exc).__name__

@@ -28,6 +28,7 @@ import io
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import traceback
 
@@ -208,6 +209,7 @@ def load_for_gpu(path: str, name: str):
     try:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module     # as an import would (dataclasses look it up)
         spec.loader.exec_module(module)
     finally:
         if saved is not None:
@@ -219,3 +221,98 @@ def _config_text(config) -> str:
     parts = [f"{k}={v}" for k, v in config.kwargs.items()]
     parts += [f"num_warps={config.num_warps}", f"num_stages={config.num_stages}"]
     return ", ".join(parts)
+
+
+# -- inputs as a GPU path sees them -------------------------------------------------
+def _cuda(device) -> bool:
+    try:
+        import torch
+        return torch.device(device).type == "cuda"
+    except (TypeError, RuntimeError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def looks_like_gpu(capability: int):
+    """While it is active, tensors and PyTorch's ``torch.cuda`` say they are
+    on a GPU of ``sm_<capability>`` (on a machine that may have none): so a
+    host function that checks its inputs' device, asks for the device's
+    capability or allocates its output ``on q.device`` takes its GPU path,
+    whose launches ``capture_launches`` records.  ``as_gpu(t)`` gives such a
+    tensor.  Nothing runs on a GPU: the data stay in host memory."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_map
+
+    def wrap(x):
+        return x.as_subclass(OnGPU) if isinstance(x, torch.Tensor) and \
+            type(x) is torch.Tensor else x
+
+    def to_host(x):
+        return "cpu" if isinstance(x, (str, torch.device)) and _cuda(x) else x
+
+    class Mode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = {k: to_host(v) for k, v in (kwargs or {}).items()}
+            if func in (torch.Tensor.cuda,):
+                return wrap(args[0])
+            if func is torch.Tensor.to:
+                args = tuple(to_host(a) for a in args)
+            return tree_map(wrap, func(*args, **kwargs))
+
+    props = _Props(capability)
+    patched = {"is_available": lambda: True, "device_count": lambda: 1,
+               "current_device": lambda: 0, "is_initialized": lambda: True,
+               "get_device_capability": lambda *a, **k: (capability // 10, capability % 10),
+               "get_device_properties": lambda *a, **k: props,
+               "get_device_name": lambda *a, **k: props.name,
+               "synchronize": lambda *a, **k: None}
+    saved = {name: getattr(torch.cuda, name) for name in patched}
+    for name, fn in patched.items():
+        setattr(torch.cuda, name, fn)
+    try:
+        with Mode():
+            yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.cuda, name, fn)
+
+
+def as_gpu(tensor):
+    """``tensor`` (in host memory) as a GPU path sees it (``looks_like_gpu``)."""
+    return tensor.as_subclass(OnGPU)
+
+
+class _Props:
+    """What ``torch.cuda.get_device_properties`` says of the target."""
+
+    def __init__(self, capability: int):
+        hopper = capability >= 90
+        self.name = "NVIDIA H100" if hopper else "NVIDIA A100"
+        self.major, self.minor = capability // 10, capability % 10
+        self.multi_processor_count = 132 if hopper else 108
+        self.total_memory = 80 << 30
+        self.shared_memory_per_block_optin = SHARED_LIMIT[capability]
+        self.warp_size = 32
+
+
+def _make_on_gpu():
+    try:
+        import torch
+    except ImportError:   # pragma: no cover - the kernel exercise needs PyTorch
+        return None
+
+    class OnGPU(torch.Tensor):
+        """A tensor in host memory that says it is on the GPU."""
+
+        @property
+        def is_cuda(self):
+            return True
+
+        @property
+        def device(self):
+            return torch.device("cuda", 0)
+    return OnGPU
+
+
+OnGPU = _make_on_gpu()
