@@ -433,3 +433,16 @@ def test_independent_solutions_get_full_marks(tmp_path):
     # A timing test a busy machine could not judge needs a regrade, keeping its points.
     regrade = sum(t.max_score for t in report.tests if t.status == "needs_regrade")
     assert report.score == report.max_score - regrade and report.max_score > 0
+
+
+def test_a_timer_module_with_a_dataclass_is_judged_on_the_stand_in_gpu(tmp_path):
+    """The stand-in GPU executes the module afresh; a module-level dataclass
+    (which looks its module up while it is made) is judged there like any
+    other, never marked for a regrade."""
+    sub = copy_solutions(tmp_path / "sub", ["ex04_quadratic"])
+    path = sub / "ex04_quadratic.py"
+    path.write_text(path.read_text() + "\n\nfrom dataclasses import dataclass\n\n\n"
+                    "@dataclass\nclass _Timer:\n    repeats: int = 3\n")
+    report = grade_dir(sub, ["ex04_quadratic"], keyword="synchronizes_the_gpu")
+    (test,) = report.tests
+    assert test.status == "passed" and test.score == test.max_score == 1, test.output

@@ -10,6 +10,7 @@ import contextlib
 import importlib.util
 import math
 import os
+import sys
 import tempfile
 import time
 
@@ -180,7 +181,13 @@ def time_standin_gpu(module, work_s=0.05, warmup=1, repeats=3):
             path = getattr(module, "__file__", None)
             spec = importlib.util.spec_from_file_location(f"_standin_{module.__name__}", path)
             fresh = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(fresh)
+            # Registered while it runs, as an import would: a dataclass (or
+            # anything else that looks its module up) needs it there.
+            sys.modules[spec.name] = fresh
+            try:
+                spec.loader.exec_module(fresh)
+            finally:
+                sys.modules.pop(spec.name, None)
         except Exception as exc:
             return {"unsupported": f"importing it with a GPU present raised "
                                    f"{type(exc).__name__}: {str(exc)[:200]}"}
