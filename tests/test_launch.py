@@ -345,3 +345,60 @@ def test_a_daemon_cannot_rewrite_the_result(tmp_path):
     time.sleep(12)
     assert out.read_text() == before
     assert json.loads(before)["tests"], before
+
+
+# -- each worker its own temp folders and IPC ----------------------------------------
+LEAVE = '''
+import ctypes, os
+def leave(tag):
+    """A file in each temp folder and a SysV segment, left behind on purpose."""
+    for folder in ("/tmp", "/var/tmp", "/dev/shm"):
+        with open(f"{folder}/left-{tag}", "w") as f:
+            f.write("x" * 4096)
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.shmget(int(tag, 16), ctypes.c_size_t(1 << 20), 0o1666) >= 0
+def find(tag):
+    """What this worker sees of another's leftovers."""
+    seen = [f for f in ("/tmp", "/var/tmp", "/dev/shm") if os.path.exists(f"{f}/left-{tag}")]
+    with open("/proc/sysvipc/shm") as f:
+        seen += ["segment" for line in f.read().splitlines()[1:]
+                 if int(line.split()[0]) == int(tag, 16)]
+    return seen
+'''
+
+
+@needs_namespaces
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "spawned"])
+def test_each_worker_has_its_own_temp_folders_and_ipc(tmp_path, forked):
+    """ex02's worker leaves a file in /tmp, /var/tmp and /dev/shm and a SysV
+    segment; ex03's worker of the same grading (forked from the same zygote,
+    or spawned) sees none of them, and nothing of them is left on the machine
+    once the first worker has ended."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    for name in ("ex02_mha", "ex03_gqa"):
+        (sub / f"{name}.py").write_text(LEAVE)
+    tag = f"{uuid.uuid4().int & 0x7fffffff:08x}"
+    zyg = None
+    if forked:
+        zyg = launcher("strict").zygote({"NumPy", "PyTorch"})
+        zyg.start()
+        assert zyg.alive, zyg.failed
+    try:
+        first = launch(sub, "ex02_mha", namespaces=True, fork_from=zyg)
+        second = launch(sub, "ex03_gqa", namespaces=True, fork_from=zyg)
+        assert StudentModule(first).leave(tag) is True
+        assert StudentModule(first).find(tag) == ["/tmp", "/var/tmp", "/dev/shm", "segment"]
+        assert StudentModule(second).find(tag) == []
+        assert getattr(first.proc, "forked", False) == forked
+        first.close()
+        assert StudentModule(second).find(tag) == []
+        second.close()
+    finally:
+        if zyg is not None:
+            zyg.close()
+    host = [f for f in ("/tmp", "/var/tmp", "/dev/shm") if Path(f, f"left-{tag}").exists()]
+    with open("/proc/sysvipc/shm") as f:
+        host += ["segment" for line in f.read().splitlines()[1:]
+                 if int(line.split()[0]) == int(tag, 16)]
+    assert host == []

@@ -34,6 +34,7 @@ from pathlib import Path
 from grader.paths import HIDDEN_SUITES_DIR, RUNTIME_PACKAGE
 from grader.sandbox import bwrap, confine, memcg, process
 from grader.sandbox.runtime import codec
+from grader.sandbox.zygote import ZygoteError
 
 
 class StudentError(Exception):
@@ -280,7 +281,6 @@ class Worker:
         rlimits = self._memory_limit(rlimits)
         self.proc = None
         if self._forking():
-            from grader.sandbox.zygote import ZygoteError
             try:
                 self.proc = self._spawn_forked(rlimits)
             except ZygoteError:
