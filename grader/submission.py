@@ -458,10 +458,12 @@ def _flatten(found: Path, dest: Path, budget: Budget | None = None,
         best = min(sources, key=_unfinished)   # min keeps the first on a tie
         if not (dest / f"{name}.py").exists():
             (dest / f"{name}.py").write_text(best)
-    # helpers beside the modules (a student's utils.py) come along
+    # helpers beside the modules (a student's utils.py) come along: moved out of
+    # a folder the intake unpacked (so its disk is the cap, not twice it)
+    place = os.replace if unpacked else shutil.copyfile
     for path in helpers:
         if not (dest / path.name).exists():
-            shutil.copyfile(path, dest / path.name)
+            place(path, dest / path.name)
 
 
 @contextmanager
