@@ -48,6 +48,7 @@ class Submission:
     name: str              # as the class folder spells it (the roster's key)
     path: Path
     key: str = ""          # its result file's stem, unique in the batch
+    error: str = ""        # why it cannot be graded, found at intake: a zero row, no grading
     label: str = field(init=False, default="")   # the name as outputs show it (safetext)
 
     def __post_init__(self):
@@ -96,7 +97,7 @@ def _canvas_file(name: str) -> str:
 def discover(folder: Path, staging: Path | None = None) -> list[Submission]:
     """Every sub-folder, notebook and zip in ``folder`` is a submission; flat
     Canvas files are grouped by student into folders under ``staging``."""
-    from grader.submission import ignored
+    from grader.submission import Budget, SubmissionError, ignored
 
     subs, canvas = [], {}
     for path in sorted(Path(folder).iterdir()):
@@ -113,11 +114,18 @@ def discover(folder: Path, staging: Path | None = None) -> list[Submission]:
         name = student if student not in taken else f"{student}_canvas"
         dest = Path(staging) / _safe(name)
         dest.mkdir(parents=True, exist_ok=True)
-        for path, original in files:
+        budget, error = Budget(), ""   # staged copies are what one upload may bring in
+        try:
+            for path, _ in files:
+                budget.see(path, path)
+                budget.take(path.stat().st_size, path)
+        except SubmissionError as exc:
+            error = str(exc)
+        for path, original in files if not error else []:
             shutil.copy2(path, dest / _canvas_file(original))
         newest = max(path.stat().st_mtime for path, _ in files)
         os.utime(dest, (newest, newest))   # unchanged files keep an earlier result valid
-        subs.append(Submission(name, dest))
+        subs.append(Submission(name, dest, error=error))
     subs.sort(key=lambda s: s.name)
     _unique_keys(subs)
     return subs
@@ -152,24 +160,43 @@ def _unique_keys(subs: list[Submission]) -> None:
         sub.key = key
 
 
+def _hash_bytes(h, path: Path) -> None:
+    with open(path, "rb") as f:   # a piece at a time: a submission's file may be huge
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+
+
 def content_hash(path: Path) -> str:
-    """sha256 over a submission's files (names and bytes), links not followed."""
+    """sha256 over a submission's files (names and bytes), links not followed.
+    The walk keeps its own stack (``os.walk`` recurses, and a folder nested a
+    thousand deep would end the whole batch), in ``os.walk``'s order."""
     h = hashlib.sha256()
     path = Path(path)
     if not path.is_dir():
-        h.update(b"file\0" + path.read_bytes())
+        h.update(b"file\0")
+        _hash_bytes(h, path)
         return h.hexdigest()
-    for root, dirs, files in os.walk(path):  # os.walk does not follow links
-        dirs.sort()
-        for name in sorted(files):
-            full = Path(root, name)
+    stack = [path]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue   # as os.walk does: a folder that cannot be listed adds nothing
+        # os.walk's split: what is a folder (a link to one too, never entered)
+        dirs = sorted(e.name for e in entries if e.is_dir())
+        for name in sorted(e.name for e in entries if not e.is_dir()):
+            full = folder / name
             rel = str(full.relative_to(path)).encode("utf-8", "surrogateescape")
             st = full.lstat()
             if stat.S_ISLNK(st.st_mode):
                 h.update(b"link\0" + rel + b"\0" + os.readlink(full).encode(
                     "utf-8", "surrogateescape") + b"\0")
             elif stat.S_ISREG(st.st_mode):
-                h.update(b"file\0" + rel + b"\0" + full.read_bytes() + b"\0")
+                h.update(b"file\0" + rel + b"\0")
+                _hash_bytes(h, full)
+                h.update(b"\0")
+        stack += [folder / d for d in reversed(dirs) if not (folder / d).is_symlink()]
     return h.hexdigest()
 
 
@@ -222,6 +249,15 @@ def _failed_result(message: str) -> dict:
 def _write_json(path: Path, data: dict) -> None:
     from grader.report import write_private
     write_private(path, json.dumps(data, indent=2))
+
+
+def _not_graded(outcome: Outcome, batch: dict) -> Outcome:
+    """The zero result of a submission that could not be graded, saying why."""
+    data = _failed_result(f"not graded: {outcome.error}")
+    data["batch_error"] = outcome.error
+    data["batch"] = batch
+    _write_json(outcome.result_path, data)
+    return outcome
 
 
 class RosterError(ValueError):
@@ -283,6 +319,9 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
               deduct_once: bool = False) -> Outcome:
     result_path = results_dir / f"{sub.key or _safe(sub.name)}.json"
     outcome = Outcome(sub, result_path)
+    if sub.error:   # refused at intake: its zero row, and nothing to grade or cache
+        outcome.error = sub.error
+        return _not_graded(outcome, {"submission": sub.label})
     key = cache_key(sub, suite=suite, exercises=exercises, timeout=timeout,
                     isolation=isolation, seed=seed, student_id=student_id,
                     deduct_once=deduct_once)
@@ -331,11 +370,7 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
             outcome.error = f"grading took longer than {submission_timeout:g} s and was stopped"
     outcome.seconds = time.monotonic() - start
     if outcome.error:
-        data = _failed_result(f"not graded: {outcome.error}")
-        data["batch_error"] = outcome.error
-        data["batch"] = {"key": key, "submission": sub.label}  # --force grades it again
-        _write_json(result_path, data)
-        return outcome
+        return _not_graded(outcome, {"key": key, "submission": sub.label})  # --force: again
     try:
         data = json.loads(result_path.read_text())
         _read_extra(outcome, data)

@@ -129,8 +129,8 @@ def _declared_student_id(folder: Path) -> str | None:
         return None
     try:
         tree = ast.parse(path.read_text(errors="replace"))
-    except (SyntaxError, ValueError):
-        return None
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None   # unparsable (MemoryError: the parser's own stack): the import says why
     for node in tree.body:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) \
                 and isinstance(node.value.value, str) \
@@ -204,7 +204,8 @@ def run(root: Path, isolation: str = "auto") -> dict:
         _log(f"score {report.score:g}/{report.max_score:g} in {report.seconds:.1f} s")
     except SubmissionError as exc:
         _log(f"not graded: {exc}")
-        data = _failure(f"Your submission could not be graded: {exc} Upload your exercise "
+        said = str(exc).replace(f"{upload}{os.sep}", "")   # the student's own names
+        data = _failure(f"Your submission could not be graded: {said} Upload your exercise "
                         "modules (ex01_by_hand.py ...), a course notebook, a zip of them, "
                         "or your course repository.", time.monotonic() - start)
     except Exception as exc:  # the result file is written whatever happens

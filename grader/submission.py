@@ -6,27 +6,48 @@ tags, start with ``%%writefile exNN_name.py``), a ``.zip`` holding either,
 or a student's whole repository (the student edition, as a GitHub upload to
 Gradescope brings it): its ``exercises/`` and ``notebooks/`` are read.
 What an archiver or an editor leaves behind (``__MACOSX``, dotfiles,
-``.ipynb_checkpoints``, ``foo.py~``, ``#foo.py#``, ``.bak``) is skipped.  ``materialize`` returns a folder the grader can use, made in a
-temporary directory when the submission is not a folder already; problems
-are ``SubmissionError`` with one sentence for the person at the keyboard.
+``.ipynb_checkpoints``, ``foo.py~``, ``#foo.py#``, ``.bak``) is skipped.
+``materialize`` returns a folder the grader can use, made in a temporary
+directory when the submission is not a folder already; problems are
+``SubmissionError`` with one sentence for the person at the keyboard.
+
+Every way in (a zip, the zips in a folder, a notebook, a folder walked or
+graded where it is) goes through the caps below, counted in one ``Budget``
+per upload: what a bad upload costs is a sentence, never a traceback or a
+full disk.
 """
 from __future__ import annotations
 
 import ast
+import errno
 import fnmatch
+import json
 import os
 import re
 import shutil
 import stat
 import tempfile
+import unicodedata
 import zipfile
+import zlib
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from grader.exercises import EXERCISES
 
-MAX_ZIP_BYTES = 50 << 20        # unpacked size of a zip submission
-MAX_ZIP_FILES = 2000
+# What one upload may bring in, all its zips and folders together (a zip of a
+# whole course repository is far below these; a zip bomb, a folder of many
+# zips, a tree nested thousands deep is not).  Each refusal says its cap.
+MAX_UNPACKED_BYTES = 50 << 20   # its modules and notebooks: unpacked from its zips (as
+                                # declared, then as written) and read from its folders;
+                                # and the largest zip or notebook file
+MAX_FILES = 2000                # files in its zips and folders, leftovers (.git/) aside
+MAX_DEPTH = 16                  # folders inside one another, in a zip or in a folder
+MAX_NAME_BYTES = 255            # one name in a path, in UTF-8: NAME_MAX of ext4, XFS, APFS
+MAX_PATH_BYTES = 1024           # a zip member's whole path (PATH_MAX is 4096, with our prefix)
+MAX_JSON_DEPTH = 64             # a notebook's JSON nesting (the course's: 5; with outputs and
+                                # widget state, about 10)
+COPY_CHUNK = 1 << 16            # unpacked and counted 64 KB at a time
 # A notebook's exercise cells (``grader.notebooks`` builds them so): tagged
 # ``attn:<exercise>``, and starting with ``%%writefile <exercise>.py``.
 TAG_PREFIX = "attn:"
@@ -40,6 +61,52 @@ class SubmissionError(ValueError):
 
 class NotebookError(SubmissionError):
     """A notebook that cannot be used; the text is one sentence."""
+
+
+def _shown(name: str, width: int = 60) -> str:
+    """A name from an upload, fit for one line of a sentence."""
+    text = name if name.isprintable() else ascii(name)[1:-1]
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+class Budget:
+    """What one upload has brought in so far, all its zips and folders
+    together; going past a cap is a ``SubmissionError`` that says the cap."""
+
+    def __init__(self) -> None:
+        self.declared = 0                 # unpacked sizes its zips declare
+        self.taken = 0                    # bytes written from its zips, read from its folders
+        self.files = 0                    # zip members and folder files
+        self._seen: set[Path] = set()     # folder files are walked more than once
+
+    def count(self, n: int, where: Path) -> None:
+        self.files += n
+        if self.files > MAX_FILES:
+            raise SubmissionError(f"{where} holds more than {MAX_FILES} files, the most one "
+                                  "upload may hold with all its zips and folders: upload "
+                                  "only your exercise modules and notebooks.")
+
+    def see(self, path: Path, where: Path) -> None:
+        if path not in self._seen:
+            self._seen.add(path)
+            self.count(1, where)
+
+    def declare(self, n: int, where: Path) -> None:
+        self.declared += n
+        self._check(self.declared, where)
+
+    def take(self, n: int, where: Path) -> None:
+        """Before ``n`` more bytes are written or read: so the cap is never passed."""
+        self.taken += n
+        self._check(self.taken, where)
+
+    @staticmethod
+    def _check(total: int, where: Path) -> None:
+        if total > MAX_UNPACKED_BYTES:
+            raise SubmissionError(f"{where} comes to more than {MAX_UNPACKED_BYTES >> 20} MB, "
+                                  "the most one upload may unpack or hold with all its zips "
+                                  "and folders: upload only your exercise modules and "
+                                  "notebooks.")
 
 
 # Folders that never hold a student's work.
@@ -57,7 +124,7 @@ def ignored(name: str) -> bool:
 
 def modules_in(folder: Path) -> list[str]:
     return sorted(p.stem for p in Path(folder).glob("*.py")
-                  if p.stem in EXERCISES and not p.is_symlink())
+                  if p.stem in EXERCISES and p.is_file() and not p.is_symlink())
 
 
 def describe(path: Path) -> str:
@@ -82,44 +149,148 @@ def kind_of(path: Path) -> str:
     raise SubmissionError(f"{path} is not a folder, a notebook (.ipynb) or a zip file.")
 
 
-def _unzip(path: Path, dest: Path) -> None:
+def _too_large(path: Path, what: str) -> SubmissionError:
+    return SubmissionError(f"{path} is larger than {MAX_UNPACKED_BYTES >> 20} MB, the most "
+                           f"one upload may unpack: {what}.")
+
+
+def _folds_case(folder: Path) -> bool:
+    """Whether ``folder``'s file system takes ``A`` and ``a`` for one name
+    (macOS's and Windows' do by default; Linux's do not)."""
+    probe = folder / ".attn-case-Probe"
+    probe.touch()
+    try:
+        return (folder / ".attn-case-probe").exists()
+    finally:
+        probe.unlink()
+
+
+def _check_name(path: Path, name: str, parts: tuple[str, ...], folders: int) -> None:
+    """A member name every file system can hold, no deeper than ``MAX_DEPTH``."""
+    if len(name.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
+        raise SubmissionError(f"{path} holds a path longer than {MAX_PATH_BYTES} bytes "
+                              f"({_shown(name)}): put your files nearer the top and zip "
+                              "them again.")
+    long = next((p for p in parts if len(p.encode("utf-8", "surrogateescape"))
+                 > MAX_NAME_BYTES), None)
+    if long is not None:
+        raise SubmissionError(f"{path} holds a name longer than {MAX_NAME_BYTES} bytes, "
+                              f"which file systems refuse ({_shown(long)}): rename it and "
+                              "zip again.")
+    if folders > MAX_DEPTH:
+        raise SubmissionError(f"{path} holds folders nested more than {MAX_DEPTH} deep "
+                              f"({_shown(name)}): put your files nearer the top and zip "
+                              "them again.")
+
+
+def _kept(path: Path, members: list, folds_case: bool) -> list:
+    """(member, path parts) of the files in a zip that are no archiver's or
+    editor's leftovers (those are never unpacked, whatever their names).  A
+    zip that no file system could unpack as it is (an unsafe, over-long or
+    too deep name; a name twice; a file and a folder of one name) is refused
+    whole: which of two clashing files an unpacker keeps is chance."""
+    def fold(part: str) -> str:
+        return unicodedata.normalize("NFC", part).casefold() if folds_case else part
+
+    files: dict[tuple, str] = {}
+    folders: set[tuple] = set()
+    kept = []
+    for m in members:
+        name = PurePosixPath(m.filename)
+        if name.is_absolute() or ".." in name.parts:
+            raise SubmissionError(f"{path} holds an unsafe path ({_shown(m.filename)}).")
+        parts = name.parts
+        if any(ignored(p) for p in parts):
+            continue
+        _check_name(path, m.filename, parts, len(parts) - (not m.is_dir()))
+        key = tuple(fold(p) for p in parts)
+        folders.update(key[:i] for i in range(1, len(key)))
+        if m.is_dir():
+            folders.add(key)
+            continue
+        if key in files:
+            first, again = files[key], m.filename
+            raise SubmissionError(
+                f"{path} holds {_shown(again)} twice: zip your files again, each once."
+                if first == again else
+                f"{path} holds {_shown(first)} and {_shown(again)}, one name where case is "
+                "ignored (as on this machine): rename one and zip again.")
+        files[key] = m.filename
+        kept.append((m, parts))
+    clash = next((files[k] for k in files if k in folders), None)
+    if clash is not None:
+        raise SubmissionError(f"{path} holds a file and a folder both named "
+                              f"{_shown(clash)}: rename one and zip again.")
+    return kept
+
+
+def _unzip(path: Path, dest: Path, budget: Budget | None = None) -> None:
+    """The modules and notebooks of the zip at ``path`` -> ``dest``, counted in
+    ``budget``: its files (leftovers aside), the sizes it declares for what
+    is unpacked (a bomb is refused before a byte is written), then every
+    byte as it is written (a declared size could lie)."""
+    budget = budget or Budget()
+    if path.stat().st_size > MAX_UNPACKED_BYTES:   # and so how many members it can list
+        raise _too_large(path, "zip only your exercise modules and notebooks")
     try:
         archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as exc:
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        # ValueError: a member name marked UTF-8 that is not
         raise SubmissionError(f"{path} is not a readable zip file ({exc}).") from None
     with archive:
-        members = archive.infolist()
-        if len(members) > MAX_ZIP_FILES:
-            raise SubmissionError(f"{path} holds more than {MAX_ZIP_FILES} files.")
-        if sum(m.file_size for m in members) > MAX_ZIP_BYTES:
-            raise SubmissionError(f"{path} unpacks to more than {MAX_ZIP_BYTES >> 20} MB.")
-        for m in members:
-            name = PurePosixPath(m.filename)
-            if name.is_absolute() or ".." in name.parts:
-                raise SubmissionError(f"{path} holds an unsafe path ({m.filename}).")
-            if stat.S_ISLNK(m.external_attr >> 16):
-                continue  # links are not followed or created
-            if m.is_dir():
-                continue
-            if name.suffix not in (".py", ".ipynb") or any(ignored(p) for p in name.parts):
-                continue
-            target = dest.joinpath(*name.parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with archive.open(m) as src, open(target, "wb") as out:
-                shutil.copyfileobj(src, out)
+        kept = _kept(path, archive.infolist(), _folds_case(dest))
+        budget.count(len(kept), path)
+        chosen = [(m, parts) for m, parts in kept  # links are not followed or created
+                  if PurePosixPath(m.filename).suffix in (".py", ".ipynb")
+                  and not stat.S_ISLNK(m.external_attr >> 16)]
+        budget.declare(sum(m.file_size for m, _ in chosen), path)
+        locked = next((m.filename for m, _ in chosen if m.flag_bits & 0x1), None)
+        if locked is not None:
+            raise SubmissionError(f"{path} is encrypted ({_shown(locked)}): zip your files "
+                                  "again without a password.")
+        for m, parts in chosen:
+            target = dest.joinpath(*parts)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with archive.open(m) as src, open(target, "xb") as out:
+                    while chunk := src.read(COPY_CHUNK):
+                        budget.take(len(chunk), path)
+                        out.write(chunk)
+            except (zipfile.BadZipFile, EOFError, NotImplementedError, zlib.error) as exc:
+                # a bad CRC, a truncated member, a method Python lacks (deflate64)
+                raise SubmissionError(f"{path} is damaged or packed in a way the grader "
+                                      f"cannot read ({_shown(m.filename)}: {exc}): zip your "
+                                      "files again.") from None
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise   # the machine's disk, not the upload
+                raise SubmissionError(f"{path} could not be unpacked here "
+                                      f"({_shown(m.filename)}: {exc.strerror}): rename it "
+                                      "and zip again.") from None
 
 
-def _files(found: Path, pattern: str, recursive: bool = True) -> list[Path]:
+def _files(found: Path, pattern: str, recursive: bool = True,
+           budget: Budget | None = None) -> list[Path]:
     """Regular files matching ``pattern`` below ``found`` (or directly in it);
     links are never followed (a submission's link could point at the hidden
-    suites), and what ``ignored`` names is skipped."""
+    suites), and what ``ignored`` names is skipped.  Folders nested deeper
+    than ``MAX_DEPTH`` are refused (never walked: the walk recurses); with
+    ``budget``, every file seen counts in it."""
+    found = Path(found)
     out = []
     for root, dirs, names in os.walk(found, followlinks=False):
         dirs[:] = sorted(d for d in dirs if not ignored(d)) if recursive else []
+        if dirs and len(Path(root).relative_to(found).parts) >= MAX_DEPTH:
+            deep = str(Path(root, dirs[0]).relative_to(found))
+            raise SubmissionError(f"{found} holds folders nested more than {MAX_DEPTH} deep "
+                                  f"({_shown(deep)}): put your files nearer the top.")
         for name in names:
             path = Path(root) / name
-            if fnmatch.fnmatch(name, pattern) and not ignored(name) and path.is_file() \
-                    and not path.is_symlink():
+            if ignored(name):
+                continue
+            if budget is not None:
+                budget.see(path, found)
+            if fnmatch.fnmatch(name, pattern) and path.is_file() and not path.is_symlink():
                 out.append(path)
     return sorted(out)
 
@@ -139,16 +310,50 @@ def repository_roots(found: Path, depth: int = 3) -> list[Path]:
     return out
 
 
+def _json_depth(value) -> int:
+    """How deep ``value`` nests (lists and objects), counted without recursion
+    and only until it passes ``MAX_JSON_DEPTH``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack and deepest <= MAX_JSON_DEPTH:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                  else item))
+    return deepest
+
+
 def read_notebook(path: Path):
-    """The notebook at ``path``, validated; ``NotebookError`` when it is none."""
+    """The notebook at ``path``, validated; ``NotebookError`` when it is none
+    (larger than ``MAX_UNPACKED_BYTES``, nested deeper than ``MAX_JSON_DEPTH``,
+    not JSON, not a notebook)."""
     import nbformat   # here: grading a folder of modules never needs it
 
-    try:
-        nb = nbformat.read(str(path), as_version=4)
-        nbformat.validate(nb)
-    except (ValueError, OSError, nbformat.ValidationError) as exc:
+    path = Path(path)
+
+    def invalid(exc: Exception) -> NotebookError:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise NotebookError(f"{path} is not a valid notebook ({first}).") from None
+        return NotebookError(f"{path} is not a valid notebook ({_shown(first, 120)}).")
+
+    try:
+        if path.stat().st_size > MAX_UNPACKED_BYTES:
+            raise _too_large(path, "clear its outputs, save it and upload it again")
+        text = path.read_text(encoding="utf-8")
+        depth = _json_depth(json.loads(text))
+    except RecursionError:   # deeper than the JSON parser's stack
+        depth = MAX_JSON_DEPTH + 1
+    except SubmissionError as exc:
+        raise NotebookError(str(exc)) from None
+    except (ValueError, OSError) as exc:
+        raise invalid(exc) from None
+    if depth > MAX_JSON_DEPTH:
+        raise NotebookError(f"{path} nests more than {MAX_JSON_DEPTH} deep, which no notebook "
+                            "Jupyter saves does: upload the notebook as Jupyter saved it.")
+    try:
+        nb = nbformat.reads(text, as_version=4)
+        nbformat.validate(nb)
+    except (ValueError, AttributeError, KeyError, TypeError, nbformat.ValidationError) as exc:
+        raise invalid(exc) from None
     return nb
 
 
@@ -189,8 +394,8 @@ def _unfinished(source: str) -> int:
     count = source.count("NotImplementedError")
     try:
         tree = ast.parse(source)
-    except SyntaxError:
-        return count
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return count   # unparsable (MemoryError: the parser's own stack): the import says why
     for node in tree.body:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) \
                 and node.value.value is None:
@@ -198,21 +403,28 @@ def _unfinished(source: str) -> int:
     return count
 
 
-def _candidates(found: Path) -> tuple[dict[str, list[str]], list[Path]]:
+def _candidates(found: Path, budget: Budget | None = None
+                ) -> tuple[dict[str, list[str]], list[Path]]:
     """{exercise: [sources]} from modules (first) and notebooks, and the
-    folders they were found in."""
+    helper modules beside them; with ``budget``, what is read counts in it."""
     roots = repository_roots(found)
     if roots:   # a repository: its own top level, exercises/ and notebooks/
         folders = [f for r in roots for f in (r, *(r / n for n in REPO_FOLDERS)) if f.is_dir()]
-        modules = [p for f in folders for p in _files(f, "*.py", recursive=False)]
-        notebooks = [p for f in folders for p in _files(f, "*.ipynb", recursive=False)]
+        modules = [p for f in folders for p in _files(f, "*.py", False, budget)]
+        notebooks = [p for f in folders for p in _files(f, "*.ipynb", False, budget)]
     else:
-        folders = [found]
-        modules, notebooks = _files(found, "*.py"), _files(found, "*.ipynb")
+        modules, notebooks = _files(found, "*.py", budget=budget), \
+            _files(found, "*.ipynb", budget=budget)
+    if budget is not None:
+        for path in modules + notebooks:   # read, or copied as a helper
+            budget.take(path.stat().st_size, found)
     out: dict[str, list[str]] = {}
     for path in modules:
         if path.stem in EXERCISES:
-            out.setdefault(path.stem, []).append(path.read_text(errors="replace"))
+            try:
+                out.setdefault(path.stem, []).append(path.read_text(errors="replace"))
+            except OSError as exc:
+                raise SubmissionError(f"{path} could not be read ({exc.strerror}).") from None
     for path in notebooks:
         try:
             found_here = extract_modules(path)
@@ -226,24 +438,32 @@ def _candidates(found: Path) -> tuple[dict[str, list[str]], list[Path]]:
     return out, helpers
 
 
-def _flatten(found: Path, dest: Path) -> None:
+def _flatten(found: Path, dest: Path, budget: Budget | None = None,
+             unpacked: bool = False) -> None:
     """Exercise modules and notebooks anywhere in ``found`` -> ``dest``.  Where
     an exercise is found twice (a repository's module and its notebook), the
-    one with less of the stub left wins; on a tie, the module."""
-    for i, archive in enumerate(_files(found, "*.zip")):  # a zip uploaded beside
+    one with less of the stub left wins; on a tie, the module.  Zips in
+    ``found`` are unpacked (the zips inside them are not: only modules and
+    notebooks are); all count in one ``budget``, and the files of a folder
+    the intake did not unpack itself (``unpacked``) count as they are read."""
+    budget = budget or Budget()
+    walked = None if unpacked else budget   # unpacked: counted as they were written
+    for i, archive in enumerate(_files(found, "*.zip", budget=walked)):  # zips beside
         inner = dest.parent / f"zip{i}"
         inner.mkdir(exist_ok=True)
-        _unzip(archive, inner)
-        _flatten(inner, dest)
-    candidates, helpers = _candidates(found)
+        _unzip(archive, inner, budget)
+        _flatten(inner, dest, budget, unpacked=True)
+    candidates, helpers = _candidates(found, walked)
     for name, sources in candidates.items():
         best = min(sources, key=_unfinished)   # min keeps the first on a tie
         if not (dest / f"{name}.py").exists():
             (dest / f"{name}.py").write_text(best)
-    # helpers beside the modules (a student's utils.py) come along
+    # helpers beside the modules (a student's utils.py) come along: moved out of
+    # a folder the intake unpacked (so its disk is the cap, not twice it)
+    place = os.replace if unpacked else shutil.copyfile
     for path in helpers:
         if not (dest / path.name).exists():
-            shutil.copyfile(path, dest / path.name)
+            place(path, dest / path.name)
 
 
 @contextmanager
@@ -261,23 +481,29 @@ def materialize(path: Path | str):
             course = [name for name, ex in EXERCISES.items() if ex.in_contract]
             raise SubmissionError(f"no exercise modules ({course[0]}.py ... "
                                   f"{course[-1]}.py) were found in {path}.")
-        if not packed:
+        if not packed:   # graded where it is: every worker copies its top-level modules
+            budget = Budget()
+            for module in path.glob("*.py"):
+                if module.is_file() and not module.is_symlink():
+                    budget.see(module, path)
+                    budget.take(module.stat().st_size, path)
             yield path
             return
     tmp = Path(tempfile.mkdtemp(prefix="attn-submission-"))
     try:
         folder = tmp / "modules"
         folder.mkdir()
+        budget = Budget()   # one for the whole upload: all its zips and folders
         if kind == "zip":
             unpacked = tmp / "unpacked"
             unpacked.mkdir()
-            _unzip(path, unpacked)
-            _flatten(unpacked, folder)
+            _unzip(path, unpacked, budget)
+            _flatten(unpacked, folder, budget, unpacked=True)
         elif kind == "notebook":
             for name, source in extract_modules(path).items():
                 (folder / f"{name}.py").write_text(source)
         else:  # a folder with notebooks or zips in it
-            _flatten(path, folder)
+            _flatten(path, folder, budget)
         if not modules_in(folder):
             raise SubmissionError(f"no exercise modules or tagged notebook cells were found "
                                   f"in {path}.")
