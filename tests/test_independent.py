@@ -1,16 +1,31 @@
 """Correct submissions written from the contract alone get full marks.
 
-``tests/independent/<variant>/`` holds complete submissions for ex01..ex08
-written from CURRICULUM.md and contract.json without reading ``solutions/``
-or ``grader/reference/``, in styles unlike the reference: ``einsum`` (einsum
-everywhere, log-sum-exp softmax, float32 kept float32, positions as lists,
-whole-number scores written as ints) and ``plain`` (matmul, loops over heads,
-float64 results, unrounded floats in ex01, shapes validated, numpy scalars
-returned). Neither has the Triton kernel of ex07 (the contract calls it part
-of the exercise; these only check the NumPy functions), so ex07's
-flash_attention tests are the only ones allowed to fail, and only because the
-function is missing. A grader that takes points from these takes them from a
-student who followed the contract.
+``tests/independent/<variant>/`` holds complete submissions written from
+CURRICULUM.md, contract.json and the stubs, by authors who never read
+``solutions/``, ``grader/reference/`` or the suites, each in a style unlike
+the reference:
+
+* ``einsum``: einsum everywhere, log-sum-exp softmax, float32 kept float32,
+  positions as lists, whole-number scores written as ints;
+* ``plain``: matmul, loops over heads, float64 results, unrounded floats in
+  ex01, shapes validated, numpy scalars returned;
+* ``guards``: input validation everywhere, a device check in ex07's wrapper
+  (CUDA, or the CPU under the interpreter), a 64x32 two-phase kernel;
+* ``broadcast``: broadcasting and einsum, GQA by reshaping the queries, the
+  MLA latent broadcast over heads, a kernel whose program loops over a KV
+  head's query group;
+* ``loops``: explicit Python loops, float64 inside, a 16x16 kernel on a 3-D
+  grid with every stride passed;
+* ``torchy``: PyTorch inside the NumPy exercises, dataclasses and
+  lru_cache, a 1-D grid kernel, a dataclass in ex04's timer module.
+
+``einsum`` and ``plain`` have no Triton kernel in ex07 (only the NumPy
+functions), so their flash_attention tests are the only ones allowed to
+fail, and only because the function is missing; the other four are complete
+and must lose nothing.  Each grading draws a fresh secret seed, as a real
+one does (the seed is in the failure message): full marks under every seed.
+A grader that takes points from these takes them from a student who followed
+the contract.
 """
 from __future__ import annotations
 
@@ -36,6 +51,10 @@ CONTRACT_GAPS = {
 }
 
 
+# The variants written without ex07's kernel.
+NO_KERNEL = {"einsum", "plain"}
+
+
 def missing_kernel(test) -> bool:
     return "has no attribute 'flash_attention'" in (test.output or "")
 
@@ -54,14 +73,15 @@ def test_independent_submission_gets_full_marks(variant, tmp_path):
     for t in report.tests:
         if t.score >= t.max_score and t.status != "failed":
             continue
-        if t.exercise == "ex07_flash_attention" and missing_kernel(t):
+        if variant in NO_KERNEL and t.exercise == "ex07_flash_attention" \
+                and missing_kernel(t):
             continue
         gap = CONTRACT_GAPS.get((variant, t.exercise))
         if gap and t.title.startswith(gap) and t.max_score == 0:
             gap_seen.add((variant, t.exercise))
             continue
         lost.append(f"{t.exercise}: {t.title} ({t.score}/{t.max_score})\n{t.output}")
-    assert not lost, "\n\n".join(lost)
+    assert not lost, f"seed {report.seed}:\n" + "\n\n".join(lost)
     stale = {k for k in CONTRACT_GAPS if k[0] == variant} - gap_seen
     assert not stale, f"the grader now agrees with the contract here: drop {stale}"
     # Every exercise was graded (a suite that silently dropped out would pass above).
