@@ -25,17 +25,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-MODULE = '''
-import os, time
-time.sleep({import_s})
-def __getattr__(name):
-    def crash(*args, **kwargs):
-        time.sleep({call_s})
-        os._exit(1)
-    return crash
-'''
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grading-budget", type=float, default=1800.0)
@@ -44,6 +33,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     from grader.exercises import EXERCISES
+    from tests.test_budget import SLOW_CRASH as MODULE   # the test's submission, in full
     folder = Path(tempfile.mkdtemp(prefix="hostile-time-"))
     for name, ex in EXERCISES.items():
         (folder / f"{name}.py").write_text(MODULE.format(
