@@ -402,3 +402,29 @@ def test_each_worker_has_its_own_temp_folders_and_ipc(tmp_path, forked):
         host += ["segment" for line in f.read().splitlines()[1:]
                  if int(line.split()[0]) == int(tag, 16)]
     assert host == []
+
+
+def test_a_worker_gets_only_the_modules_it_can_import(tmp_path):
+    """The red team's disk filler: every worker copied every helper file.  A
+    worker's private copy holds its module and what it imports (ex03 imports
+    ex02), not the 5 MB helper nothing imports; a module that imports by a
+    name no parse can see gets every module."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "ex02_mha.py").write_text("X = 1\n")
+    (sub / "ex03_gqa.py").write_text("from ex02_mha import X\n")
+    (sub / "padding.py").write_text("# " + "x" * (5 << 20) + "\n")
+    (sub / "ex05_decode_prefill.py").write_text("import importlib\n"
+                                                "m = importlib.import_module('ex02_mha')\n")
+
+    def copied(module):
+        worker = launch(sub, module)
+        worker.start()
+        try:
+            assert worker.load_error is None, worker.load_error
+            return sorted(p.name for p in (worker._dir / "submission").glob("*.py"))
+        finally:
+            worker.close()
+    assert copied("ex02_mha") == ["ex02_mha.py"]
+    assert copied("ex03_gqa") == ["ex02_mha.py", "ex03_gqa.py"]
+    assert copied("ex05_decode_prefill") == sorted(p.name for p in sub.iterdir())
