@@ -12,8 +12,10 @@ import ast
 import json
 import os
 import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -428,3 +430,39 @@ def test_a_worker_gets_only_the_modules_it_can_import(tmp_path):
     assert copied("ex02_mha") == ["ex02_mha.py"]
     assert copied("ex03_gqa") == ["ex02_mha.py", "ex03_gqa.py"]
     assert copied("ex05_decode_prefill") == sorted(p.name for p in sub.iterdir())
+
+
+@needs_namespaces
+def test_a_forked_worker_still_sees_a_python_installed_under_tmp(tmp_path, monkeypatch):
+    """A CI's clone (and its virtual environment) may lie under /tmp, which
+    each forked worker gets fresh: the sandbox's Python roots inside the
+    temp folders are bound again over the fresh one, read-only."""
+    root = Path(tempfile.mkdtemp(prefix="attn-fake-venv-", dir="/tmp"))
+    try:
+        (root / "marker.txt").write_text("here")
+        os.chmod(root, 0o755)
+        real = bwrap.python_roots
+        monkeypatch.setattr(bwrap, "python_roots", lambda: [*real(), root])
+        sub = tmp_path / "sub"
+        sub.mkdir()
+        (sub / "ex02_mha.py").write_text(
+            "import os\n"
+            "def look(path):\n"
+            "    try:\n"
+            "        open(os.path.join(path, 'w'), 'w')\n"
+            "        writable = True\n"
+            "    except OSError:\n"
+            "        writable = False\n"
+            "    return open(os.path.join(path, 'marker.txt')).read(), writable\n")
+        zyg = launcher("strict").zygote({"NumPy", "PyTorch"})
+        zyg.start()
+        assert zyg.alive, zyg.failed
+        try:
+            worker = launch(sub, "ex02_mha", namespaces=True, fork_from=zyg)
+            assert list(StudentModule(worker).look(str(root))) == ["here", False]
+            assert getattr(worker.proc, "forked", False)
+            worker.close()
+        finally:
+            zyg.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

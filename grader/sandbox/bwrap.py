@@ -93,6 +93,14 @@ def _isolated_sys_path() -> list[str]:
     return _sys_path
 
 
+def under_tmpfs() -> list[str]:
+    """The Python roots the sandbox binds inside its fresh temp folders (a
+    virtual environment under /tmp): what a worker given temp folders of its
+    own must see again (``runtime/zygote.py``)."""
+    return [str(r) for r in python_roots()
+            if any(Path(t) in r.parents for t in TMPFS)]
+
+
 def _under_system(path: Path) -> bool:
     return path.parts[1:2] and path.parts[1] in TOP_LEVEL
 

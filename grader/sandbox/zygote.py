@@ -118,7 +118,7 @@ class Zygote:
         # of its own (runtime/zygote.py), which needs root's CAP_SYS_ADMIN in
         # the zygote's sandbox; without it workers are spawned, each in a
         # sandbox of its own (``launch``).
-        own = tmpfs if self.namespaces else None
+        own = {"tmpfs_bytes": tmpfs, "keep": bwrap.under_tmpfs()} if self.namespaces else None
         cfg = {"zygote": {"preload": self.preload, "own_namespaces": own}}
         env = process.worker_environment(self.root, self.namespaces)
         if not self.namespaces:

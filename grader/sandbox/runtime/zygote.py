@@ -46,7 +46,8 @@ import sys
 
 MAX_FDS = 3
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 1 << 14, 1 << 18
 TMPFS = (b"/tmp", b"/var/tmp", b"/dev/shm")
 
 
@@ -79,17 +80,39 @@ def _mount(libc, source: bytes, target: bytes, fstype: bytes, flags: int, data: 
         raise OSError(ctypes.get_errno(), f"mount {target.decode()}")
 
 
-def _own_namespaces(tmpfs_bytes: int) -> None:
+def _own_namespaces(tmpfs_bytes: int, keep=()) -> None:
     """Mount, IPC and PID namespaces of this child's own, with fresh temp
-    folders; the PID namespace takes effect for the next fork."""
+    folders; the PID namespace takes effect for the next fork.  ``keep``:
+    folders inside the temp folders that the sandbox binds (a Python
+    installed under /tmp, as a CI's clone may be), bound again, read-only,
+    over the fresh ones."""
     libc = _libc()
     if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID) != 0:
         import ctypes
         raise OSError(ctypes.get_errno(), "unshare")
     _mount(libc, b"none", b"/", None, MS_REC | MS_PRIVATE, None)
+    # Held open across the new tmpfs, which hides their paths.
+    held = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in keep
+            if os.path.isdir(path)]
     opts = f"size={int(tmpfs_bytes)},mode=1777".encode()
     for path in TMPFS:
         _mount(libc, b"tmpfs", path, b"tmpfs", MS_NOSUID | MS_NODEV, opts)
+    for path, fd in held:
+        _rebind(libc, path, fd)
+        os.close(fd)
+
+
+def _rebind(libc, path: str, fd: int) -> None:
+    """Bind what ``fd`` holds at ``path`` again, read-only; the folders above
+    it in the fresh tmpfs are made passable (0755) for the worker's user."""
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts) + 1):
+        folder = "/" + "/".join(parts[:i])
+        if not os.path.isdir(folder):
+            os.mkdir(folder, 0o755)
+    target = path.encode()
+    _mount(libc, f"/proc/self/fd/{fd}".encode(), target, None, MS_BIND | MS_REC, None)
+    _mount(libc, b"none", target, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
 
 
 def _keep(cfg: dict, serve) -> None:
@@ -141,7 +164,7 @@ def _die_with_parent() -> None:
     _libc().prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
 
-def _child(fds: list[int], cfg: dict, serve, own_namespaces: int | None) -> None:
+def _child(fds: list[int], cfg: dict, serve, own_namespaces: dict | None) -> None:
     """In the forked child: become a worker (or its keeper), on the grading
     process's pipes."""
     try:
@@ -152,7 +175,7 @@ def _child(fds: list[int], cfg: dict, serve, own_namespaces: int | None) -> None
         for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         if own_namespaces:
-            _own_namespaces(own_namespaces)
+            _own_namespaces(own_namespaces["tmpfs_bytes"], own_namespaces.get("keep", ()))
             _keep(cfg, serve)
         serve(dict(cfg, forked=True))
     except BaseException:  # nothing of the zygote's must run on in a child
@@ -160,16 +183,18 @@ def _child(fds: list[int], cfg: dict, serve, own_namespaces: int | None) -> None
     os._exit(0)
 
 
-def _can_own(tmpfs_bytes: int | None) -> bool:
+def _can_own(own: dict | None) -> bool:
     """Can a child be given namespaces of its own here?  Tried once, in a
     child, before any worker is forked (the grading process spawns its
     workers instead when not)."""
-    if not tmpfs_bytes:
+    if not own:
         return False
     pid = os.fork()
     if pid == 0:
         try:
-            _own_namespaces(1 << 20)
+            _own_namespaces(1 << 20, own.get("keep", ()))
+            if not all(os.path.isdir(p) for p in own.get("keep", ())):
+                os._exit(1)
         except BaseException:
             os._exit(1)
         os._exit(0)
