@@ -92,22 +92,22 @@ class _ProvenanceTrace(_Trace):
 
     def row(self, func, ins, outs) -> dict:
         row = super().row(func, ins, outs)
+        reads = [[sorted(self.src.get(t.untyped_storage(), ())),
+                  int(_distinct(t) * t.element_size() * self.shared.get(t.untyped_storage(), 1))]
+                 for t in ins]
         src = frozenset().union(*(self.src.get(t.untyped_storage(), ()) for t in ins))
-        in_shared = [t for t in ins if t.untyped_storage() in self.shared]
-        copy = (self.calls.inside and not row["aliases"] and len(ins) == 1
-                and outs and outs[0].numel() == ins[0].numel() and _broadcast(ins[0]))
-        of_copy = bool(self.calls.inside and row["aliases"] and in_shared
-                       and len(in_shared) == len(ins))
+        inside = bool(self.calls.inside)
+        copy = (inside and not row["aliases"] and len(ins) == 1 and len(outs) == 1
+                and outs[0].numel() == ins[0].numel() and _broadcast(ins[0]))
+        of_copy = (inside and row["aliases"] and bool(ins)
+                   and all(t.untyped_storage() in self.shared for t in ins))
         for o in outs:
             st = o.untyped_storage()
             # A view or an in-place write adds to the storage's names; a new tensor has its own.
             self.src[st] = (self.src.get(st, frozenset()) | src) if row["aliases"] else src
             if copy:
                 self.shared[st] = _distinct(ins[0]) / max(1, o.numel())
-        reads = [[sorted(self.src.get(t.untyped_storage(), ())),
-                  int(_distinct(t) * t.element_size() * self.shared.get(t.untyped_storage(), 1))]
-                 for t in ins]
-        row.update(src=sorted(src), inside=self.calls.inside, library_copy=bool(copy or of_copy),
+        row.update(src=sorted(src), inside=self.calls.inside, library_copy=copy or of_copy,
                    reads=reads)
         return row
 
