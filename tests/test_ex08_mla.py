@@ -187,7 +187,7 @@ EINSUM_BSC = """    scores = (torch.einsum("bhc,bsc->bhs", q_lat, c_kv)
     o_lat = torch.einsum("bhs,bsc->bhc", torch.softmax(scores, dim=-1), c_kv)
 """
 # An expand is a view (stride 0 over the heads); einsum copies it itself.
-EINSUM_EXPANDED = """    lat = c_kv[:, None].expand(-1, n_heads, -1, -1)                     # (B, h, S, d_c), a view
+EINSUM_EXPANDED = """    lat = c_kv[:, None].expand(-1, n_heads, -1, -1)                     # a view
     scores = (torch.einsum("bhc,bhsc->bhs", q_lat, lat)
               + torch.einsum("bhr,bsr->bhs", q_rope, k_rope)) / math.sqrt(d_nope + d_rope)
     o_lat = torch.einsum("bhs,bhsc->bhc", torch.softmax(scores, dim=-1), lat)
@@ -203,7 +203,7 @@ COPIED_PER_HEAD = {
     "expand_contiguous": "    lat = c_kv[:, None].expand(-1, n_heads, -1, -1).contiguous()\n"
                          + _PER_HEAD_SCORES,
     "repeat": "    lat = c_kv[:, None].repeat(1, n_heads, 1, 1)\n" + _PER_HEAD_SCORES,
-    "repeat_interleave": "    lat = c_kv.repeat_interleave(n_heads, dim=0).view(b, n_heads, s, d_c)\n"
+    "repeat_interleave": "    lat = c_kv.repeat_interleave(n_heads, 0).view(b, n_heads, s, d_c)\n"
                          + _PER_HEAD_SCORES,
 }
 # No copy at all, but every head reads the whole latent again.
