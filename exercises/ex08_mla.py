@@ -80,10 +80,13 @@ Decisions where the course's contract is silent (the grader follows them):
   the RoPE key) at the same ``bytes_per_elem``; the saving is a plain float.
 
 The grader runs your ``mla_decode`` under an operation trace (as in
-exercise F): no tensor may hold a vector per head and cached token (a
-rebuilt K or V, or the latent copied per head), and what one more cached
-token costs is counted (FLOPs of its matrix multiplies, bytes its operations
-read) and set beside ``mla_decode_intensity``, with the gap explained.
+exercise F) that knows which of its inputs each tensor comes from: no tensor
+may hold a vector per head and cached token (a rebuilt K or V, ``c_kv``
+through ``w_uk`` or ``w_uv``, or the latent copied per head), and what one
+more cached token costs is counted (FLOPs of its matrix multiplies, bytes its
+operations read) and set beside ``mla_decode_intensity``, with the gap
+explained.  One latent broadcast over the heads inside a matmul or einsum is
+fine: the copy PyTorch makes there to run one batched matmul is not yours.
 
 Run the public tests with ``attn-grade check ex08``.
 """

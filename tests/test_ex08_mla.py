@@ -82,12 +82,14 @@ SHAPE = dict(batch=2, n_heads=8, d=48, d_c=64, d_rope=8, d_nope=24, d_v=40)
 NAMES = {k: ref.MISTAKES[k] for k in ("cache_rebuilt_kv", "latent_per_head")}
 
 
-def _judge(module):
-    traces = probe.trace_decode(module, SHAPE["batch"], SHAPE["n_heads"], [64, 128], SHAPE["d"],
-                                SHAPE["d_c"], SHAPE["d_rope"], SHAPE["d_nope"], SHAPE["d_v"])
+def _judge(module, shape=SHAPE, lens=(64, 128)):
+    t = shape
+    traces = probe.trace_decode(module, t["batch"], t["n_heads"], list(lens), t["d"], t["d_c"],
+                                t["d_rope"], t["d_nope"], t["d_v"])
     return mla_trace.judge_decode(
-        traces, ideal=ref.decode_core_per_token(8, 64, 8, 2, 4),
-        rebuilt=ref.rebuilt_kv_per_token(8, 64, 24, 40, 2, 4), names=NAMES, **SHAPE)
+        traces, ideal=ref.decode_core_per_token(t["n_heads"], t["d_c"], t["d_rope"], t["batch"], 4),
+        rebuilt=ref.rebuilt_kv_per_token(t["n_heads"], t["d_c"], t["d_nope"], t["d_v"],
+                                         t["batch"], 4), names=NAMES, **t)
 
 
 def _variant(solution, body):
@@ -157,8 +159,137 @@ def test_judge_names_k_and_v_rebuilt_one_head_at_a_time(solution):
 
 def test_judge_names_a_latent_copied_per_head(solution):
     mod = _variant(solution, LATENT_COPIED_PER_HEAD)
-    with pytest.raises(Feedback, match="latent copied for every head"):
+    with pytest.raises(Feedback, match="latent copied for every head") as caught:
         _judge(mod)
+    assert "per-head K" not in str(caught.value)
+
+
+# -- what the trace knows: which input each tensor comes from ------------------------
+# The solution's scores and weighted sum, and the same two steps written otherwise
+# (replacing them in the solution's source, as a student's file would read).
+CORE = """    scores = (q_lat @ c_kv.transpose(1, 2) + q_rope @ k_rope.transpose(1, 2)) \\
+        / math.sqrt(d_nope + d_rope)                                      # (B, h, S)
+    o_lat = torch.softmax(scores, dim=-1) @ c_kv                         # (B, h, d_c)
+"""
+# One latent for every head, broadcast by matmul over a (B, 1, d_c, S) operand: PyTorch
+# copies it inside the matmul to run one bmm (the outside review's decode, verbatim).
+BROADCAST = """    lat = c_kv.transpose(1, 2)[:, None]                                  # (B, 1, d_c, S)
+    scores = ((q_lat[:, :, None, :] @ lat).squeeze(2) + (q_rope[:, :, None, :] @ k_rope.transpose(1, 2)[:, None]).squeeze(2)) / math.sqrt(d_nope + d_rope)
+    o_lat = (torch.softmax(scores, dim=-1)[:, :, None, :] @ c_kv[:, None]).squeeze(2)
+"""
+EINSUM_BCS = """    scores = (torch.einsum("bhc,bcs->bhs", q_lat, c_kv.transpose(1, 2))
+              + torch.einsum("bhr,brs->bhs", q_rope, k_rope.transpose(1, 2))) \\
+        / math.sqrt(d_nope + d_rope)                                      # (B, h, S)
+    o_lat = torch.einsum("bhs,bcs->bhc", torch.softmax(scores, dim=-1), c_kv.transpose(1, 2))
+"""
+EINSUM_BSC = """    scores = (torch.einsum("bhc,bsc->bhs", q_lat, c_kv)
+              + torch.einsum("bhr,bsr->bhs", q_rope, k_rope)) / math.sqrt(d_nope + d_rope)
+    o_lat = torch.einsum("bhs,bsc->bhc", torch.softmax(scores, dim=-1), c_kv)
+"""
+# An expand is a view (stride 0 over the heads); einsum copies it itself.
+EINSUM_EXPANDED = """    lat = c_kv[:, None].expand(-1, n_heads, -1, -1)                     # a view
+    scores = (torch.einsum("bhc,bhsc->bhs", q_lat, lat)
+              + torch.einsum("bhr,bsr->bhs", q_rope, k_rope)) / math.sqrt(d_nope + d_rope)
+    o_lat = torch.einsum("bhs,bhsc->bhc", torch.softmax(scores, dim=-1), lat)
+"""
+SHARED_LATENT = {"broadcast": BROADCAST, "einsum_bcs": EINSUM_BCS, "einsum_bsc": EINSUM_BSC,
+                 "einsum_expanded": EINSUM_EXPANDED}
+
+_PER_HEAD_SCORES = """    scores = ((q_lat[:, :, None, :] @ lat.transpose(-1, -2)).squeeze(2)
+              + q_rope @ k_rope.transpose(1, 2)) / math.sqrt(d_nope + d_rope)
+    o_lat = (torch.softmax(scores, dim=-1)[:, :, None, :] @ lat).squeeze(2)
+"""
+COPIED_PER_HEAD = {
+    "expand_contiguous": "    lat = c_kv[:, None].expand(-1, n_heads, -1, -1).contiguous()\n"
+                         + _PER_HEAD_SCORES,
+    "repeat": "    lat = c_kv[:, None].repeat(1, n_heads, 1, 1)\n" + _PER_HEAD_SCORES,
+    "repeat_interleave": "    lat = c_kv.repeat_interleave(n_heads, 0).view(b, n_heads, s, d_c)\n"
+                         + _PER_HEAD_SCORES,
+}
+# No copy at all, but every head reads the whole latent again.
+HEAD_LOOP = """    o_lat = torch.cat([torch.softmax((q_lat[:, i:i + 1] @ c_kv.transpose(1, 2)
+                                      + q_rope[:, i:i + 1] @ k_rope.transpose(1, 2))
+                                     / math.sqrt(d_nope + d_rope), dim=-1) @ c_kv
+                       for i in range(n_heads)], 1)                      # (B, h, d_c)
+"""
+# The hidden suite's shapes, and the public one at the cache length whose
+# (B, h, d_c, S) copy ends in S = 256 = h * (d_nope + d_rope).
+SHAPES = {"public-S256": (SHAPE, (256, 512)),
+          "h16": (dict(batch=1, n_heads=16, d=32, d_c=48, d_rope=4, d_nope=20, d_v=12), (200, 456)),
+          "h4-b3": (dict(batch=3, n_heads=4, d=40, d_c=32, d_rope=16, d_nope=28, d_v=36),
+                    (200, 456))}
+
+
+def _source(core: str) -> str:
+    text = (SOLUTIONS / f"{EX}.py").read_text()
+    assert text.count(CORE) == 1
+    return text.replace(CORE, core)
+
+
+def _module(core: str, name: str):
+    mod = types.ModuleType(f"_ex08_{name}")
+    exec(compile(_source(core), f"<ex08 {name}>", "exec"), mod.__dict__)
+    return mod
+
+
+def test_trace_knows_where_each_tensor_comes_from(solution):
+    """The broadcast decode's copy is PyTorch's, inside one matmul, of c_kv alone, and
+    the bmm reading it counts the latent once; a rebuilt K derives from c_kv and w_uk."""
+    b, h, s = SHAPE["batch"], SHAPE["n_heads"], 64
+    latent = b * s * SHAPE["d_c"] * 4
+    args = [SHAPE[k] for k in ("d", "d_c", "d_rope", "d_nope", "d_v")]
+    ops = probe.trace_decode(_module(BROADCAST, "broadcast"), b, h, [s], *args)[str(s)]["ops"]
+    copies = [o for o in ops if o["library_copy"] and not o["aliases"]]
+    assert copies and all(o["inside"] == "matmul" for o in copies)
+    big = [o for o in copies if o["out_numel"][0] == h * latent // 4]
+    assert len(big) == 2 and all(o["src"] == ["c_kv"] for o in big)     # scores, weighted sum
+    reads = [n for o in ops if o["op"] == "bmm.default" for src, n in o["reads"]
+             if src == ["c_kv"]]
+    assert reads == [latent, latent]
+    ops = probe.trace_decode(_variant(solution, REBUILT_PER_HEAD_LOOP), b, h, [s],
+                             *args)[str(s)]["ops"]
+    assert ["c_kv", "w_uk"] in [o["src"] for o in ops if o["op"] == "mm.default"]
+    assert not any(o["library_copy"] for o in ops)
+
+
+@pytest.mark.parametrize("where", SHAPES)
+@pytest.mark.parametrize("style", SHARED_LATENT)
+def test_judge_passes_one_latent_shared_by_every_head(style, where):
+    """However the shared latent is written (broadcast matmul, einsum), the trace
+    finds no per-head K/V and reads the latent as often as the solution does."""
+    shape, lens = SHAPES[where]
+    mod = _module(SHARED_LATENT[style], style)
+    result = _judge(mod, shape, lens)
+    assert result["flops"] == ref.decode_core_per_token(shape["n_heads"], shape["d_c"],
+                                                        shape["d_rope"], shape["batch"], 4)["flops"]
+
+
+@pytest.mark.parametrize("style", COPIED_PER_HEAD)
+def test_judge_names_a_copy_per_head_the_student_made(style):
+    for shape, lens in (SHAPES["public-S256"], SHAPES["h4-b3"]):
+        with pytest.raises(Feedback, match="the latent copied for every head") as caught:
+            _judge(_module(COPIED_PER_HEAD[style], style), shape, lens)
+        assert "per-head K" not in str(caught.value)
+        assert ref.MISTAKES["latent_per_head"] in str(caught.value)
+
+
+def test_judge_names_a_loop_over_heads_that_reads_the_latent_each_time():
+    for shape, lens in SHAPES.values():
+        with pytest.raises(Feedback, match="read from the cache") as caught:
+            _judge(_module(HEAD_LOOP, "head_loop"), shape, lens)
+        assert ref.MISTAKES["latent_per_head"] in str(caught.value)
+
+
+def test_judge_names_a_rebuilt_v_from_its_weight():
+    core = """    scores = (q_lat @ c_kv.transpose(1, 2) + q_rope @ k_rope.transpose(1, 2)) \\
+        / math.sqrt(d_nope + d_rope)                                      # (B, h, S)
+    v = (c_kv @ w_uv.T).view(b, s, n_heads, d_v).transpose(1, 2)         # (B, h, S, dv)
+    return ((torch.softmax(scores, dim=-1)[:, :, None] @ v)[:, :, 0]
+            .reshape(b, 1, n_heads * d_v) @ w_o.T)
+"""
+    with pytest.raises(Feedback, match="c_kv through w_uv.*per-head V") as caught:
+        _judge(_module(core, "rebuilt_v"))
+    assert ref.MISTAKES["cache_rebuilt_kv"] in str(caught.value)
 
 
 # -- grading -------------------------------------------------------------------------
@@ -272,6 +403,39 @@ def mla_decode_intensity(n_heads, seq_len, d_c, d_rope, batch=1, bytes_per_elem=
     moved = seq_len * (d_c + d_rope) + n_heads * (d_c + d_rope) + n_heads * d_c
     return (scores + weighted) / (moved * bytes_per_elem)
 '''
+
+
+TRACED_TESTS = ("test_mla_decode_traced", "test_mla_decode_traced_hidden")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("style, seed", [("broadcast", 11), ("broadcast", 12),
+                                         ("einsum_bcs", 13), ("einsum_bsc", 14)])
+def test_one_latent_shared_by_every_head_gets_full_marks(tmp_path, style, seed):
+    sub = tmp_path / style
+    sub.mkdir()
+    (sub / f"{EX}.py").write_text(_source(SHARED_LATENT[style]))
+    report = grade_dir(sub, [EX], seed=seed)
+    assert not report.errors, report.errors
+    bad = [(t.full_name, t.output) for t in report.tests if t.status != "passed"]
+    assert not bad, bad
+    assert report.score == report.max_score > 0
+
+
+@pytest.mark.slow
+def test_a_latent_copied_per_head_loses_the_trace_points_only(tmp_path):
+    sub = tmp_path / "copied"
+    sub.mkdir()
+    (sub / f"{EX}.py").write_text(_source(COPIED_PER_HEAD["expand_contiguous"]))
+    report = grade_dir(sub, [EX], seed=15)
+    assert not report.errors, report.errors
+    failed = failures(report)
+    assert failed and all(t.name.split("[")[0] in TRACED_TESTS for t in failed), \
+        [t.name for t in failed]
+    assert len(failed) == 3                                  # public + the two hidden shapes
+    for t in failed:
+        assert "the latent copied for every head" in t.output and "per-head K" not in t.output
+    assert report.score == report.max_score - sum(t.max_score for t in failed)
 
 
 @pytest.mark.slow

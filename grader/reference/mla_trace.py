@@ -24,23 +24,71 @@ EXTRA_SCORE_TRIPS = 16
 FLOPS_SLACK = 0.25     # e.g. a weighted sum over [c_kv, k_rope] then sliced
 
 
-def per_head_kv(ops, *, batch, n_heads, seq_len, d_c, d_rope, d_nope, d_v) -> str | None:
-    """A sentence naming the first tensor holding a vector per head AND per
-    cached token (a rebuilt K or V, or the latent copied per head), or None."""
-    big = materialized(ops, batch * n_heads * seq_len * min(d_nope, d_v, d_c))
-    for op in big:
-        shape = op["out_shapes"][0] if op["out_shapes"] else []
-        width = shape[-1] if shape else 0
-        if width in (n_heads * d_nope, n_heads * (d_nope + d_rope)):
-            width //= n_heads            # (B, S, h*d_nope): all heads' K side by side
-        elif width == n_heads * d_v:
-            width = d_v
-        kind = {d_nope: "per-head K (d_nope wide)", d_nope + d_rope: "per-head K",
-                d_v: "per-head V (d_v wide)", d_c: "the latent copied for every head",
-                d_c + d_rope: "the latent and RoPE key copied for every head"}.get(
-            width, "a tensor with a vector per head and cached token")
-        return f"{op['op']} made {shape} ({kind})"
+CACHE = ("c_kv", "k_rope")
+CACHE_NAMES = {"c_kv": "the latent", "k_rope": "the RoPE key"}
+UP_PROJECTIONS = {"w_uk": "K", "w_uv": "V"}
+
+
+def per_head_kv(ops, *, batch, n_heads, seq_len, d_c, d_rope, d_nope, d_v):
+    """``(mistake id, sentence)`` for the first tensor that rebuilds K or V for
+    the cached tokens or copies the cache for every head, or None.
+
+    Judged from each op's provenance (``src``: the inputs its output derives
+    from), never from its shape alone:
+
+    * the latent through an up-projection without the new token (``c_kv`` and
+      ``w_uk`` or ``w_uv``, no ``x_t``), one value or more per cached token: a
+      rebuilt K or V (``cache_rebuilt_kv``);
+    * the cache alone, at least twice the elements it derives from: the cache
+      copied for every head (``latent_per_head``);
+    * anything else from the latent holding a vector per head and cached
+      token (an elementwise product of every head's query with the latent).
+
+    Library copies (``library_copy``) are skipped: inside one matmul, einsum or
+    bmm, PyTorch copies an operand the student broadcast over the heads (one
+    latent shared by every head, a stride-0 head axis) to run the broadcast
+    batched matmul as one bmm.  That is the reference's bmm by another road,
+    and a fused GPU kernel would not make the copy.  A copy the student makes
+    (``expand(...).contiguous()``, ``repeat``, ``repeat_interleave``) is no
+    library copy."""
+    entry = {"c_kv": batch * seq_len * d_c, "k_rope": batch * seq_len * d_rope}
+    for op in materialized(ops, batch * seq_len):
+        if op["library_copy"]:
+            continue
+        src, numel = set(op["src"]), max(op["out_numel"])
+        made = f"{op['op']} made {op['out_shapes'][0]}"
+        ups = [w for w in UP_PROJECTIONS if w in src]
+        if "c_kv" in src and ups and "x_t" not in src:
+            what = " and ".join(UP_PROJECTIONS[w] for w in ups)
+            through = " and ".join(ups)
+            return "cache_rebuilt_kv", (f"{made} from c_kv through {through}, without the new "
+                                        f"token: per-head {what} of the cached tokens")
+        cached = [n for n in CACHE if n in src]
+        if cached and src <= set(CACHE) and numel >= 2 * sum(entry[n] for n in cached):
+            what = " and ".join(CACHE_NAMES[n] for n in cached)
+            return "latent_per_head", (f"{made} from {' and '.join(cached)} alone, "
+                                       f"{numel / sum(entry[n] for n in cached):.0f} times their "
+                                       f"size: {what} copied for every head")
+        if "c_kv" in src and numel >= batch * n_heads * seq_len * min(d_nope, d_v, d_c):
+            return "latent_per_head", (f"{made} from {', '.join(sorted(src))}: a tensor with a "
+                                       f"vector per head and cached token")
     return None
+
+
+def student_reads(ops) -> dict:
+    """``read_bytes`` of the ops the student's code asked for: a library copy
+    (see ``per_head_kv``) and its reshape are left out, and the bmm that reads
+    it counts what it copies once (``reads``), as the reference's bmm reads
+    the latent once for all heads."""
+    return read_bytes([dict(o, read=sum(n for _, n in o["reads"])) for o in ops
+                       if not o["library_copy"]])
+
+
+def cache_reads(ops) -> int:
+    """Bytes read from tensors holding the cache alone (the caches, their
+    views and copies) by the student's ops that allocate."""
+    return sum(n for o in ops if not (o["library_copy"] or o["is_view"] or o["aliases"])
+               for src, n in o["reads"] if src and set(src) <= set(CACHE))
 
 
 def judge_decode(traces, *, batch, n_heads, d, d_c, d_rope, d_nope, d_v, ideal, rebuilt,
@@ -63,15 +111,15 @@ def judge_decode(traces, *, batch, n_heads, d, d_c, d_rope, d_nope, d_v, ideal, 
         found = per_head_kv(t["ops"], batch=batch, n_heads=n_heads, seq_len=s, d_c=d_c,
                             d_rope=d_rope, d_nope=d_nope, d_v=d_v)
         if found:
-            name = "latent_per_head" if "latent" in found else "cache_rebuilt_kv"
+            name, what = found
             raise Feedback(f"with a cache of S={s} tokens ({shape_text}), your mla_decode "
-                           f"built a tensor per head and cached token: {found}.\n"
+                           f"built a tensor per head and cached token: {what}.\n"
                            f"This looks like: {names[name]}.")
     s1, s2 = lens[0], lens[-1]
     t1, t2 = traces[str(s1)], traces[str(s2)]
     ds = s2 - s1
     flops = (t2["flops"] - t1["flops"]) / ds
-    r1, r2 = read_bytes(t1["ops"]), read_bytes(t2["ops"])
+    r1, r2 = student_reads(t1["ops"]), student_reads(t2["ops"])
     per_token = {k: (r2[k] - r1[k]) / ds for k in r1}
     lo, hi = min(per_token.values()), max(per_token.values())
     where = f"(from two calls of mla_decode, S={s1} and S={s2}, {shape_text})"
@@ -96,9 +144,16 @@ def judge_decode(traces, *, batch, n_heads, d, d_c, d_rope, d_nope, d_v, ideal, 
                        f"mla_decode {where}, less than its cache entry "
                        f"({ideal['cache_bytes']:,} bytes), which a decode step must read")
     if lo > allowed:
+        # Named from what the reads come from: the latent read once per head
+        # (a loop over the heads) is more than an unfused decode reads.
+        from_cache = (cache_reads(t2["ops"]) - cache_reads(t1["ops"])) / ds
         hint = ""
-        if lo >= n_heads * ideal["latent_bytes"] > allowed:
-            hint = f"\nThis looks like: {names['latent_per_head']}."
+        if from_cache >= n_heads * ideal["latent_bytes"] and \
+                from_cache > (1 + EXTRA_LATENT_READS) * ideal["cache_bytes"]:
+            hint = (f"\nOf these, {from_cache:,.0f} bytes are read from the cache: its "
+                    f"entry {from_cache / ideal['cache_bytes']:.1f} times, where an unfused "
+                    f"decode reads it at most {1 + EXTRA_LATENT_READS} times.\n"
+                    f"This looks like: {names['latent_per_head']}.")
         raise Feedback(f"each cached token adds {readings} bytes of reads to your mla_decode "
                        f"{where}. Its cache entry is {ideal['cache_bytes']:,} bytes; an "
                        f"unfused decode may read the latent again for the weighted sum and "

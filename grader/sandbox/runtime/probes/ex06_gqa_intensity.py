@@ -29,16 +29,20 @@ class _Trace(TorchDispatchMode):
         if len(self.ops) < MAX_OPS:
             ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
             outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-            in_ptrs = {_ptr(t) for t in ins}
-            self.ops.append({
-                "op": str(func.overloadpacket.__name__) + "." + str(func._overloadname),
-                "is_view": bool(func.is_view),
-                "aliases": any(_ptr(o) in in_ptrs for o in outs),
-                "read": int(sum(t.numel() * t.element_size() for t in ins)),
-                "out_shapes": [list(o.shape) for o in outs][:4],
-                "out_numel": [int(o.numel()) for o in outs][:4],
-            })
+            self.ops.append(self.row(func, ins, outs))
         return out
+
+    def row(self, func, ins, outs) -> dict:
+        """What the trace keeps of one op (ex08's trace adds to it)."""
+        in_ptrs = {_ptr(t) for t in ins}
+        return {
+            "op": str(func.overloadpacket.__name__) + "." + str(func._overloadname),
+            "is_view": bool(func.is_view),
+            "aliases": any(_ptr(o) in in_ptrs for o in outs),
+            "read": int(sum(t.numel() * t.element_size() for t in ins)),
+            "out_shapes": [list(o.shape) for o in outs][:4],
+            "out_numel": [int(o.numel()) for o in outs][:4],
+        }
 
 
 def _ptr(t):
@@ -48,8 +52,8 @@ def _ptr(t):
         return id(t)
 
 
-def _traced(fn, *args):
-    trace = _Trace()
+def _traced(fn, *args, trace=None):
+    trace = _Trace() if trace is None else trace
     with FlopCounterMode(display=False) as flops, trace:
         out = fn(*args)
     return out, {"ops": trace.ops, "flops": int(flops.get_total_flops()),
