@@ -121,20 +121,18 @@ def sub(tmp_path):
 @pytest.mark.slow
 def test_hang_at_import(sub):
     at_import(sub, "while True:\n    pass\n")
-    report, elapsed = grade_attack(sub, import_timeout=3)
+    report, _ = grade_attack(sub, import_timeout=3)
     assert report.exercise_scores()["ex03_gqa"][0] == 0
     assert "did not finish within 3 s" in outputs(report)
-    assert elapsed < 60
 
 
 @pytest.mark.slow
 def test_hang_in_a_call(sub):
     in_function(sub, BYTES_LINE, "while True:\n    pass\n")
-    report, elapsed = grade_attack(sub, keyword=TWO_CALLS, call_timeout=SPIN_TIMEOUT)
+    report, _ = grade_attack(sub, keyword=TWO_CALLS, call_timeout=SPIN_TIMEOUT)
     assert_no_credit_for_cache_bytes(report)
     hung = [t for t in report.tests if f"did not finish within {SPIN_TIMEOUT:g} s" in t.output]
     assert len(hung) == 2, outputs(report)
-    assert elapsed < 60
 
 
 def test_memory_bomb(sub):
@@ -155,10 +153,9 @@ def test_fork_bomb(sub):
             except OSError:
                 pass
         """)
-    report, elapsed = grade_attack(sub, FOUNDATION, keyword=TWO_CALLS,
+    report, _ = grade_attack(sub, FOUNDATION, keyword=TWO_CALLS,
                                    call_timeout=SPIN_TIMEOUT)
     assert_no_credit_for_cache_bytes(report)
-    assert elapsed < 120
     if SANDBOXED:  # no process of this grading's worker users is left
         used = confine.allocated_uids[first:]
         assert used and not [pid for u in used for pid in confine.processes_of(u)]
@@ -372,12 +369,11 @@ def test_fifty_megabytes_of_output(sub):
             sys.stdout.write(chunk)
             sys.stderr.write(chunk)
         """)
-    report, elapsed = grade_attack(sub)
+    report, _ = grade_attack(sub)
     # The twisted function still answers correctly: no credit lost, none gained,
     # and the 100 MB of output cost neither memory nor the report's size.
     assert report.exercise_scores()["ex03_gqa"][0] == report.exercise_scores()["ex03_gqa"][1]
     assert len(to_text(report)) < 200_000
-    assert elapsed < 120
 
 
 @pytest.mark.parametrize("cheat,phrase", [("SDPA_FALLBACK", "scaled_dot_product_attention"),

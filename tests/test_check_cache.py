@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -95,9 +94,9 @@ def test_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_check_twice_reuses_the_compile_answer(tmp_path):
+def test_check_twice_reuses_the_compile_answer(tmp_path, monkeypatch):
     """As a student runs it: the second check of the same files says the
-    answer was kept and is faster; a failing kernel stays failing."""
+    answer was kept (no compile the second time); a failing kernel stays failing."""
     sub = copy_solutions(tmp_path / "sub", ["ex07_flash_attention"])
     mutant = next(m for m in MUTANTS if m.name == "kernel_global_read")
     path = sub / "ex07_flash_attention.py"
@@ -107,27 +106,28 @@ def test_check_twice_reuses_the_compile_answer(tmp_path):
            "--artifacts", str(tmp_path / "out")]
     runs = []
     for _ in range(2):
-        start = time.monotonic()
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-        runs.append((time.monotonic() - start, done))
+        runs.append((None, done))
     for _, done in runs:
         assert done.returncode == 1, done.stdout + done.stderr
         assert "global variable LOG2E" in done.stdout
     assert list((tmp_path / "xdg" / "attn-grade").glob("compile-*.json"))
     assert "kept from an earlier check" not in runs[0][1].stdout
     assert "kept from an earlier check" in runs[1][1].stdout
-    # Faster the second time.  Measured on the compile answer itself: this
-    # kernel fails to compile within a second, less than a whole check's
-    # own variation on a busy machine (the suite runs more workers than cores).
+    # The second answer costs no compile: no compile worker is started for it
+    # (how much faster that is depends on the machine: a benchmark, not a test).
     from tests.conftest import launcher
-    timings = []
-    for _ in range(2):
-        start = time.monotonic()
-        _, cached = flash_judge.compile_results(sub, launcher().binder(sub),
-                                                tmp_path / "direct")
-        timings.append((time.monotonic() - start, cached))
-    assert [c for _, c in timings] == [False, True]
-    assert timings[1][0] < timings[0][0]
+    started = []
+    real = flash_judge.compile_worker
+
+    def counting(launch_worker):
+        started.append(1)
+        return real(launch_worker)
+    monkeypatch.setattr(flash_judge, "compile_worker", counting)
+    answers = [flash_judge.compile_results(sub, launcher().binder(sub), tmp_path / "direct")
+               for _ in range(2)]
+    assert [cached for _, cached in answers] == [False, True] and started == [1]
+    assert answers[0][0] == answers[1][0]
 
 
 def test_no_cache_checks_without_the_user_cache(tmp_path, monkeypatch):

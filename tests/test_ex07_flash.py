@@ -281,7 +281,6 @@ def test_solution_full_marks_and_gpu_tests_not_run(tmp_path):
     if not torch.cuda.is_available():
         assert len(gpu) == 6 and all(t.status == "not_run" and "needs a GPU" in t.output
                                      for t in gpu)
-        assert report.seconds < 120         # the interpreter's share of CI stays small
 
 
 @needs_triton

@@ -58,15 +58,13 @@ def _spawned_and_answers(w) -> None:
         w.close()
 
 
-def test_workers_are_forked_fast_and_answer(zyg, namespaces):
-    """PyTorch is imported once, by the zygote: a worker of a PyTorch exercise
-    starts in a fraction of the time a fresh interpreter takes to import it."""
-    started = time.perf_counter()
+def test_workers_are_forked_and_answer(zyg, namespaces):
+    """PyTorch is imported once, by the zygote (which says so when ready): a
+    worker of a PyTorch exercise is forked from it, not started afresh.  How
+    much faster that is, is a benchmark (benchmarks/bench_isolation.py)."""
     w = _worker(SOLUTIONS, "ex05_decode_prefill", namespaces, zyg)
-    took = time.perf_counter() - started
     try:
         assert isinstance(w.proc, zygote.ForkedProcess) and w.load_error is None
-        assert took < 1.0, f"a forked worker took {took:.2f} s to start"
         assert StudentModule(w).attention_flops(1, 2, 3, 5, 8) == 4 * 8 * 15 * 2
     finally:
         w.close()
