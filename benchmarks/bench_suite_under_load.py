@@ -1,0 +1,91 @@
+"""The README's test command in a fresh clone while the machine is busy.
+
+Clones this repository into a temporary folder, builds its environment as
+``.ci/run`` does (or reuses one with ``--venv``), starts two busy loops per
+core (plain CPU-bound processes, started and stopped here), and runs
+``python -m pytest -q`` there.  Prints the wall time, pytest's closing line
+and the load average seen; exits with pytest's status.  The suite must pass
+like this: no test may depend on the machine being quiet.
+
+    python benchmarks/bench_suite_under_load.py [--per-core 2] [--venv PATH]
+
+A benchmark, not a test: it keeps every core busy for as long as the suite
+takes (about 20 minutes on 2 cores at two loops per core).
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _spin(stop) -> None:
+    x = 0
+    while not stop.is_set():
+        for _ in range(100_000):
+            x += 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-core", type=int, default=2)
+    parser.add_argument("--venv", type=Path, default=None,
+                        help="an environment with the package's dev extra already installed "
+                             "(its editable install is pointed at the clone)")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="suite-under-load-"))
+    clone = work / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    if args.venv is None:   # as .ci/run installs, before its test command
+        python = clone / ".venv" / "bin" / "python"
+        subprocess.run([sys.executable, "-m", "venv", str(clone / ".venv")], check=True)
+        for what in (["torch"], ["-e", ".[dev]"]):
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "-c",
+                            ".ci/constraints.txt", *what], cwd=clone, check=True)
+    else:
+        python = args.venv / "bin" / "python"
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps",
+                        "--no-build-isolation", "-e", str(clone)], check=True)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    stop = mp.Event()
+    loops = [mp.Process(target=_spin, args=(stop,), daemon=True)
+             for _ in range(args.per_core * cores)]
+    for p in loops:
+        p.start()
+    loads = []
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen([str(python), "-m", "pytest", "-q"], cwd=clone,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = []
+        for line in proc.stdout:
+            lines.append(line.rstrip())
+            loads.append(os.getloadavg()[0])
+        code = proc.wait()
+    finally:
+        stop.set()
+        for p in loops:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    wall = time.monotonic() - start
+    closing = next((ln for ln in reversed(lines) if " in " in ln and ("passed" in ln
+                                                                      or "failed" in ln)), "")
+    print(f"{len(loops)} busy loops on {cores} cores; load average up to "
+          f"{max(loads, default=0):.1f}")
+    print(f"pytest: {closing}")
+    print(f"wall {wall:.0f} s, exit status {code}")
+    if code:
+        print("\n".join(ln for ln in lines if ln.startswith(("FAILED", "ERROR"))))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
