@@ -485,7 +485,14 @@ def _stub_sources() -> dict[str, str]:
 @click.option("--test", "test_submission", type=click.Path(path_type=Path, exists=True),
               default=None, help="Replay Gradescope on this upload (a folder, notebook, "
               "zip or repository) with the bundle, and print the results.")
-def gradescope(out, test_submission):
+@click.option("--isolation", type=click.Choice(["strict", "auto"]), default="strict",
+              show_default=True,
+              help="strict: the image's build fails where bubblewrap's namespaces cannot be "
+                   "made (Docker's default seccomp profile blocks them), saying what to "
+                   "change; auto: it grades with the strongest isolation the image gives "
+                   "(namespaces, else each student's code as its own unprivileged user), "
+                   "decided once at build and said in every results.json for staff.")
+def gradescope(out, test_submission, isolation):
     """Build a Gradescope autograder bundle (a zip) at OUT, and/or test it."""
     try:
         from grader.gradescope import build_bundle, replay
@@ -498,11 +505,11 @@ def gradescope(out, test_submission):
         if out.suffix.lower() != ".zip":
             raise click.BadParameter(f"{out} must end in .zip (Gradescope uploads a zip).",
                                      param_hint="OUT")
-        build_bundle(out)
-        click.echo(f"wrote {out}: upload it as the autograder of a Gradescope programming "
-                   "assignment")
+        build_bundle(out, isolation)
+        click.echo(f"wrote {out} (--isolation {isolation}): upload it as the autograder of a "
+                   "Gradescope programming assignment")
     if test_submission is not None:
-        result = replay(test_submission, bundle=out)
+        result = replay(test_submission, bundle=out, isolation=isolation)
         click.echo("--- run_autograder's output (staff see this) ---")
         click.echo(result.log.rstrip())
         click.echo("--- results.json (students see this) ---")
