@@ -180,8 +180,9 @@ def test_the_class_workflow_is_a_matrix_of_shards_and_a_merge():
     text = (REPO / ".github" / "workflows" / "grade-class.yml").read_text()
     grade, merge = text.split("\n  grade:\n", 1)[1].split("\n  merge:\n", 1)
     assert "matrix:" in grade and "shard: [1, 2, 3, 4]" in grade and "of: [4]" in grade
-    assert '--shard "${{ matrix.shard }}/${{ matrix.of }}"' in grade
-    assert "needs: grade" in merge and "pattern: grades-part-*" in merge
+    assert 'SHARD: "${{ matrix.shard }}/${{ matrix.of }}"' in grade and '--shard "$SHARD"' in grade
+    assert "needs: grade" in merge and "if: always()" in merge
+    assert "pattern: grades-part-*" in merge
     assert "attn-grade merge parts/grades-part-*/grades.csv" in merge
 
 
