@@ -584,7 +584,12 @@ def gradescope(out, test_submission, isolation):
 @click.option("--git/--no-git", "make_git", default=True, show_default=True,
               help="Make OUT a git repository with a first commit (ready to push as a "
                    "template).")
-def release(out, install, make_git):
+@click.option("--self-check", type=click.Choice(["fail", "report"]), default="fail",
+              show_default=True,
+              help="The edition's GitHub workflow: fail while a public test fails (a new "
+                   "repository's badge is red until the exercises are done; its README says "
+                   "why), or report the table and pass.")
+def release(out, install, make_git, self_check):
     """Build the student edition in OUT (an empty or new folder)."""
     try:
         from grader.release import build
@@ -607,7 +612,7 @@ def release(out, install, make_git):
                    err=True)
     click.echo("recording the public tests' answers from the solutions ...", err=True)
     try:
-        build(out, install, git=make_git)
+        build(out, install, git=make_git, self_check=self_check)
     except RuntimeError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(f"wrote the student edition to {out}"
@@ -632,8 +637,15 @@ def stubs(check_only):
         for name in stale:
             click.echo(f"exercises/{name}.py differs from its solution's stub")
         sys.exit(1 if stale else 0)
-    for path in write_stubs(solutions, exercises):
+    written = write_stubs(solutions, exercises)
+    for path in written:
         click.echo(f"wrote {path.relative_to(REPO_DIR)}")
+    total = sum((solutions / f"{name}.py").is_file() for name in EXERCISES)
+    folder = f"{exercises.relative_to(REPO_DIR)}/"
+    click.echo(f"{_plural(len(written), 'stub')} written, {total - len(written)} already up "
+               f"to date in {folder}" if written else
+               f"all {total} stubs in {folder} are up to date with their solutions; "
+               "nothing written")
 
 
 try:  # an instructors' command: the student edition has no calibrate module
