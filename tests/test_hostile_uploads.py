@@ -196,6 +196,6 @@ def test_gradescope_grades_a_module_the_parser_cannot_take(tmp_path, monkeypatch
     (root / "submission_metadata.json").write_text(json.dumps(
         {"users": [{"email": "alice@uni.example", "sid": "S0001"}]}))
     (root / "submission" / MODULE).write_text("x = 1" + " + 1" * 200_000 + "\n")
-    data = run(root)
+    data = run(root, "auto")
     assert validate_results(data) == [] and "autograder failed" not in json.dumps(data)
     assert data["tests"] and data["score"] == 0
