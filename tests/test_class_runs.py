@@ -47,6 +47,10 @@ def rows(path: Path) -> dict:
 @pytest.fixture(scope="module")
 def one_run(tmp_path_factory):
     """The class graded by one unsharded batch: (class folder, its grades.csv)."""
+    from grader.sandbox import bwrap
+    ok, why = bwrap.usable()
+    if not ok:   # as the workflow and the Slurm script grade: namespaces or nothing
+        pytest.skip(f"the class paths grade with --isolation strict, and {why}")
     top = tmp_path_factory.mktemp("one-run")
     cls = make_class(top / "submissions")
     out = top / "whole" / "grades.csv"
