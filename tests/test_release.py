@@ -414,7 +414,7 @@ def test_the_install_cell_installs_what_release_was_told(edition, monkeypatch, t
     assert URL in (edition / "README.md").read_text()
     # without --install (and no terminal to ask on), release warns
     import grader.release
-    monkeypatch.setattr(grader.release, "build", lambda out, install, git: out)
+    monkeypatch.setattr(grader.release, "build", lambda out, install, git, self_check: out)
     result = CliRunner().invoke(main, ["release", str(tmp_path / "e")])
     assert result.exit_code == 0 and "warning: no --install URL" in result.output
 
