@@ -49,6 +49,9 @@ class Submission:
     path: Path
     key: str = ""          # its result file's stem, unique in the batch
     error: str = ""        # why it cannot be graded, found at intake: a zero row, no grading
+    lms_user_id: str = ""        # an LMS bulk download's user id (Canvas), else ""
+    lms_submission_id: str = ""  # its submission id(s), space-separated
+    late: bool | None = None     # the download's late flag; None: no LMS file
     label: str = field(init=False, default="")   # the name as outputs show it (safetext)
 
     def __post_init__(self):
@@ -82,9 +85,11 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "submission"
 
 
-# Canvas's bulk download: login, "late" when late, user id, submission id,
-# then the file's own name (a resubmission's gets "-1", "-2" before the suffix).
-CANVAS_NAME = re.compile(r"^(?P<student>[A-Za-z0-9]+?)(?:_late|_LATE)?_(?P<user>\d+)_"
+# Canvas's bulk download: the student's name (family then given names, run
+# together, lower case, in any script: ``müllerjörg``), ``late`` when late,
+# user id, submission id, then the file's own name (a resubmission's gets
+# "-1", "-2" before the suffix).  Two students of one name differ in user id.
+CANVAS_NAME = re.compile(r"^(?P<student>[^_\s]+?)(?P<late>_(?i:late))?_(?P<user>\d+)_"
                          r"(?P<sub>\d+)_(?P<file>.+)$")
 SUBMISSION_SUFFIXES = (".py", ".ipynb", ".zip")
 
@@ -94,40 +99,76 @@ def _canvas_file(name: str) -> str:
     return re.sub(r"-\d+$", "", stem) + dot + suffix
 
 
-def discover(folder: Path, staging: Path | None = None) -> list[Submission]:
+@dataclass
+class _CanvasStudent:
+    """One user id's files of a Canvas bulk download."""
+    student: str
+    files: list = field(default_factory=list)       # (path, its original name)
+    submissions: set = field(default_factory=set)
+    late: bool = False
+
+
+def discover(folder: Path, staging: Path | None = None,
+             skipped: list[str] | None = None) -> list[Submission]:
     """Every sub-folder, notebook and zip in ``folder`` is a submission; flat
-    Canvas files are grouped by student into folders under ``staging``."""
-    from grader.submission import Budget, SubmissionError, ignored
+    Canvas files are grouped by user id into folders under ``staging``.  A
+    file that is neither (nor what an archiver leaves) is named in
+    ``skipped``, with why, never dropped without a word."""
+    from grader.submission import ignored
 
     subs, canvas = [], {}
+    skipped = [] if skipped is None else skipped
     for path in sorted(Path(folder).iterdir()):
         if ignored(path.name) or path.is_symlink():
             continue
         match = CANVAS_NAME.match(path.name) if path.is_file() else None
-        if match and path.suffix.lower() in SUBMISSION_SUFFIXES and staging is not None:
-            canvas.setdefault(match["student"], []).append((path, match["file"]))
+        if match and staging is not None:
+            who = canvas.setdefault(match["user"], _CanvasStudent(match["student"]))
+            if path.suffix.lower() not in SUBMISSION_SUFFIXES:
+                skipped.append(f"{path.name}: Canvas file of {who.student}_{match['user']} "
+                               "that is no module, notebook or zip")
+                continue
+            who.files.append((path, match["file"]))
+            who.submissions.add(match["sub"])
+            who.late = who.late or bool(match["late"])
         elif path.is_dir() or path.suffix.lower() in (".ipynb", ".zip"):
             name = path.name if path.is_dir() else path.stem
             subs.append(Submission(name, path))
-    taken = {s.name for s in subs}
-    for student, files in sorted(canvas.items()):
-        name = student if student not in taken else f"{student}_canvas"
+        else:
+            skipped.append(f"{path.name}: a loose file, not a sub-folder, notebook, zip or "
+                           "Canvas download file (login[_late]_userid_submissionid_file)")
+    subs += _stage_canvas(canvas, {s.name for s in subs}, staging)
+    subs.sort(key=lambda s: s.name)
+    _unique_keys(subs)
+    return subs
+
+
+def _stage_canvas(canvas: dict, taken: set, staging: Path | None) -> list[Submission]:
+    """A folder under ``staging`` per Canvas user id, named ``student_userid``."""
+    from grader.submission import Budget, SubmissionError
+
+    subs = []
+    for user, who in sorted(canvas.items()):
+        if not who.files:
+            continue
+        name = f"{who.student}_{user}"
+        name = name if name not in taken else f"{name}_canvas"
         dest = Path(staging) / _safe(name)
         dest.mkdir(parents=True, exist_ok=True)
         budget, error = Budget(), ""   # staged copies are what one upload may bring in
         try:
-            for path, _ in files:
+            for path, _ in who.files:
                 budget.see(path, path)
                 budget.take(path.stat().st_size, path)
         except SubmissionError as exc:
             error = str(exc)
-        for path, original in files if not error else []:
+        for path, original in who.files if not error else []:
             shutil.copy2(path, dest / _canvas_file(original))
-        newest = max(path.stat().st_mtime for path, _ in files)
+        newest = max(path.stat().st_mtime for path, _ in who.files)
         os.utime(dest, (newest, newest))   # unchanged files keep an earlier result valid
-        subs.append(Submission(name, dest, error=error))
-    subs.sort(key=lambda s: s.name)
-    _unique_keys(subs)
+        subs.append(Submission(name, dest, error=error, lms_user_id=user,
+                               lms_submission_id=" ".join(sorted(who.submissions, key=int)),
+                               late=who.late))
     return subs
 
 
@@ -251,11 +292,25 @@ def _write_json(path: Path, data: dict) -> None:
     write_private(path, json.dumps(data, indent=2))
 
 
+def _batch_info(sub: Submission, key: dict | None = None) -> dict:
+    """What the batch keeps in a result (under ``extra_data``, as Gradescope's
+    format asks of keys of one's own): its cache key, name and LMS fields."""
+    info = {"submission": sub.label} if key is None else {"key": key, "submission": sub.label}
+    if sub.lms_user_id:
+        info["lms"] = {"user_id": sub.lms_user_id, "submission_id": sub.lms_submission_id,
+                       "late": bool(sub.late)}
+    return info
+
+
+def _extra(data: dict) -> dict:
+    extra = data.get("extra_data")
+    return extra if isinstance(extra, dict) else {}
+
+
 def _not_graded(outcome: Outcome, batch: dict) -> Outcome:
     """The zero result of a submission that could not be graded, saying why."""
     data = _failed_result(f"not graded: {outcome.error}")
-    data["batch_error"] = outcome.error
-    data["batch"] = batch
+    data["extra_data"] = {"batch_error": outcome.error, "batch": batch}
     _write_json(outcome.result_path, data)
     return outcome
 
@@ -299,17 +354,28 @@ def read_roster(path: Path) -> dict[str, str]:
     return roster
 
 
+def roster_by_name(roster: dict[str, str], subs: list[Submission]) -> dict[str, str]:
+    """{submission name: identifier}: a roster row's ``submission`` names a
+    submission, or the LMS user id of one from a bulk download."""
+    out = {}
+    for sub in subs:
+        sid = roster.get(sub.name) or (roster.get(sub.lms_user_id) if sub.lms_user_id else None)
+        if sid is not None:
+            out[sub.name] = sid
+    return out
+
+
 def _read_extra(outcome: Outcome, data: dict) -> None:
     from grader.report import manual_from_gradescope
 
     outcome.scores = exercise_scores(data)
     outcome.manual = manual_from_gradescope(data)
-    extra = data.get("extra_data") or {}
+    extra = _extra(data)
     outcome.needs_regrade = int(extra.get("needs_regrade", 0) or 0)
     outcome.import_errors = dict(extra.get("import_errors") or {})
     outcome.isolation = str(extra.get("isolation", ""))
     problems = list(extra.get("errors") or [])
-    outcome.error = data.get("batch_error", "") or "; ".join(problems)
+    outcome.error = extra.get("batch_error", "") or "; ".join(problems)
 
 
 def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float | None,
@@ -321,14 +387,14 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
     outcome = Outcome(sub, result_path)
     if sub.error:   # refused at intake: its zero row, and nothing to grade or cache
         outcome.error = sub.error
-        return _not_graded(outcome, {"submission": sub.label})
+        return _not_graded(outcome, _batch_info(sub))
     key = cache_key(sub, suite=suite, exercises=exercises, timeout=timeout,
                     isolation=isolation, seed=seed, student_id=student_id,
                     deduct_once=deduct_once)
     if not force and result_path.is_file():
         try:
             data = json.loads(result_path.read_text())
-            stored = dict(data.get("batch", {}).get("key") or {})
+            stored = dict(_extra(data).get("batch", {}).get("key") or {})
             if seed is None:
                 stored["seed"] = None   # no seed asked for: the one it had will do
             if stored == key:
@@ -370,11 +436,11 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
             outcome.error = f"grading took longer than {submission_timeout:g} s and was stopped"
     outcome.seconds = time.monotonic() - start
     if outcome.error:
-        return _not_graded(outcome, {"key": key, "submission": sub.label})  # --force: again
+        return _not_graded(outcome, _batch_info(sub, key))  # --force: again
     try:
         data = json.loads(result_path.read_text())
         _read_extra(outcome, data)
-        data["batch"] = {"key": key, "submission": sub.label}
+        data.setdefault("extra_data", {})["batch"] = _batch_info(sub, key)
         _write_json(result_path, data)
     except (OSError, ValueError) as exc:
         outcome.error = f"the result could not be read: {exc}"
@@ -382,6 +448,19 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
 
 
 GRADES_NUMBERS = ("total", "max_total", "needs_regrade")   # and each exercise's column
+# An LMS bulk download's identity of each row (empty for a folder, notebook or zip):
+# the LMS's user id (what its gradebook import matches), submission id(s), late flag.
+LMS_COLUMNS = ("lms_user_id", "lms_submission_id", "late")
+
+
+def grades_fields(exercises: list[str]) -> list[str]:
+    """The grades CSV's header, one run's or merged."""
+    return ["submission", *exercises, *GRADES_NUMBERS, "isolation", "error", *LMS_COLUMNS]
+
+
+def _lms_cells(sub: Submission) -> list[str]:
+    late = "" if sub.late is None else ("yes" if sub.late else "no")
+    return [sub.lms_user_id, sub.lms_submission_id, late]
 
 
 def to_csv(outcomes: list[Outcome], exercises: list[str]) -> str:
@@ -393,8 +472,9 @@ def to_csv(outcomes: list[Outcome], exercises: list[str]) -> str:
             got, most = o.scores.get(ex, (0.0, 0.0))
             row.append(float(got))
             total, max_total = total + got, max_total + most
-        rows.append(row + [total, max_total, o.needs_regrade, o.isolation, o.problems])
-    return csv_text(["submission", *exercises, *GRADES_NUMBERS, "isolation", "error"], rows)
+        rows.append(row + [total, max_total, o.needs_regrade, o.isolation, o.problems,
+                           *_lms_cells(o.submission)])
+    return csv_text(grades_fields(exercises), rows)
 
 
 RUBRIC_COLUMNS = ["question", "submission", "points_possible", "answer", "rubric", "points",
@@ -495,12 +575,38 @@ def merge_parts(parts: list[Path]) -> str:
     if absent:
         raise MergeError(f"{len(absent)} submissions are in no part, {absent[0]} first.")
     exercises = [c for c in EXERCISES if c in header]
-    fields = ["submission", *exercises, *GRADES_NUMBERS, "isolation", "error"]
+    fields = grades_fields(exercises)
     numbers = {*exercises, *GRADES_NUMBERS}
     return csv_text(fields, [[csv_number(rows[name].get(f) or ("0" if f in exercises else ""))
                               if f in numbers
                               else rows[name].get(f) or "" for f in fields]
                              for name in sorted(rows)])
+
+
+def rubric_of(grades_csv: Path) -> Path:
+    """The free-text answers' sheet beside a grades CSV (``NAME_rubric.csv``)."""
+    return grades_csv.with_name(f"{grades_csv.stem}_rubric.csv")
+
+
+def merge_rubrics(parts: list[Path]) -> str | None:
+    """The rubric sheets beside the parts' CSVs joined into the one an
+    unsharded run writes (None when no part has one)."""
+    rows, found = [], False
+    for path in parts:
+        sheet = rubric_of(path)
+        if not sheet.is_file():
+            continue   # a part whose students wrote no free-text answer
+        found = True
+        reader = csv.DictReader(io.StringIO(sheet.read_text(encoding="utf-8",
+                                                            errors="replace")))
+        for row in reader:
+            row = {k: clean(csv_value(v or "")) for k, v in row.items() if k is not None}
+            rows.append([row.get("question", ""), row.get("submission", ""),
+                         csv_number(row.get("points_possible", "")), row.get("answer", ""),
+                         row.get("rubric", ""), row.get("points", ""), row.get("comment", "")])
+    if not found:
+        return None
+    return csv_text(RUBRIC_COLUMNS, sorted(rows, key=lambda r: (r[0], r[1])))
 
 
 def class_summary(text: str) -> str:
@@ -524,20 +630,29 @@ def class_summary(text: str) -> str:
 def histogram(text: str, path: Path) -> Path | None:
     """A PNG histogram of the class's totals; None without matplotlib."""
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        from matplotlib.figure import Figure
+        fig = histogram_figure([float(r["total"] or 0)
+                                for r in csv.DictReader(io.StringIO(text))])
     except ImportError:
         return None
-    totals = [float(r["total"] or 0) for r in csv.DictReader(io.StringIO(text))]
+    fig.savefig(path)
+    return path
+
+
+def histogram_figure(totals: list[float]):
+    """The histogram's figure: submissions (whole numbers) per band of totals."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
     ax.hist(totals, bins=min(20, max(1, len(set(totals)))), color="#4477aa")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))   # a count of submissions
     ax.set_xlabel("total points")
     ax.set_ylabel("submissions")
     ax.set_title(f"{len(totals)} submissions")
-    fig.savefig(path)
-    return path
+    return fig
 
 
 def write_extras(out: Path, text: str, shard: tuple | None = None,

@@ -40,8 +40,8 @@ def _isolation_option(default: str = "auto"):
 # The student edition ships no hidden suites: its attn-grade has only the
 # commands that are honest there (``check``), none that claims a grade.
 STUDENT_EDITION = not HIDDEN_SUITES_DIR.is_dir()
-INSTRUCTOR_COMMANDS = ("grade", "batch", "merge", "gradescope", "release", "notebooks",
-                       "stubs", "calibrate")
+INSTRUCTOR_COMMANDS = ("grade", "batch", "merge", "export", "gradescope", "release",
+                       "notebooks", "stubs", "calibrate")
 
 
 def _version() -> str:
@@ -329,8 +329,8 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
     graded or has tests needing a regrade."""
     import tempfile
 
-    from grader.batch import (RosterError, columns, discover, read_roster, run_batch, shard_of,
-                              to_csv, to_rubric_csv, write_extras)
+    from grader.batch import (RosterError, columns, discover, read_roster, roster_by_name,
+                              rubric_of, run_batch, shard_of, to_csv, to_rubric_csv, write_extras)
 
     if not folder.exists():
         raise click.BadParameter(f"{folder} does not exist.", param_hint="FOLDER")
@@ -347,11 +347,15 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
             raise click.BadParameter(str(exc), param_hint="--roster") from None
     results_dir = results_dir or out.parent / "results"
     with tempfile.TemporaryDirectory(prefix="attn-intake-") as staging:
-        everyone = discover(folder, staging=Path(staging))
+        skipped: list[str] = []
+        everyone = discover(folder, staging=Path(staging), skipped=skipped)
+        for why in skipped:
+            click.echo(f"  skipped {clean(why)}", err=True)
         if not everyone:
             raise click.UsageError(f"{folder} holds no submissions (sub-folders, notebooks "
                                    "or zip files).")
         subs = shard_of(everyone, *part) if part else everyone
+        ids = roster_by_name(ids, everyone) if ids is not None else None
         for sub in subs if ids is not None else []:
             if sub.name not in ids:
                 click.echo(f"  {sub.label} is not on the roster: exercise A is graded for the "
@@ -368,7 +372,7 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
     write_private(out, text)
     extras = write_extras(out, text, shard=part,
                           everyone=[s.label for s in everyone] if part else None)
-    rubric = out.with_name(f"{out.stem}_rubric.csv")   # beside grades.csv, for staff
+    rubric = rubric_of(out)   # beside grades.csv, for staff
     if any(o.manual for o in outcomes):
         write_private(rubric, to_rubric_csv(outcomes))
         click.echo(f"free-text answers for staff: {rubric}")
@@ -413,8 +417,9 @@ def variant(student_id):
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default="grades.csv",
               show_default=True, help="The joined CSV.")
 def merge(parts, out):
-    """Join the CSVs of `batch --shard K/N` runs into one, refusing overlaps and gaps."""
-    from grader.batch import MergeError, merge_parts, write_extras
+    """Join the CSVs of `batch --shard K/N` runs into one, refusing overlaps and gaps,
+    and the free-text rubric sheets beside them (NAME_rubric.csv) into one."""
+    from grader.batch import MergeError, merge_parts, merge_rubrics, rubric_of, write_extras
 
     try:
         text = merge_parts(list(parts))
@@ -422,9 +427,54 @@ def merge(parts, out):
         raise click.UsageError(str(exc)) from None
     write_private(out, text)
     extras = write_extras(out, text)
+    rubric = merge_rubrics(list(parts))
+    if rubric is not None:
+        write_private(rubric_of(out), rubric)
+        extras.append(rubric_of(out))
     rows = max(text.count("\n") - 1, 0)
     click.echo(f"merged {_plural(len(parts), 'part')} into {out}: "
                f"{_plural(rows, 'submission')}" + "".join(f"; wrote {p}" for p in extras))
+
+
+@main.command()
+@click.argument("grades", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--canvas", "gradebook", type=click.Path(path_type=Path, exists=True,
+                                                       dir_okay=False), default=None,
+              help="Your Canvas gradebook export (Grades > Export): the file written is "
+                   "Canvas's gradebook import, each total in its student's row (matched on "
+                   "the Canvas user id, else the login).")
+@click.option("--assignment", default="Attention exercises", show_default=True,
+              help="The Canvas assignment column to fill: an existing one's name (or its "
+                   "full column, 'Name (12345)'), or a new one's.")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="[default: canvas-import.csv with --canvas, the generic one beside it as "
+                   "NAME-generic.csv; grades-export.csv without]")
+def export(grades, gradebook, assignment, out):
+    """Write a class's grades (GRADES: the CSV of batch or merge) for an LMS: Canvas's
+    gradebook import with --canvas, and a generic CSV (identifiers, points, the most)."""
+    from grader.lms import ExportError, canvas_import, generic, read_grades
+
+    try:
+        rows = read_grades(grades)
+        made = canvas_import(rows, gradebook, assignment) if gradebook else None
+    except ExportError as exc:
+        raise click.UsageError(str(exc)) from None
+    if made is None:
+        out = out or Path("grades-export.csv")
+        write_private(out, generic(rows))
+        click.echo(f"wrote {out}: {_plural(len(rows), 'submission')} with their identifiers "
+                   "and points")
+        return
+    out = out or Path("canvas-import.csv")
+    plain = out.with_name(f"{out.stem}-generic.csv")
+    write_private(out, made.text)
+    write_private(plain, generic(rows))
+    click.echo(f"wrote {out} for Canvas (Grades > Import), column {made.column!r}: "
+               f"{_plural(made.matched, 'student')} graded, {made.without_grade} in the "
+               f"gradebook without a submission; and {plain}")
+    for name in made.unmatched:
+        click.echo(f"  {clean(name)}: no student of the gradebook matches it (or one already "
+                   "graded does): not in the import", err=True)
 
 
 @main.command()
@@ -485,7 +535,14 @@ def _stub_sources() -> dict[str, str]:
 @click.option("--test", "test_submission", type=click.Path(path_type=Path, exists=True),
               default=None, help="Replay Gradescope on this upload (a folder, notebook, "
               "zip or repository) with the bundle, and print the results.")
-def gradescope(out, test_submission):
+@click.option("--isolation", type=click.Choice(["strict", "auto"]), default="strict",
+              show_default=True,
+              help="strict: the image's build fails where bubblewrap's namespaces cannot be "
+                   "made (Docker's default seccomp profile blocks them), saying what to "
+                   "change; auto: it grades with the strongest isolation the image gives "
+                   "(namespaces, else each student's code as its own unprivileged user), "
+                   "decided once at build and said in every results.json for staff.")
+def gradescope(out, test_submission, isolation):
     """Build a Gradescope autograder bundle (a zip) at OUT, and/or test it."""
     try:
         from grader.gradescope import build_bundle, replay
@@ -498,11 +555,11 @@ def gradescope(out, test_submission):
         if out.suffix.lower() != ".zip":
             raise click.BadParameter(f"{out} must end in .zip (Gradescope uploads a zip).",
                                      param_hint="OUT")
-        build_bundle(out)
-        click.echo(f"wrote {out}: upload it as the autograder of a Gradescope programming "
-                   "assignment")
+        build_bundle(out, isolation)
+        click.echo(f"wrote {out} (--isolation {isolation}): upload it as the autograder of a "
+                   "Gradescope programming assignment")
     if test_submission is not None:
-        result = replay(test_submission, bundle=out)
+        result = replay(test_submission, bundle=out, isolation=isolation)
         click.echo("--- run_autograder's output (staff see this) ---")
         click.echo(result.log.rstrip())
         click.echo("--- results.json (students see this) ---")
@@ -527,7 +584,12 @@ def gradescope(out, test_submission):
 @click.option("--git/--no-git", "make_git", default=True, show_default=True,
               help="Make OUT a git repository with a first commit (ready to push as a "
                    "template).")
-def release(out, install, make_git):
+@click.option("--self-check", type=click.Choice(["fail", "report"]), default="fail",
+              show_default=True,
+              help="The edition's GitHub workflow: fail while a public test fails (a new "
+                   "repository's badge is red until the exercises are done; its README says "
+                   "why), or report the table and pass.")
+def release(out, install, make_git, self_check):
     """Build the student edition in OUT (an empty or new folder)."""
     try:
         from grader.release import build
@@ -550,7 +612,7 @@ def release(out, install, make_git):
                    err=True)
     click.echo("recording the public tests' answers from the solutions ...", err=True)
     try:
-        build(out, install, git=make_git)
+        build(out, install, git=make_git, self_check=self_check)
     except RuntimeError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(f"wrote the student edition to {out}"
@@ -575,8 +637,15 @@ def stubs(check_only):
         for name in stale:
             click.echo(f"exercises/{name}.py differs from its solution's stub")
         sys.exit(1 if stale else 0)
-    for path in write_stubs(solutions, exercises):
+    written = write_stubs(solutions, exercises)
+    for path in written:
         click.echo(f"wrote {path.relative_to(REPO_DIR)}")
+    total = sum((solutions / f"{name}.py").is_file() for name in EXERCISES)
+    folder = f"{exercises.relative_to(REPO_DIR)}/"
+    click.echo(f"{_plural(len(written), 'stub')} written, {total - len(written)} already up "
+               f"to date in {folder}" if written else
+               f"all {total} stubs in {folder} are up to date with their solutions; "
+               "nothing written")
 
 
 try:  # an instructors' command: the student edition has no calibrate module

@@ -40,6 +40,10 @@ from grader.safetext import clean
 
 VISIBILITIES = {"hidden", "after_due_date", "after_published", "visible"}
 OUTPUT_FORMATS = {"text", "html", "simple_format", "md", "ansi"}
+# results.json's top level, as Gradescope's specification lists it.
+TOP_LEVEL_KEYS = {"score", "execution_time", "output", "output_format", "test_output_format",
+                  "test_name_format", "visibility", "stdout_visibility", "extra_data", "tests",
+                  "leaderboard"}
 
 SETUP_SH = """\
 #!/usr/bin/env bash
@@ -56,26 +60,43 @@ python3 -m venv "$VENV"
 # The plot extra: exercise D's plot tests need matplotlib.
 "$VENV/bin/python" -m pip install -q "$SOURCE[plot]"
 "$VENV/bin/python" -c "import grader.gradescope, matplotlib; print('attn-grade setup: ok')"
+# The sandbox is decided here, once, while the image is built, never at a
+# student's submission: the probe records what this image gives (in
+# attn-isolation.json beside this file) and stops the build where the
+# bundle's --isolation cannot be had.
+"$VENV/bin/python" -m grader.gradescope probe "$SOURCE"
 """
 
 RUN_AUTOGRADER = """\
 #!/usr/bin/env bash
 # Gradescope runs this for every submission; it always writes results.json.
-# Its output is shown to staff only (students see results.json).
+# Its output is shown to staff only (students see results.json).  The
+# isolation is the one setup.sh recorded when the image was built.
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 PY="${ATTN_PYTHON:-${ATTN_VENV:-/opt/attn-venv}/bin/python}"
 mkdir -p "$ROOT/results"
 echo "run_autograder: $(date -u +%FT%TZ) grading $ROOT/submission with $PY"
 cd "$ROOT"
-# strict: no grade without namespaces (ATTN_ISOLATION=auto accepts the fallback).
-exec "$PY" -m grader.gradescope "$ROOT" "${ATTN_ISOLATION:-strict}"
+exec "$PY" -m grader.gradescope run "$ROOT"
 """
+
+# The bundle's choice (``attn-grade gradescope --isolation``), read by the probe.
+BUNDLE_FILE = "attn-bundle.json"
+# What the probe found while the image was built, read for every submission.
+RECORD_FILE = "attn-isolation.json"
+BUNDLE_ISOLATION = ("strict", "auto")
+MEMORY_MB = 8192   # grader.core.Options' default: the probe's memory line matches a grading
 
 # What of the repository goes into the bundle's top level, beside grader/.
 SOURCE_FILES = ["pyproject.toml", "README.md"]
 
 
-def build_bundle(out: Path) -> Path:
+def build_bundle(out: Path, isolation: str = "strict") -> Path:
+    """The bundle at ``out``; ``isolation``: ``strict`` (an image without
+    namespaces fails its build) or ``auto`` (it grades with the strongest
+    isolation its image gives, decided by ``setup.sh``'s probe)."""
+    if isolation not in BUNDLE_ISOLATION:
+        raise ValueError(f"unknown bundle isolation {isolation!r}: use strict or auto")
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         for name, text in (("setup.sh", SETUP_SH), ("run_autograder", RUN_AUTOGRADER)):
@@ -83,6 +104,7 @@ def build_bundle(out: Path) -> Path:
             info.external_attr = 0o755 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, text)
+        z.writestr(BUNDLE_FILE, json.dumps({"isolation": isolation}) + "\n")
         for name in SOURCE_FILES:
             z.write(REPO_DIR / name, name)
         for path in sorted(PACKAGE_DIR.rglob("*")):
@@ -139,41 +161,197 @@ def _declared_student_id(folder: Path) -> str | None:
     return None
 
 
+ID_FIELDS = {"sid": "your Gradescope student ID (sid)", "email": "your Gradescope email"}
+ACCEPTED = "your Gradescope student ID (sid) or email"
+
+
 def submitter_id(root: Path, folder: Path) -> str | None:
     """Exercise A's identifier for this upload, from Gradescope's
-    ``submission_metadata.json`` (its ``users``): the submitter's identifiers
-    (``sid``, ``email``) are what a STUDENT_ID may be.  One that matches the
-    module's STUDENT_ID is used; otherwise the field named by
-    ``ATTN_STUDENT_ID_FIELD`` (default ``email``; ``off`` leaves exercise A
-    to the module's own STUDENT_ID), so that a STUDENT_ID of someone else earns
-    nothing and one left unset is graded on the student's own variant."""
+    ``submission_metadata.json`` (its ``users``: ``email``, ``id``, ``name``,
+    and ``sid`` where the course set student IDs): a STUDENT_ID equal to a
+    submitter's ``sid`` or ``email`` is used; otherwise the field named by
+    ``ATTN_STUDENT_ID_FIELD`` (default ``email``; the other one where a
+    submitter has none; ``off`` leaves exercise A to the module's own
+    STUDENT_ID), so that a STUDENT_ID of someone else earns nothing and one
+    left unset is graded on the student's own variant.  The identifier says
+    how to name it to the student (``variants.AssignedId``)."""
+    from grader.variants import AssignedId, BadStudentId, normalize
+
     field = os.environ.get("ATTN_STUDENT_ID_FIELD", "email").strip() or "email"
     if field == "off":
         return None
-    from grader.variants import BadStudentId, normalize
     try:
         meta = json.loads((root / "submission_metadata.json").read_text())
         users = [u for u in meta.get("users") or [] if isinstance(u, dict)]
     except (OSError, ValueError, AttributeError):
         return None
-    ids = [str(u[k]) for u in users for k in ("sid", "email") if u.get(k)]
-    declared = _declared_student_id(folder)
 
-    def same(a, b) -> bool:
+    def usable(value) -> str | None:
         try:
-            return normalize(a) == normalize(b)
+            return str(value) if value not in (None, "") and normalize(value) else None
         except BadStudentId:
-            return False
-    for candidate in ids:
-        if declared is not None and same(candidate, declared):
-            return candidate
-    chosen = [str(u[field]) for u in users if u.get(field) and same(u[field], u[field])]
-    return chosen[0] if chosen else None
+            return None
+    ids = [(usable(u.get(k)), k) for u in users for k in ID_FIELDS]
+    ids = [(value, k) for value, k in ids if value is not None]
+    declared = _declared_student_id(folder)
+    mine = usable(declared) and normalize(declared)
+    for value, k in ids:
+        if mine and normalize(value) == mine:
+            return AssignedId(value, ID_FIELDS[k], ACCEPTED)
+    order = [field] + [k for k in ID_FIELDS if k != field]
+    for k in order:
+        chosen = [value for value, key in ids if key == k]
+        if chosen:
+            return AssignedId(chosen[0], ID_FIELDS[k], ACCEPTED)
+    return None
 
 
-def run(root: Path, isolation: str = "auto") -> dict:
+# -- the sandbox, decided while the image is built ---------------------------
+
+STRICT_FAILED = (
+    "attn-grade setup: FAILED, on purpose. This bundle was built with --isolation strict, "
+    "which grades only inside bubblewrap's namespaces, and this image cannot make them "
+    "({why}). Gradescope's containers run under Docker's default seccomp profile, which "
+    "refuses the unshare calls bubblewrap needs, and nothing in a bundle can change that. "
+    "Rebuild the bundle with `attn-grade gradescope autograder.zip --isolation auto` and "
+    "upload it: each student's code then runs as its own unprivileged user, with the hidden "
+    "suites and /autograder/source readable by root only, sharing the container's network "
+    "and /tmp (every results.json says so to staff). Or grade where namespaces work "
+    "(`attn-grade doctor` says whether a machine has them) with `attn-grade batch`. No "
+    "submission is graded with this image.")
+AUTO_FAILED = (
+    "attn-grade setup: FAILED. This image cannot make bubblewrap's namespaces ({why}), and "
+    "it cannot give each student's code its own unprivileged user either: {lack}. Student "
+    "code would run with the grader's rights and could read the hidden suites, so no "
+    "submission is graded with this image. {fix}")
+
+
+def _readable_by_a_worker(paths: list[Path], python: str = sys.executable) -> list[Path]:
+    """Those of ``paths`` that a fresh unprivileged uid can open with
+    ``python`` (one it can run), as root."""
+    from grader.sandbox import confine
+    uid = confine.fresh_uid()
+    try:
+        code = ("import sys\nfor p in sys.argv[1:]:\n    try:\n        open(p, 'rb').close()\n"
+                "    except OSError:\n        continue\n    print(p)")
+        proc = subprocess.run([python, "-I", "-c", code, *map(str, paths)], cwd="/",
+                              user=uid, group=uid, extra_groups=[], capture_output=True,
+                              text=True, timeout=60, env={"PATH": os.environ.get("PATH", "")})
+        return [Path(p) for p in proc.stdout.split()]
+    finally:
+        confine.release_uid(uid)
+
+
+def _protect_source(source: Path) -> None:
+    """The bundle's own copy (hidden suites, references) and, as root, the
+    installed package's secret folders readable by their owner only."""
+    from grader.sandbox import confine
+    source.chmod(0o700)
+    confine.protect_secrets()
+
+
+def _secrets_a_worker_reads(source: Path) -> list[Path]:
+    """After ``_protect_source``, as root: the hidden suites (installed, and
+    the bundle's copy) that a fresh unprivileged uid can still open."""
+    from grader.paths import HIDDEN_SUITES_DIR
+    _protect_source(source)
+    probes = [p for folder in (HIDDEN_SUITES_DIR, source / "grader" / "suites" / "hidden")
+              for p in sorted(folder.glob("*.py"))[:1]]
+    return _readable_by_a_worker(probes)
+
+
+INSTALL_FIX = ("Install the grader's Python where every user may run it (setup.sh's default, "
+               "/opt/attn-venv, is such a place) and run setup.sh as root, as Gradescope does.")
+
+
+def _why_no_own_uid(source: Path, iso) -> tuple[str, str]:
+    """(why each worker cannot run as its own uid with the secrets unreadable
+    here, what to change); ('', '') where it can."""
+    from grader.sandbox import confine, isolation
+    if not confine.is_root():
+        return "setup.sh does not run as root here", INSTALL_FIX
+    if iso.level != isolation.UID:
+        return f"this Python ({sys.executable}) cannot be run by another user", INSTALL_FIX
+    readable = _secrets_a_worker_reads(source)
+    return (f"{readable[0]} stays readable by other users",
+            "Make the folders above it readable by root only and rebuild.") if readable \
+        else ("", "")
+
+
+def probe(source: Path) -> int:
+    """``setup.sh``'s step: decide the isolation for every submission of this
+    image, from the bundle's choice (``attn-bundle.json``), and record it in
+    ``attn-isolation.json``; 1, with one paragraph saying what to change,
+    where the choice cannot be had here."""
+    from grader.sandbox import bwrap, isolation
+
+    try:
+        chosen = json.loads((source / BUNDLE_FILE).read_text())["isolation"]
+    except (OSError, ValueError, KeyError, TypeError):
+        chosen = "strict"   # a bundle without the file: the safe choice
+    print(f"attn-grade setup: the bundle asks for --isolation {chosen}", flush=True)
+    ok, why = bwrap.usable()
+    if not ok and chosen == "strict":
+        print(STRICT_FAILED.format(why=why), flush=True)
+        return 1
+    iso = isolation.decide("strict" if ok else "fallback", MEMORY_MB)
+    lack, fix = ("", "") if ok else _why_no_own_uid(source, iso)
+    if lack:
+        print(AUTO_FAILED.format(why=why, lack=lack, fix=fix), flush=True)
+        return 1
+    if ok:
+        _protect_source(source)
+    record = {"bundle": chosen, "grade_with": "strict" if ok else "fallback",
+              "level": iso.level, "text": iso.text, "why_not_namespaces": why,
+              "python": sys.executable, "probed": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                time.gmtime())}
+    (source / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    print(f"attn-grade setup: every submission of this image is graded with: {iso.text}",
+          flush=True)
+    return 0
+
+
+def recorded_isolation(root: Path) -> dict | None:
+    """What ``probe`` recorded when this image was built, or None."""
+    try:
+        record = json.loads((root / "source" / RECORD_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("grade_with") not in ("strict", "fallback"):
+        return None
+    return record
+
+
+def _staff_isolation_entry(report, record: dict | None) -> dict:
+    """A test entry only staff see (``hidden``) saying which isolation ran."""
+    built = "" if record is None else (
+        f" Decided when the image was built (bundle --isolation {record.get('bundle')}"
+        + (f"; no namespaces there: {record['why_not_namespaces']}"
+           if record.get("why_not_namespaces") else "") + ").")
+    return {"name": "Isolation (staff only)", "number": "0.1", "score": 0.0, "max_score": 0.0,
+            "visibility": "hidden", "tags": ["staff"], "output": clean(
+                f"{report.isolation_line or 'Isolation: unknown'}.{built}")}
+
+
+def _protect_run(root: Path) -> None:
+    """As root: Gradescope's metadata holds earlier submissions' full results
+    (hidden tests' feedback included) and the source the hidden suites:
+    readable by root only, whatever the isolation."""
+    from grader.sandbox import confine
+    if not confine.is_root():
+        return
+    for path, mode in ((root / "submission_metadata.json", 0o600), (root / "source", 0o700)):
+        try:
+            if path.exists() and not path.is_symlink():
+                path.chmod(mode)
+        except OSError:
+            pass
+
+
+def run(root: Path, isolation: str | None = None) -> dict:
     """Grade ``root/submission`` into ``root/results/results.json``; never raises
-    for a bad submission."""
+    for a bad submission.  ``isolation``: None, as ``setup.sh`` recorded when
+    the image was built (``probe``); a mode, for tests and staff's checks."""
     from grader.core import Options, grade
     from grader.report import to_gradescope, write_private
     from grader.submission import SubmissionError, describe, materialize
@@ -181,17 +359,28 @@ def run(root: Path, isolation: str = "auto") -> dict:
     start = time.monotonic()
     results = root / "results" / "results.json"
     _log(f"grader {PACKAGE_DIR}, python {sys.executable}")
+    record = recorded_isolation(root)
+    upload = root / "submission"
     try:
-        upload = root / "submission"
+        if isolation is None and record is None:
+            raise _NotSetUp(f"no readable {RECORD_FILE} in {root / 'source'}: setup.sh's "
+                            "sandbox probe did not run when the image was built")
+        mode = isolation or record["grade_with"]
+        _log(f"isolation: {mode}" + (f", as decided when the image was built ({record['text']})"
+                                     if isolation is None else ", as asked"))
+        _protect_run(root)
         _log(f"upload: {describe(upload)}")
         with materialize(upload) as folder:
             modules = sorted(p.name for p in folder.glob("ex*.py"))
             _log(f"exercise modules found: {', '.join(modules) or 'none'}")
-            student_id = submitter_id(root, folder)
-            _log(f"exercise A graded for: {student_id or 'the module STUDENT_ID, if any'}")
+            student = submitter_id(root, folder)
+            _log(f"exercise A graded for: {student or 'the module STUDENT_ID, if any'}")
             report = grade(folder, Options(suite="hidden", exercises=_exercises_from_env(),
-                                           isolation=isolation, student_id=student_id))
+                                           isolation=mode, student_id=student))
         _log(f"isolation: {report.isolation_text}")
+        if record is not None and isolation is None and report.isolation != record["level"]:
+            _log(f"WARNING: the image recorded {record['level']}, this grading ran "
+                 f"{report.isolation}")
         for key, value in report.machine.items():
             _log(f"{key}: {value}")
         if getattr(report, "seed", None) is not None:
@@ -201,6 +390,9 @@ def run(root: Path, isolation: str = "auto") -> dict:
         for exercise, (got, most) in report.exercise_scores().items():
             _log(f"{exercise}: {got:g}/{most:g}")
         data = _student_output(to_gradescope(report), report)
+        data["tests"].append(_staff_isolation_entry(report, record))
+        if record is not None:
+            data["extra_data"]["isolation_at_build"] = record
         _log(f"score {report.score:g}/{report.max_score:g} in {report.seconds:.1f} s")
     except SubmissionError as exc:
         _log(f"not graded: {exc}")
@@ -208,6 +400,10 @@ def run(root: Path, isolation: str = "auto") -> dict:
         data = _failure(f"Your submission could not be graded: {said} Upload your exercise "
                         "modules (ex01_by_hand.py ...), a course notebook, a zip of them, "
                         "or your course repository.", time.monotonic() - start)
+    except _NotSetUp as exc:
+        _log(f"the autograder is not set up: {exc}")
+        data = _failure("The autograder is not set up (this is not about your code); "
+                        "please tell your instructor.", time.monotonic() - start)
     except Exception as exc:  # the result file is written whatever happens
         _log(f"the autograder failed: {type(exc).__name__}: {exc}")
         data = _failure(f"The autograder failed ({type(exc).__name__}); "
@@ -216,6 +412,10 @@ def run(root: Path, isolation: str = "auto") -> dict:
     results.chmod(0o644)  # Gradescope's harness reads it
     _log(f"wrote {results}")
     return data
+
+
+class _NotSetUp(RuntimeError):
+    """The image was built without ``setup.sh``'s probe."""
 
 
 @dataclass
@@ -249,17 +449,33 @@ def place_upload(submission: Path, root: Path) -> None:
         shutil.copy2(submission, dest / submission.name)
 
 
-def run_autograder(root: Path, python: str, timeout: float = 3600, env: dict | None = None,
-                   source_first: bool = False) -> Replay:
-    """Run ``root/source/run_autograder`` with ``python``.  ``source_first``:
-    import the bundle's ``grader`` from ``root/source`` (a Python where the
-    bundle is not installed); otherwise no checkout on PYTHONPATH shadows the
-    installed copy."""
+def _replay_env(root: Path, python: str, env: dict | None, source_first: bool) -> dict:
+    """``source_first``: import the bundle's ``grader`` from ``root/source`` (a
+    Python where the bundle is not installed); otherwise no checkout on
+    PYTHONPATH shadows the installed copy."""
     env = dict(env if env is not None else os.environ, AUTOGRADER_ROOT=str(root),
                ATTN_PYTHON=python)
     env.pop("PYTHONPATH", None)
     if source_first:
         env["PYTHONPATH"] = str(root / "source")
+    return env
+
+
+def setup_probe(root: Path, python: str, env: dict | None = None,
+                source_first: bool = False) -> tuple[int, str]:
+    """``setup.sh``'s last step (the sandbox probe) with ``python``, as the
+    image's build runs it: (exit status, its output)."""
+    proc = subprocess.run([python, "-m", "grader.gradescope", "probe", str(root / "source")],
+                          env=_replay_env(root, python, env, source_first), cwd=root,
+                          capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def run_autograder(root: Path, python: str, timeout: float = 3600, env: dict | None = None,
+                   source_first: bool = False) -> Replay:
+    """Run ``root/source/run_autograder`` with ``python`` (see ``_replay_env``)."""
+    env = _replay_env(root, python, env, source_first)
     proc = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env,
                           capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
@@ -273,18 +489,26 @@ def run_autograder(root: Path, python: str, timeout: float = 3600, env: dict | N
 
 
 def replay(submission: Path, bundle: Path | None = None, python: str | None = None,
-           env: dict | None = None) -> Replay:
+           env: dict | None = None, isolation: str = "strict") -> Replay:
     """Run a bundle on one upload the way Gradescope does, in a temporary
-    ``autograder`` tree.  ``python``: one where the bundle is installed (as
-    ``setup.sh`` does); default this one, importing the bundle's source."""
+    ``autograder`` tree: ``setup.sh``'s sandbox probe (the image's build),
+    then ``run_autograder``.  ``python``: one where the bundle is installed
+    (as ``setup.sh`` does); default this one, importing the bundle's source.
+    ``isolation``: of the bundle made when none is given."""
     with tempfile.TemporaryDirectory(prefix="attn-gradescope-") as tmp:
         tmp = Path(tmp)
         if bundle is None:
-            bundle = build_bundle(tmp / "autograder.zip")
+            bundle = build_bundle(tmp / "autograder.zip", isolation)
         root = autograder_tree(bundle, tmp / "autograder")
         place_upload(submission, root)
-        return run_autograder(root, python or sys.executable, env=env,
-                              source_first=python is None)
+        python, source_first = python or sys.executable, python is None
+        code, log = setup_probe(root, python, env, source_first)
+        if code != 0:
+            return Replay(log, {}, ["setup.sh's sandbox probe failed: Gradescope would not "
+                                    "build this image"], code)
+        result = run_autograder(root, python, env=env, source_first=source_first)
+        result.log = log + result.log
+        return result
 
 
 def validate_results(data: dict) -> list[str]:
@@ -322,9 +546,35 @@ def validate_results(data: dict) -> list[str]:
         names.add(t.get("name"))
         if "score" in t and "max_score" in t and not 0 <= t["score"] <= max(t["max_score"], 0):
             problems.append(f"{where}.score is outside 0..max_score")
+        if "number" in t and not isinstance(t["number"], str):
+            problems.append(f"{where}.number must be a string")
+        if "tags" in t and not (isinstance(t["tags"], list)
+                                and all(isinstance(x, str) for x in t["tags"])):
+            problems.append(f"{where}.tags must be a list of strings")
+    for i, row in enumerate(data.get("leaderboard", [])):
+        if not isinstance(row, dict) or not isinstance(row.get("name"), str) \
+                or not isinstance(row.get("value"), (int, float, str)) \
+                or row.get("order", "desc") not in ("asc", "desc"):
+            problems.append(f"leaderboard[{i}] needs a name, a value and order asc or desc")
+    if not isinstance(data.get("extra_data", {}), dict):
+        problems.append("extra_data must be an object")
+    unknown = set(data) - TOP_LEVEL_KEYS
+    if unknown:
+        problems.append(f"keys outside the format (put them under extra_data): "
+                        f"{', '.join(sorted(unknown))}")
     return problems
 
 
+def main(argv: list[str]) -> int:
+    """``probe SOURCE`` (setup.sh) or ``run ROOT`` (run_autograder)."""
+    if len(argv) == 2 and argv[0] == "probe":
+        return probe(Path(argv[1]))
+    if len(argv) == 2 and argv[0] == "run":
+        run(Path(argv[1]))
+        return 0
+    print("usage: python -m grader.gradescope probe SOURCE | run ROOT", file=sys.stderr)
+    return 2
+
+
 if __name__ == "__main__":
-    run(Path(sys.argv[1] if len(sys.argv) > 1 else "/autograder"),
-        sys.argv[2] if len(sys.argv) > 2 else "auto")
+    sys.exit(main(sys.argv[1:]))

@@ -140,14 +140,49 @@ every other exercise works, and {triton_letters} says that it needs Triton (use 
 Linux for it). Exercises D-F measure your machine: close other heavy
 programs while they run.
 
+## Your identifier (exercise A)
+
+Exercise A gives each student their own Q, K and V, derived from an
+identifier: set `STUDENT_ID = "..."` in `exercises/ex01_by_hand.py` (as
+text) and print your matrices with `attn-grade variant YOUR_ID`. Which
+identifier:
+
+- **Gradescope:** your Gradescope student ID (`sid`), where your course set
+  one, or the email of your Gradescope account, exactly as Gradescope has it.
+  Any other (a university number Gradescope does not know, a friend's) is
+  graded as your email, and answers worked for it earn no points: the
+  feedback then names the identifier to print and set.
+- **A course roster** (your instructor grades a folder of submissions): the
+  identifier the roster lists for you; ask your instructor which.
+- **Anywhere else:** the one your course tells you to use.
+
+Case and spaces around it do not matter. Left as `None`, the common
+exercise of the module's docstring is checked (and graded, except on
+Gradescope, which grades your email's variant).
+
 ## Handing in
 
 Hand in the modules of `exercises/` (a folder or a zip of them), your
 notebooks (the grader reads the cells tagged `attn:<exercise>`, or those
-starting with `%%writefile exNN_name.py`), or this whole repository. The
-GitHub workflow in `.github/workflows/check.yml` runs the self-check on every
-push and fails when a public test fails.{builds_on}
+starting with `%%writefile exNN_name.py`), or this whole repository.{builds_on}
+
+## The self-check on GitHub
+
+{workflow}
 """
+
+WORKFLOW_FAILS = """\
+The workflow in `.github/workflows/check.yml` runs the self-check on every
+push, writes its table to the run's summary (Actions, the run, Summary) and
+**fails while a public test fails**. So a repository made from this template
+starts with a red badge: every exercise is still a stub. That is expected;
+it turns green once your exercises pass the public tests (which is not yet
+your grade: the hidden tests decide it)."""
+WORKFLOW_REPORTS = """\
+The workflow in `.github/workflows/check.yml` runs the self-check on every
+push and writes its table to the run's summary (Actions, the run, Summary).
+Your instructor chose that it passes whatever the tests say: its badge says
+the check ran, not that your exercises pass; read the summary for that."""
 
 STUDENT_WORKFLOW = """\
 name: self-check
@@ -170,13 +205,32 @@ jobs:
         # pipefail: a failing check fails the job, not just tee
         run: |
           set -o pipefail
-          attn-grade check 2>&1 | tee check.txt
+          attn-grade check{no_fail} 2>&1 | tee check.txt
+      - name: The check's table in the run's summary
+        if: always()
+        shell: bash
+        run: |
+          {{
+            echo "## Self-check: the public tests"
+            echo '```'
+            cat check.txt
+            echo '```'
+          }} >> "$GITHUB_STEP_SUMMARY"
       - uses: actions/upload-artifact@v4
         if: always()
         with:
           name: self-check
           path: check.txt
 """
+SELF_CHECK = ("fail", "report")   # release --self-check: the workflow fails on a failed test, or not
+
+
+def student_workflow(self_check: str = "fail") -> str:
+    """The edition's workflow: ``fail`` fails the job while a public test fails
+    (a red badge until the exercises are done), ``report`` only reports."""
+    if self_check not in SELF_CHECK:
+        raise ValueError(f"unknown self-check {self_check!r}: use fail or report")
+    return STUDENT_WORKFLOW.format(no_fail="" if self_check == "fail" else " --no-fail")
 
 
 def _copy_package(dest: Path) -> None:
@@ -284,8 +338,10 @@ def exercise_count(names: list[str] | None = None) -> str:
     return NUMBER_WORDS[n] if n < len(NUMBER_WORDS) else str(n)
 
 
-def student_readme(names: list[str], install: str | None = None) -> str:
-    """The edition's README for the exercises ``names``, from the registry."""
+def student_readme(names: list[str], install: str | None = None,
+                   self_check: str = "fail") -> str:
+    """The edition's README for the exercises ``names``, from the registry;
+    ``self_check``: what its workflow does (``student_workflow``)."""
     from grader.exercises import EXERCISES
 
     shipped = [e for e in EXERCISES.values() if e.name in names]
@@ -304,12 +360,15 @@ def student_readme(names: list[str], install: str | None = None) -> str:
         count=exercise_count(names), table=table, colab=where,
         triton=(f"Exercise{'s' if len(triton) > 1 else ''} {', '.join(triton)} "
                 f"need{'' if len(triton) > 1 else 's'} Triton"),
-        triton_letters=", ".join(triton) or "none", builds_on=builds_on)
+        triton_letters=", ".join(triton) or "none", builds_on=builds_on,
+        workflow=WORKFLOW_FAILS if self_check == "fail" else WORKFLOW_REPORTS)
 
 
-def build(out: Path, install: str | None = None, git: bool = False) -> Path:
+def build(out: Path, install: str | None = None, git: bool = False,
+          self_check: str = "fail") -> Path:
     """Write the student edition into ``out``.  ``install``: where the edition
-    will live (a pip-installable URL), for the notebooks' install cell."""
+    will live (a pip-installable URL), for the notebooks' install cell;
+    ``self_check``: whether its workflow fails on a failed public test."""
     from grader.notebooks import DEFAULT_INSTALL, write_notebooks
     from grader.stubs import derive_all
 
@@ -324,9 +383,9 @@ def build(out: Path, install: str | None = None, git: bool = False) -> Path:
     _copy_package(out / "grader")
     record_public_answers(out / "grader" / "reference" / "secret")
     (out / "pyproject.toml").write_text(STUDENT_PYPROJECT.format(name=PACKAGE_NAME))
-    (out / "README.md").write_text(student_readme(list(stubs), install))
+    (out / "README.md").write_text(student_readme(list(stubs), install, self_check))
     (out / ".github" / "workflows").mkdir(parents=True)
-    (out / ".github" / "workflows" / "check.yml").write_text(STUDENT_WORKFLOW)
+    (out / ".github" / "workflows" / "check.yml").write_text(student_workflow(self_check))
     (out / ".gitignore").write_text("__pycache__/\n*.egg-info/\n*.png\n")
     if git:
         _git_init(out)

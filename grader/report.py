@@ -183,11 +183,47 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
     return _for_students(text) if public_only else text
 
 
+# ``Report.machine``'s key for ex07's speed: the geometric mean of the
+# student's TFLOP/s over the reference kernel's, measured in the same run (set
+# by the hidden GPU suite); Gradescope's leaderboard shows it.
+SPEED_RATIO = "ex07 speed ratio"
+
+
+def _test_number(exercise: str, index: int) -> str:
+    """Gradescope's ``number``: the exercise's place in the course, then the
+    test's (``2.3``), the same for every submission."""
+    from grader.exercises import EXERCISES
+    order = list(EXERCISES)
+    return f"{order.index(exercise) + 1 if exercise in order else len(order) + 1}.{index}"
+
+
+def _tags(t: TestResult) -> list[str]:
+    return [t.exercise, "hidden" if t.hidden else "public"] + \
+        (["needs_regrade"] if t.status == NEEDS_REGRADE else [])
+
+
+def leaderboard(report: Report) -> list[dict]:
+    """Gradescope's leaderboard: ex07's speed ratio, where a GPU measured it."""
+    ratio = report.machine.get(SPEED_RATIO)
+    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool):
+        return []
+    return [{"name": "ex07 speed vs the reference kernel (x)", "value": round(ratio, 3),
+             "order": "desc"}]
+
+
 def to_gradescope(report: Report) -> dict:
-    tests = []
+    """Gradescope's results.json: standard keys at the top and on each test
+    (``number`` and ``tags`` too), everything of ours under ``extra_data``."""
+    tests, counts = [], {}
+
+    def number(exercise: str) -> str:
+        counts[exercise] = counts.get(exercise, 0) + 1
+        return _test_number(exercise, counts[exercise])
+
     for t in report.tests:
-        entry = {"name": t.full_name, "score": t.score, "max_score": t.max_score,
-                 "output": t.output, "visibility": t.visibility}
+        entry = {"name": t.full_name, "number": number(t.exercise), "score": t.score,
+                 "max_score": t.max_score, "output": t.output, "visibility": t.visibility,
+                 "tags": _tags(t)}
         if t.status in (PASSED, FAILED):
             entry["status"] = t.shown_status     # a kept test passes, its output says why
         if t.status == NEEDS_REGRADE:  # Gradescope knows passed and failed only
@@ -195,33 +231,36 @@ def to_gradescope(report: Report) -> dict:
             entry["output"] = f"NEEDS REGRADE (not judged on this run): {t.output}"
             entry["extra_data"] = {"needs_regrade": True}
         tests.append(entry)
+    extra = {"isolation": report.isolation, "needs_regrade": report.needs_regrade,
+             "import_errors": dict(report.import_errors), "errors": list(report.errors)}
     out = {"score": report.score, "tests": tests, "output_format": "text",
            "visibility": "visible", "execution_time": round(report.seconds, 3),
-           "extra_data": {"isolation": report.isolation,
-                          "needs_regrade": report.needs_regrade,
-                          "import_errors": dict(report.import_errors),
-                          "errors": list(report.errors)}}
+           "extra_data": extra}
     header = ([report.isolation_line] if report.isolation_line else []) + \
         [f"{k}: {v}" for k, v in report.machine.items()] + report.notes + report.errors
     if header:
         out["output"] = "\n".join(header)
     if report.seed is not None:
-        out["seed"] = report.seed   # for staff: `attn-grade grade --seed` reproduces the grade
+        extra["seed"] = report.seed   # for staff: `attn-grade grade --seed` reproduces the grade
     if report.student_id is not None:
-        out["student_id"] = report.student_id
+        extra["student_id"] = report.student_id
     if report.deduct_once:
-        out["deduct_once"] = True   # a batch rerun without the option grades again
+        extra["deduct_once"] = True   # a batch rerun without the option grades again
+    if board := leaderboard(report):
+        out["leaderboard"] = board
     if report.manual:
         # For staff only: Gradescope shows "hidden" entries to instructors, never to
         # students; the list (``manual_from_gradescope``) feeds the batch's rubric
         # sheet.  Each answer is stored once, in its hidden entry: the list points to it.
-        out["manual_grading"] = []
+        extra["manual_grading"] = []
         for entry in report.manual:
-            out["manual_grading"].append({**{k: v for k, v in entry.items() if k != "answer"},
-                                          "answer_in_test": len(tests)})
+            extra["manual_grading"].append({**{k: v for k, v in entry.items() if k != "answer"},
+                                            "answer_in_test": len(tests)})
             tests.append({"name": f"{entry['exercise']}: {entry['question']} (staff grade, "
                                   f"out of {entry['points']:g})",
+                          "number": number(entry["exercise"]),
                           "score": 0.0, "max_score": 0.0, "visibility": "hidden",
+                          "tags": [entry["exercise"], "staff"],
                           "output": _staff_output(entry.get("answer", ""), entry["rubric"])})
     return out
 
@@ -234,7 +273,9 @@ def manual_from_gradescope(data: dict) -> list[dict]:
     """``Report.manual`` from a results JSON of ``to_gradescope``: each entry
     with its answer, read back from the hidden entry that holds it."""
     tests, out = data.get("tests") or [], []
-    for entry in data.get("manual_grading") or []:
+    # under extra_data; at the top in results of earlier versions
+    for entry in (data.get("extra_data") or {}).get("manual_grading") or \
+            data.get("manual_grading") or []:
         entry = dict(entry)
         at = entry.pop("answer_in_test", None)
         if "answer" not in entry:      # (results of earlier versions hold it here)

@@ -68,6 +68,23 @@ class Inputs:
 COMMON = Inputs(COMMON_Q, COMMON_K, COMMON_V)
 
 
+class AssignedId(str):
+    """An identifier the platform gives a submission (a course roster's,
+    Gradescope's account of the submitter), not one the student declared,
+    with how a student's feedback names it: ``named`` ("your Gradescope
+    email") and ``accepted``, what a STUDENT_ID may be there ("your
+    Gradescope student ID (sid) or email").  A plain ``str`` everywhere else."""
+
+    named: str
+    accepted: str
+
+    def __new__(cls, value: str, named: str = "the course roster's identifier",
+                accepted: str = "the course roster's identifier for this submission"):
+        self = super().__new__(cls, value)
+        self.named, self.accepted = named, accepted
+        return self
+
+
 class BadStudentId(ValueError):
     """An identifier that cannot name a student; the text is one sentence."""
 

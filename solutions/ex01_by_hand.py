@@ -13,10 +13,19 @@ way your course writes it) and print your matrices with::
 
 (in a notebook: ``from grader.variants import inputs_for;
 print(inputs_for("YOUR_ID").text())``).  The grader recomputes every step
-for that identifier; where your course grades from a roster, it must be the
-identifier the roster gives you, or this exercise earns no points.  Without
-a ``STUDENT_ID`` (``None``), the common exercise below is graded: the
-chapter's Q and K with its own V::
+for that identifier.  Which identifier depends on where you are graded:
+
+- on Gradescope: your Gradescope student ID (``sid``), where your course
+  set one, or the email of your Gradescope account, exactly as Gradescope
+  has it (a university number Gradescope does not know will not do): any
+  other is graded as your email, and answers worked for it earn nothing;
+- where your course grades from a roster: the identifier the roster lists
+  for you (ask your instructor), or this exercise earns no points;
+- anywhere else: the identifier your course tells you to use.
+
+Case and spaces around it do not matter.  Without a ``STUDENT_ID``
+(``None``), the common exercise below is graded (on Gradescope, your email's
+variant instead): the chapter's Q and K with its own V::
 
     Q = [[1, 0],        K = [[1, 0],        V = [[1, 2],
          [0, 1],             [0, 1],             [3, 4],
@@ -46,7 +55,8 @@ answer still earns its point, so an early slip costs only that step (not
 from an answer that carries no work, like all zeros).
 """
 
-# Your student identifier as text, e.g. STUDENT_ID = "s1234567"; None: the common exercise.
+# Your identifier as text (which one: see above), e.g. STUDENT_ID = "you@uni.example" on
+# Gradescope; None: the common exercise.
 # (An extension of the contract, which is silent about it.)
 STUDENT_ID = None
 

@@ -50,7 +50,7 @@ def test_batch_grades_a_class_and_reruns_skip(tmp_path):
     for name in rows:
         data = json.loads((results / f"{name}.json").read_text())
         assert "score" in data and "tests" in data
-        assert data["batch"]["submission"] == name
+        assert data["extra_data"]["batch"]["submission"] == name
     assert "4 submissions: 4 graded, 0 already graded" in result.output
     summary = (tmp_path / "grades-summary.txt").read_text()
     assert summary.startswith("4 submissions") and "mean" in summary
@@ -119,17 +119,17 @@ def test_intake_like_course_staff_need(tmp_path):
     (cls / "caroljones_late_99_100_notes.txt").write_text("not code")
     from grader.batch import discover
     subs = discover(cls, staging=tmp_path / "staging")
-    assert [s.name for s in subs] == ["alice", "bobsmith", "caroljones"]
-    assert (tmp_path / "staging" / "bobsmith" / "ex01_by_hand.py").is_file()
+    assert [s.name for s in subs] == ["alice", "bobsmith_1234", "caroljones_99"]
+    assert (tmp_path / "staging" / "bobsmith_1234" / "ex01_by_hand.py").is_file()
 
     out = tmp_path / "g.csv"
     result = CliRunner().invoke(main, ["batch", str(cls), "--out", str(out), "-e", "A"])
     assert result.exit_code == 0, result.output
     rows = read_csv(out)
-    assert set(rows) == {"alice", "bobsmith", "caroljones"}
+    assert set(rows) == {"alice", "bobsmith_1234", "caroljones_99"}
     assert float(rows["alice"]["ex01_by_hand"]) == 7 and not rows["alice"]["error"]
-    assert float(rows["bobsmith"]["ex01_by_hand"]) == 7
-    assert float(rows["caroljones"]["total"]) == 0
+    assert float(rows["bobsmith_1234"]["ex01_by_hand"]) == 7
+    assert float(rows["caroljones_99"]["total"]) == 0 and rows["caroljones_99"]["late"] == "yes"
 
     one = tmp_path / "one"
     copy_solutions(one / "dana", ["ex01_by_hand"])
@@ -180,8 +180,9 @@ def test_the_class_workflow_is_a_matrix_of_shards_and_a_merge():
     text = (REPO / ".github" / "workflows" / "grade-class.yml").read_text()
     grade, merge = text.split("\n  grade:\n", 1)[1].split("\n  merge:\n", 1)
     assert "matrix:" in grade and "shard: [1, 2, 3, 4]" in grade and "of: [4]" in grade
-    assert '--shard "${{ matrix.shard }}/${{ matrix.of }}"' in grade
-    assert "needs: grade" in merge and "pattern: grades-part-*" in merge
+    assert 'SHARD: "${{ matrix.shard }}/${{ matrix.of }}"' in grade and '--shard "$SHARD"' in grade
+    assert "needs: grade" in merge and "if: always()" in merge
+    assert "pattern: grades-part-*" in merge
     assert "attn-grade merge parts/grades-part-*/grades.csv" in merge
 
 
@@ -225,10 +226,21 @@ def test_the_cache_is_keyed_on_the_options_that_change_scores(tmp_path):
                   exercises=["ex01_by_hand"])
     first = grade_one(Submission("a", sub, "a"), results, suite="public", **kwargs)
     assert not first.skipped and not first.error
-    key = json.loads(first.result_path.read_text())["batch"]["key"]
+    key = json.loads(first.result_path.read_text())["extra_data"]["batch"]["key"]
     assert key["suite"] == "public" and key["content"] and key["grader"]
     again = grade_one(Submission("a", sub, "a"), results, suite="public", **kwargs)
     assert again.skipped
     hidden = grade_one(Submission("a", sub, "a"), results, suite="hidden", **kwargs)
     assert not hidden.skipped
-    assert json.loads(hidden.result_path.read_text())["batch"]["key"]["suite"] == "hidden"
+    assert json.loads(hidden.result_path.read_text())["extra_data"]["batch"]["key"]["suite"] == \
+        "hidden"
+
+
+def test_the_histograms_count_axis_has_whole_numbers():
+    pytest.importorskip("matplotlib")
+    from grader.batch import histogram_figure
+    fig = histogram_figure([0.0, 7.0, 7.0, 3.5, 16.0])
+    ax = fig.axes[0]
+    fig.canvas.draw()   # the locator picks the ticks when drawn
+    ticks = [t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks

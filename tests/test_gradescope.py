@@ -28,6 +28,7 @@ from grader.cli import main
 from grader.gradescope import autograder_tree, place_upload, run_autograder, validate_results
 from grader.notebooks import TAG_PREFIX, WRITEFILE, build_notebook
 from grader.report import to_gradescope
+from grader.paths import SUITES_DIR
 from tests.conftest import EXERCISES_DIR, SOLUTIONS, copy_solutions, grade_dir
 
 QUICK = "ex01_by_hand ex03_gqa"      # staff's ATTN_EXERCISES: a quick run
@@ -91,6 +92,8 @@ def _grade_upload(installed, upload: Path, tmp_path, exercises=QUICK):
 def _scores(data) -> dict:
     out: dict = {}
     for t in data["tests"]:
+        if "staff" in t.get("tags", []):
+            continue   # entries for staff (the isolation, free-text answers): no points
         ex = t["name"].split(":", 1)[0]
         got, most = out.get(ex, (0, 0))
         out[ex] = (got + t["score"], most + t["max_score"])
@@ -128,7 +131,12 @@ def test_loose_modules(installed, tmp_path):
     # staff's log: progress, what was found, the isolation line; students see none of it
     assert "exercise modules found: ex01_by_hand.py, ex02_mha.py, ex03_gqa.py" in result.log
     assert "isolation: " in result.log and "score " in result.log and "seed " in result.log
-    assert "sandbox" not in json.dumps(result.results)
+    assert "as decided when the image was built" in result.log
+    staff = [t for t in result.results["tests"] if t["name"] == "Isolation (staff only)"]
+    assert len(staff) == 1 and staff[0]["visibility"] == "hidden"
+    assert staff[0]["output"].startswith("Isolation: namespaces")
+    students = [t for t in result.results["tests"] if t["visibility"] != "hidden"]
+    assert "sandbox" not in json.dumps(students) + result.results.get("output", "")
     seen = {t["visibility"] for t in result.results["tests"]}
     assert {"visible", "after_published"} <= seen <= {"visible", "after_published", "hidden"}
 
@@ -207,3 +215,36 @@ def test_bundle_needs_a_zip_name(tmp_path):
     assert result.exit_code == 2 and "must end in .zip" in result.output
     result = CliRunner().invoke(main, ["gradescope"])
     assert result.exit_code == 2 and "--test" in result.output
+
+
+def test_results_keep_to_gradescopes_format_with_ours_under_extra_data(tmp_path):
+    """Each test has a number and tags; the seed, the student id and the
+    free-text answers are under extra_data; ex07's speed ratio, where a GPU
+    measured it, is the leaderboard."""
+    import re
+
+    from grader.gradescope import TOP_LEVEL_KEYS
+    from grader.report import SPEED_RATIO
+    sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand", "questions"])
+    report = grade_dir(sub, ["ex01_by_hand", "questions"], seed=5)
+    data = to_gradescope(report)
+    assert validate_results(data) == [] and set(data) <= TOP_LEVEL_KEYS
+    assert data["extra_data"]["seed"] == 5 and data["extra_data"]["manual_grading"]
+    numbers = [t["number"] for t in data["tests"]]
+    assert len(set(numbers)) == len(numbers)
+    assert all(re.fullmatch(r"\d+\.\d+", n) for n in numbers), numbers
+    assert {n.split(".")[0] for n in numbers} == {"1", "9"}   # A first, the questions last
+    for t in data["tests"]:
+        assert t["tags"][0] == t["name"].split(":")[0]
+        assert ("staff" in t["tags"]) == (t["visibility"] == "hidden" and t["max_score"] == 0)
+    assert "leaderboard" not in data
+    report.machine[SPEED_RATIO] = 1.2345
+    board = to_gradescope(report)["leaderboard"]
+    assert board == [{"name": "ex07 speed vs the reference kernel (x)", "value": 1.234,
+                      "order": "desc"}]
+    # the GPU suite is what sets it, once per grading
+    gpu_suite = SUITES_DIR / "hidden" / "test_ex07_flash_attention_gpu.py"
+    assert "machine.setdefault(SPEED_RATIO" in gpu_suite.read_text()
+    assert validate_results({"score": 1, "seed": 3}) == [
+        "keys outside the format (put them under extra_data): seed"]
+    assert validate_results({"score": 1, "leaderboard": [{"name": "x", "order": "up"}]})

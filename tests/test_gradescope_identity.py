@@ -62,9 +62,38 @@ def test_someone_elses_variant_earns_nothing_on_gradescope(tmp_path, monkeypatch
     is graded for their own identity, and exercise A earns nothing."""
     monkeypatch.delenv("ATTN_STUDENT_ID_FIELD", raising=False)
     monkeypatch.setenv("ATTN_EXERCISES", "ex01_by_hand")
-    own = run(_root(tmp_path / "own", answers_module(inputs_for("S0001"), "S0001")))
-    friend = run(_root(tmp_path / "friend", answers_module(inputs_for("bob"), "bob")))
+    own = run(_root(tmp_path / "own", answers_module(inputs_for("S0001"), "S0001")), "auto")
+    friend = run(_root(tmp_path / "friend", answers_module(inputs_for("bob"), "bob")), "auto")
     assert own["score"] == 7
     assert friend["score"] == 0
     text = " ".join(t.get("output", "") for t in friend["tests"]) + friend.get("output", "")
     assert "STUDENT_ID" in text
+
+
+def test_a_student_told_0_is_told_exactly_which_identifier_to_print_and_set(tmp_path,
+                                                                            monkeypatch):
+    """The module's example is STUDENT_ID = "s1234567": a student whose
+    university ID that is, on a Gradescope course without student IDs (only
+    email, id and name), is told to print and set their email, never about a
+    roster; a course that set sids accepts it."""
+    monkeypatch.delenv("ATTN_STUDENT_ID_FIELD", raising=False)
+    monkeypatch.setenv("ATTN_EXERCISES", "ex01_by_hand")
+    no_sid = {"users": [{"email": "alice@uni.example", "id": 11, "name": "Alice A"}]}
+    module = answers_module(inputs_for("s1234567"), "s1234567")
+    told = run(_root(tmp_path / "told", module, meta=no_sid), "auto")
+    assert told["score"] == 0
+    text = " ".join(t.get("output", "") for t in told["tests"])
+    assert "`attn-grade variant alice@uni.example`" in text
+    assert "STUDENT_ID = 'alice@uni.example'" in text
+    assert "your Gradescope email" in text and "student ID (sid) or email" in text
+    assert "roster" not in text
+
+    with_sid = {"users": [{**no_sid["users"][0], "sid": "S1234567"}]}
+    assert run(_root(tmp_path / "sid", module, meta=with_sid), "auto")["score"] == 7
+
+
+def test_a_course_without_sids_still_grades_by_sid_field_as_email(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTN_STUDENT_ID_FIELD", "sid")
+    root = _root(tmp_path, "x = 1\n", meta={"users": [{"email": "a@b.example", "id": 3}]})
+    chosen = submitter_id(root, root / "submission")
+    assert chosen == "a@b.example" and chosen.named == "your Gradescope email"

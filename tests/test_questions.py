@@ -150,7 +150,7 @@ def test_batch_writes_the_rubric_sheet_beside_the_grades(tmp_path):
     assert ann["points_possible"] == "3" and ann["points"] == ""
     grades = {r["submission"]: r for r in csv.DictReader(out.open())}
     assert float(grades["ann"]["questions"]) == 16 and float(grades["bo"]["questions"]) == 0
-    json.loads((tmp_path / "results" / "ann.json").read_text())["manual_grading"]
+    json.loads((tmp_path / "results" / "ann.json").read_text())["extra_data"]["manual_grading"]
 
 
 def test_the_student_edition_ships_the_forms_not_the_key():

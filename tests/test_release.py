@@ -414,7 +414,7 @@ def test_the_install_cell_installs_what_release_was_told(edition, monkeypatch, t
     assert URL in (edition / "README.md").read_text()
     # without --install (and no terminal to ask on), release warns
     import grader.release
-    monkeypatch.setattr(grader.release, "build", lambda out, install, git: out)
+    monkeypatch.setattr(grader.release, "build", lambda out, install, git, self_check: out)
     result = CliRunner().invoke(main, ["release", str(tmp_path / "e")])
     assert result.exit_code == 0 and "warning: no --install URL" in result.output
 
@@ -439,3 +439,26 @@ def test_a_numpy_exercise_is_checked_without_importing_pytorch(edition, tmp_path
                           env=env, capture_output=True, text=True, timeout=300)
     assert "FAIL" not in proc.stdout and "Grader problem" not in proc.stdout, proc.stdout
     assert "torch imported: False" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("self_check", ["fail", "report"])
+def test_the_editions_workflow_reports_its_table_and_the_readme_says_why_it_is_red(
+        self_check, tmp_path, monkeypatch):
+    """The check's table goes to the job summary; with `fail` the job fails on
+    a failed public test and the README says why a new repository's badge is
+    red; with `report` (chosen at release) it passes and the README says so.
+    The README gives the rules for STUDENT_ID."""
+    from grader import release
+    workflow = release.student_workflow(self_check)
+    assert 'cat check.txt' in workflow and '>> "$GITHUB_STEP_SUMMARY"' in workflow
+    assert ("--no-fail" in workflow) == (self_check == "report")
+    readme = release.student_readme(["ex01_by_hand", "questions"], URL, self_check)
+    assert "STUDENT_ID" in readme and "Gradescope student ID (`sid`)" in readme
+    assert ("red badge" in readme) == (self_check == "fail")
+    seen = {}
+    monkeypatch.setattr(release, "build", lambda out, install, git, self_check:
+                        seen.update(self_check=self_check))
+    result = CliRunner().invoke(main, ["release", str(tmp_path / "e"), "--install", URL,
+                                       "--self-check", self_check])
+    assert result.exit_code == 0, result.output
+    assert seen == {"self_check": self_check}

@@ -148,7 +148,7 @@ def test_deduct_once_is_wired_through_grade_and_batch(tmp_path):
         assert "1 graded, 0 already graded" in result.output
         data = json.loads((tmp_path / "results" / "alice.json").read_text())
         scores.append(data["score"])
-    assert data["deduct_once"] is True
+    assert data["extra_data"]["deduct_once"] is True
     kept = [t for t in data["tests"] if "It keeps its points" in t["output"]]
     assert kept and all(t["score"] == t["max_score"] and t["status"] == "passed" for t in kept)
     assert scores[1] == scores[0] + sum(t["max_score"] for t in kept)

@@ -123,3 +123,25 @@ def test_stubs_command_check_mode_passes_on_the_committed_tree():
     from grader.cli import main
     result = CliRunner().invoke(main, ["stubs", "--check"])
     assert result.exit_code == 0, result.output
+
+
+def test_stubs_command_says_what_it_wrote_and_when_nothing_was(tmp_path, monkeypatch):
+    import shutil
+
+    from click.testing import CliRunner
+
+    from grader import cli
+    from tests.conftest import SOLUTIONS
+    (tmp_path / "solutions").mkdir()
+    for name in ("ex01_by_hand", "questions"):
+        shutil.copy(SOLUTIONS / f"{name}.py", tmp_path / "solutions" / f"{name}.py")
+    monkeypatch.setattr(cli, "REPO_DIR", tmp_path)
+    monkeypatch.setattr(cli, "SOLUTIONS_DIR", tmp_path / "solutions")
+    monkeypatch.setattr(cli, "EXERCISES_DIR", tmp_path / "exercises")
+    first = CliRunner().invoke(cli.main, ["stubs"])
+    assert first.exit_code == 0, first.output
+    assert "wrote exercises/ex01_by_hand.py" in first.output
+    assert "2 stubs written, 0 already up to date in exercises/" in first.output
+    again = CliRunner().invoke(cli.main, ["stubs"])
+    assert "all 2 stubs in exercises/ are up to date with their solutions; nothing written" \
+        in again.output

@@ -244,12 +244,12 @@ def test_a_grade_records_its_seed_and_reproduces_with_it(tmp_path):
                                        "--format", "json", "--out", str(one)])
     assert result.exit_code == 0, result.output
     first = json.loads(one.read_text())
-    assert isinstance(first["seed"], int)
+    assert isinstance(first["extra_data"]["seed"], int)   # ours: under extra_data
     two = tmp_path / "two.json"
     CliRunner().invoke(main, ["grade", str(sub), "-e", "ex02", "-k", "softmax_random",
                               "--format", "json", "--out", str(two), "--seed",
-                              str(first["seed"])])
-    assert json.loads(two.read_text())["seed"] == first["seed"]
+                              str(first["extra_data"]["seed"])])
+    assert json.loads(two.read_text())["extra_data"]["seed"] == first["extra_data"]["seed"]
     text = CliRunner().invoke(main, ["grade", str(sub), "-e", "ex02", "-k", "softmax_random",
                                      "--seed", "99"])
     assert "seed 99 (--seed 99 reproduces this grade)" in text.output
@@ -309,4 +309,4 @@ def test_a_batch_rerun_with_a_roster_regrades(tmp_path):
     third = CliRunner().invoke(main, args + ["--roster", str(roster)])
     assert "0 graded, 1 already graded" in third.output
     data = json.loads((tmp_path / "results" / "ann.json").read_text())
-    assert data["student_id"] == "u9"
+    assert data["extra_data"]["student_id"] == "u9"

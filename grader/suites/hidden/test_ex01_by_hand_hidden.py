@@ -66,6 +66,8 @@ def _graded(student, roster: str | None) -> _Graded:
     except variants.BadStudentId as exc:
         return _Graded(refused=f"STUDENT_ID = {declared!r} cannot be used: {exc}. Set it "
                                "to your identifier as text, e.g. STUDENT_ID = \"s1234567\".")
+    if isinstance(roster, variants.AssignedId):   # Gradescope's account of the submitter
+        return _graded_as_assigned(declared, mine, roster)
     if roster is not None:
         theirs = variants.normalize(roster)
         if mine is not None and mine != theirs:
@@ -82,6 +84,25 @@ def _graded(student, roster: str | None) -> _Graded:
         "no STUDENT_ID in ex01_by_hand.py: graded on the common exercise (the Q, K, V of "
         "its docstring). Your course may hand out a variant per student: set STUDENT_ID "
         "and get your matrices with `attn-grade variant YOUR_ID`."))
+
+
+def _graded_as_assigned(declared, mine, assigned: variants.AssignedId) -> _Graded:
+    """Graded for the identifier the platform gives (``assigned``), and told
+    exactly which identifier to print and set when the module has another."""
+    todo = (f"Print your own numbers with `attn-grade variant {assigned}`, set "
+            f"STUDENT_ID = {str(assigned)!r} in ex01_by_hand.py, work the steps on them and "
+            "submit again.")
+    if mine is not None and mine != variants.normalize(assigned):
+        return _Graded(refused=(
+            f"STUDENT_ID = {declared!r} in ex01_by_hand.py is not {assigned.accepted}, so "
+            f"exercise A is graded for {assigned.named}, {str(assigned)!r}, and answers "
+            f"worked for {declared!r} earn no points. {todo}"))
+    if mine is None:
+        return _Graded(variants.inputs_for(assigned), how=(
+            f"no STUDENT_ID in ex01_by_hand.py: graded for {assigned.named}, "
+            f"{str(assigned)!r}. {todo}"))
+    return _Graded(variants.inputs_for(assigned),
+                   how=f"graded for STUDENT_ID = {declared!r} ({assigned.named})")
 
 
 @pytest.fixture
