@@ -166,14 +166,19 @@ def csv_cell(value: object) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return f"{value:g}"
     text = "" if value is None else str(value)
-    return "'" + text if text.lstrip(" ").startswith(FORMULA_START) else text
+    # A text that already begins with the marker gets one too, so that
+    # ``csv_value`` can always take exactly one off (``'=x`` stays ``'=x``).
+    marked = text.lstrip(" ").startswith(FORMULA_START) or text.startswith("'")
+    return "'" + text if marked else text
 
 
 def csv_value(cell: str) -> str:
     """The text a cell of ``csv_cell`` was written from (``merge`` reads a part's
     CSV back; ``csv_cell`` of the result writes the same cell again)."""
-    formula = cell.startswith("'") and cell[1:].lstrip(" ").startswith(FORMULA_START)
-    return cell[1:] if formula else cell
+    rest = cell[1:]
+    marked = cell.startswith("'") and (rest.lstrip(" ").startswith(FORMULA_START)
+                                       or rest.startswith("'"))
+    return rest if marked else cell
 
 
 def csv_text(header: list[str], rows: Iterable[Iterable[object]]) -> str:

@@ -18,6 +18,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -306,3 +307,10 @@ def test_batch_neutralises_formulas_and_caps_answers_in_staff_files(tmp_path):
     assert sheet.stat().st_size < 4 * ANSWER_LIMIT
     result_json = next((tmp_path / "results").glob("*.json"))
     assert result_json.stat().st_size < ANSWER_LIMIT + 100_000
+
+
+@pytest.mark.parametrize("text", ["'=x", "=x", "'abc", "abc", "''=1", " =1", "' =1", "'", ""])
+def test_a_csv_cell_reads_back_as_written(text):
+    """``merge`` reads a part's cells back: what was written comes back, also a
+    text that begins with the marker itself (Hypothesis found ``'=``)."""
+    assert safetext.csv_value(safetext.csv_cell(text)) == text
