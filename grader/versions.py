@@ -61,15 +61,19 @@ def _interpreted() -> bool:
     return "TRITON_INTERPRET" in EXERCISES["ex07_flash_attention"].worker_env
 
 
-def problems(triton: str | None = None, numpy: str | None = None,
+INSTALLED = "installed"
+
+
+def problems(triton: str | None = INSTALLED, numpy: str | None = INSTALLED,
              interpreted=None) -> list[Problem]:
-    """What is unsupported about these versions (default: the installed ones).
+    """What is unsupported about these versions (default: the installed
+    ones; None: not installed).
 
     ``interpreted``: whether Triton's CPU interpreter runs the kernels (asked
     of PyTorch only when the versions make it matter)."""
     from grader.exercises import EXERCISES
-    triton = triton if triton is not None else installed("triton")
-    numpy = numpy if numpy is not None else installed("numpy")
+    triton = installed("triton") if triton == INSTALLED else triton
+    numpy = installed("numpy") if numpy == INSTALLED else numpy
     with_triton = tuple(e for e, ex in EXERCISES.items() if "Triton" in ex.needs)
     found = []
     if numpy is not None and parse(numpy) < NUMPY_FLOOR:
