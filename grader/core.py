@@ -259,20 +259,15 @@ class GradingPlugin:
             result.output = getattr(item, "feedback_on_pass", "")
         else:
             result.output = describe_failure(call.excinfo) if call.excinfo else str(rep.longrepr)
-            exc = call.excinfo.value if call.excinfo else None
             students = [v for v in getattr(item, "funcargs", {}).values()
                         if isinstance(v, StudentModule)]
-            if exc is not None and not isinstance(exc, (Feedback, StudentError, AssertionError,
-                                                        pytest.fail.Exception)) \
-                    and not fault.by_answer(call.excinfo, students):
+            if call.excinfo is not None and fault.graders(call.excinfo, students):
                 # The grader's own exception (grader.fault): never the student's
                 # loss; the points stay in the maximum, 0 until a person regrades.
-                where = fault.where(call.excinfo)
                 result.status = NEEDS_REGRADE
-                result.output = (f"the grader failed here: {type(exc).__name__}: {exc}"
-                                 + (f" ({where})" if where else "")
-                                 + f"; a person regrades this (0/{points:g} until then)")
-                self.report.errors.append(f"{item.nodeid}: {type(exc).__name__}: {exc}")
+                result.output = (f"the grader failed here: {fault.what(call.excinfo)}; "
+                                 f"a person regrades this (0/{points:g} until then)")
+                self.report.errors.append(f"{item.nodeid}: {fault.what(call.excinfo)}")
         student = item.funcargs.get("student") if hasattr(item, "funcargs") else None
         if isinstance(student, StudentModule):
             self.called[id(result)] = list(student.called)

@@ -20,7 +20,8 @@ rest of its line) is bound to a value that ``StudentModule`` handed to the
 test (by identity: the value, an item of it, or a view of it), or to the
 ``StudentModule`` itself.  A value computed from an answer
 (``np.asarray(got)``) is not traced: such a failure goes to a person, the
-safe side.  Probes' results are the grader's own data, never answers.
+safe side.  Probes' results are the grader's own data, never answers; a
+probe whose own code fails in the worker says so (``ProbeFailed``).
 """
 from __future__ import annotations
 
@@ -133,6 +134,40 @@ def by_answer(excinfo, students: list) -> bool:
         if isinstance(value, StudentModule) or _is_answer(value, ids):
             return True
     return False
+
+
+# What a probe raises when its own code fails in the worker
+# (``runtime.probes.gpu_compile.ProbeFailed``); it arrives as a ``StudentRaised``.
+PROBE_FAILED = "ProbeFailed"
+
+
+def graders(excinfo, students: list) -> bool:
+    """Is this exception the grader's own failure (a regrade, never the
+    student's loss)?  A probe's own failure in the worker counts only with
+    no frame of the submission on its stack (a student's code cannot pass
+    its own exception off as the probe's)."""
+    import pytest
+
+    from grader.feedback import Feedback
+    from grader.sandbox.client import StudentError, StudentRaised
+
+    exc = excinfo.value
+    if isinstance(exc, StudentRaised):
+        return exc.raised.is_a(PROBE_FAILED) and not exc.raised.where
+    if isinstance(exc, (Feedback, StudentError, AssertionError, pytest.fail.Exception)):
+        return False
+    return not by_answer(excinfo, students)
+
+
+def what(excinfo) -> str:
+    """``Type: message`` of the grader's failure, and where it was."""
+    from grader.sandbox.client import StudentRaised
+
+    exc = excinfo.value
+    if isinstance(exc, StudentRaised):
+        return f"{exc.raised.type_name}: {exc.raised.message} (in the worker)"
+    line = where(excinfo)
+    return f"{type(exc).__name__}: {exc}" + (f" ({line})" if line else "")
 
 
 def where(excinfo) -> str:

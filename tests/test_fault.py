@@ -88,3 +88,59 @@ def test_the_reference_still_passes(tmp_path):
     sub = copy_solutions(tmp_path / "sub", ["ex02_mha"])
     report = grade_dir(sub, ["ex02_mha"], keyword="softmax_large_logits or relative_position")
     assert [t.status for t in report.tests] == [PASSED, PASSED]
+
+
+# -- a probe's own failure, in the worker -------------------------------------------
+KERNEL = ("import triton\nimport triton.language as tl\n\n\n"
+          "@triton.jit\ndef _k(X, N, BLOCK: tl.constexpr):\n"
+          "    offs = tl.arange(0, BLOCK)\n"
+          "    tl.store(X + offs, tl.load(X + offs, mask=offs < N) * 2.0, mask=offs < N)\n")
+
+
+def _kernel(tmp_path):
+    pytest.importorskip("triton")
+    from grader.sandbox.runtime.probes import gpu_compile
+    src = tmp_path / "k.py"
+    src.write_text(KERNEL)
+    return gpu_compile, gpu_compile.load_for_gpu(str(src), "_k_fault")
+
+
+def test_the_compile_check_blames_itself_when_triton_lacks_what_it_uses(tmp_path, monkeypatch):
+    """Triton 3.4 has no JITFunction._pack_args: the check's own AttributeError
+    is never "your kernel does not compile"."""
+    from triton.runtime import jit
+    gpu_compile, mod = _kernel(tmp_path)
+    args = (torch.empty(64), 64)
+    assert gpu_compile.compile_launch(mod._k, args, {"BLOCK": 64}, 80)["ok"]
+    monkeypatch.delattr(jit.JITFunction, "_pack_args")
+    with pytest.raises(gpu_compile.ProbeFailed, match=r"does not work with Triton .*"
+                                                      r"AttributeError: .*_pack_args"):
+        gpu_compile.compile_launch(mod._k, args, {"BLOCK": 64}, 80)
+
+
+def test_the_launch_recorder_blames_itself_on_launch_paths_it_does_not_know(monkeypatch):
+    pytest.importorskip("triton")
+    from triton.runtime import autotuner
+    from grader.sandbox.runtime.probes import gpu_compile
+    monkeypatch.delattr(autotuner.Autotuner, "run")
+    with pytest.raises(gpu_compile.ProbeFailed, match="KeyError"):
+        gpu_compile.capture_launches(lambda: None)
+
+
+def _raised(type_name, where):
+    from grader.sandbox.client import StudentRaised
+    from grader.sandbox.runtime import codec
+    exc = StudentRaised("checking ex07 (compile_check)",
+                        codec.Raised(type_name, "the GPU compile check does not work", where,
+                                     "", bases=[type_name, "Exception"]))
+    return pytest.ExceptionInfo.from_exc_info((type(exc), exc, None))
+
+
+def test_a_probe_failure_from_the_worker_is_the_graders_but_a_students_raise_is_not():
+    from grader import fault
+    assert fault.graders(_raised("ProbeFailed", ""), [])
+    assert "ProbeFailed: the GPU compile check" in fault.what(_raised("ProbeFailed", ""))
+    # raised where the submission's own code is on the stack: the student's
+    assert not fault.graders(_raised("ProbeFailed", "ex07_flash_attention.py, line 9, in f"),
+                             [])
+    assert not fault.graders(_raised("ValueError", ""), [])

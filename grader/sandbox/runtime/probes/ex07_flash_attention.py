@@ -477,6 +477,8 @@ def compile_check(module, d_head=128, causal=True):
             with gpu_compile.looks_like_gpu(capability):
                 launches = gpu_compile.capture_launches(module.flash_attention, q, k, v,
                                                         causal=causal)
+        except gpu_compile.ProbeFailed:
+            raise                 # the grader's, not the student's: a regrade
         except Exception as exc:  # noqa: BLE001 - the student's host code failed
             entry["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
             entry["error_type"] = type(exc).__name__
