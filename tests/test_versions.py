@@ -128,8 +128,9 @@ def test_grade_marks_the_affected_exercise_and_exits_3(tmp_path, monkeypatch):
 
 
 # -- one set of numbers ------------------------------------------------------------
-def _floor(requirement_name: str) -> str:
-    text = (REPO / "pyproject.toml").read_text()
+def _floor(requirement_name: str, text: str | None = None) -> str:
+    """The ``name>=X`` floor of a pyproject's dependencies (default: the package's)."""
+    text = text if text is not None else (REPO / "pyproject.toml").read_text()
     deps = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M).group(1)
     found = re.findall(rf'"{requirement_name}>=([\d.]+)[;"]', deps)
     assert len(found) == 1, f"pyproject.toml: one {requirement_name}>= floor, got {found}"
@@ -146,6 +147,13 @@ def _matrix() -> dict[str, dict[str, str]]:
 def test_pyproject_floors_are_the_graders():
     assert versions.parse(_floor("triton")) == versions.TRITON_FLOOR
     assert versions.parse(_floor("numpy")) == versions.NUMPY_FLOOR
+
+
+def test_the_student_editions_floors_are_the_same():
+    """Students install the edition's pyproject (grader.release), not this one."""
+    from grader.release import STUDENT_PYPROJECT
+    for name in ("triton", "numpy", "torch"):
+        assert _floor(name, STUDENT_PYPROJECT) == _floor(name), name
 
 
 def test_ci_tests_the_oldest_versions_pyproject_allows():
