@@ -104,7 +104,7 @@ def _unsupported(exercises: list[str] | None) -> list:
     one of them, since nothing asked for could be graded."""
     from grader import versions
     asked = exercises or [e for e in EXERCISES if suite_files(e, "public")]
-    found = versions.affecting(versions.problems(), asked)
+    found = versions.problems(exercises=asked)
     if found and all(any(e in p.exercises for p in found) for e in asked):
         raise click.UsageError(f"{found[0].text}.")
     return found

@@ -65,16 +65,20 @@ INSTALLED = "installed"
 
 
 def problems(triton: str | None = INSTALLED, numpy: str | None = INSTALLED,
-             interpreted=None) -> list[Problem]:
+             interpreted=None, exercises=None) -> list[Problem]:
     """What is unsupported about these versions (default: the installed
-    ones; None: not installed).
+    ones; None: not installed) for ``exercises`` (default: all).
 
     ``interpreted``: whether Triton's CPU interpreter runs the kernels (asked
-    of PyTorch only when the versions make it matter)."""
+    of PyTorch only when the versions and the exercises make it matter: a
+    check of a NumPy exercise never imports PyTorch)."""
     from grader.exercises import EXERCISES
     triton = installed("triton") if triton == INSTALLED else triton
     numpy = installed("numpy") if numpy == INSTALLED else numpy
+    asked = set(EXERCISES if exercises is None else exercises)
     with_triton = tuple(e for e, ex in EXERCISES.items() if "Triton" in ex.needs)
+    if not asked & set(with_triton):
+        triton = None             # no exercise asked for runs Triton
     found = []
     if numpy is not None and parse(numpy) < NUMPY_FLOOR:
         found.append(Problem(
@@ -95,11 +99,6 @@ def problems(triton: str | None = INSTALLED, numpy: str | None = INSTALLED,
             f"'triton>={text(INTERPRETER_FIXED)}' or 'numpy<{text(INTERPRETER_NUMPY_LIMIT)}'",
             with_triton))
     return found
-
-
-def affecting(found: list[Problem], exercises: list[str]) -> list[Problem]:
-    """The problems that touch any of ``exercises``."""
-    return [p for p in found if set(p.exercises) & set(exercises)]
 
 
 def mark_untrusted(report, found: list[Problem]) -> None:

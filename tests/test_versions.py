@@ -53,6 +53,14 @@ def test_without_triton_the_tests_say_so_themselves():
 def test_an_old_triton_touches_only_the_triton_exercise():
     [problem] = versions.problems("3.4.0", "2.3.5", True)
     assert problem.exercises == (G,)
+    assert versions.problems("3.4.0", "2.3.5", True, exercises=["ex02_mha"]) == []
+
+
+def test_a_numpy_exercise_never_asks_pytorch_about_the_interpreter(monkeypatch):
+    def asked():
+        raise AssertionError("imported PyTorch to check a NumPy exercise")
+    monkeypatch.setattr(versions, "_interpreted", asked)
+    assert versions.problems("3.6.0", "2.4.6", exercises=["ex02_mha", "ex03_gqa"]) == []
 
 
 # -- what check and grade do ------------------------------------------------------
