@@ -17,7 +17,7 @@ import click
 
 from grader import report as fmt
 from grader.core import GraderConfigError, Options, grade
-from grader.exercises import EXERCISES, available, by_letter
+from grader.exercises import EXERCISES, available, by_letter, suite_files
 from grader.paths import EXERCISES_DIR, HIDDEN_SUITES_DIR, REPO_DIR, SOLUTIONS_DIR
 from grader.report import write_private
 from grader.safetext import clean
@@ -98,13 +98,29 @@ def _student_id(value: str | None, param_hint: str) -> str | None:
     return value
 
 
+def _unsupported(exercises: list[str] | None) -> list:
+    """This machine's unsupported versions (``grader.versions``) that touch the
+    exercises asked for; a one-sentence refusal (exit 2) when they touch every
+    one of them, since nothing asked for could be graded."""
+    from grader import versions
+    asked = exercises or [e for e in EXERCISES if suite_files(e, "public")]
+    found = versions.problems(exercises=asked)
+    if found and all(any(e in p.exercises for p in found) for e in asked):
+        raise click.UsageError(f"{found[0].text}.")
+    return found
+
+
 def _run(path: Path, options: Options):
-    """Grade a folder, notebook or zip; bad input is a one-sentence error."""
+    """Grade a folder, notebook or zip; bad input is a one-sentence error.
+    Returns the report and the unsupported versions it was marked for."""
+    from grader import versions
+    found = _unsupported(options.exercises)
     try:
         with materialize(path) as folder:
             report = grade(folder, options)
             report.submission = str(path)
-            return report
+            versions.mark_untrusted(report, found)
+            return report, found
     except SubmissionError as exc:   # it may name the submission's files: safetext
         raise click.UsageError(clean(exc)) from None
     except GraderConfigError as exc:  # --isolation strict without namespaces, too
@@ -164,8 +180,9 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, cache):
     """Run the public tests on your exercises (all, or the ones named).
 
     Name an exercise by letter (B), by name (ex02, ex02_mha) or by file
-    (exercises/ex02_mha.py).  Exits 1 when a public test fails, so that CI
-    fails with it (--no-fail to exit 0)."""
+    (exercises/ex02_mha.py).  Exits 1 when a public test fails, or when this
+    machine's Triton or NumPy is one the grader does not support for an
+    exercise checked, so that CI fails with it (--no-fail to exit 0)."""
     files = [Path(e) for e in exercise if "/" in e or e.endswith(".py")]
     folders = {f.parent for f in files if f.parent != Path(".") or f.exists()}
     if path is None:
@@ -184,10 +201,12 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, cache):
     options = Options(suite="public", exercises=_exercise_names(exercise, "EXERCISE"),
                       call_timeout=timeout, artifacts_dir=artifacts, isolation=isolation,
                       check_cache=_user_cache() if cache else None)
-    report = _run(path, options)
+    report, unsupported = _run(path, options)
     click.echo(fmt.to_text(report, public_only=True), nl=False)
+    for problem in unsupported:   # last, where the exit status is read
+        click.echo(f"not checked: {problem.text}.", err=True)
     failed = sum(t.status == "failed" for t in report.tests)
-    if (failed or report.errors) and not no_fail:
+    if (failed or report.errors or unsupported) and not no_fail:
         sys.exit(1)
 
 
@@ -237,8 +256,10 @@ def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, key
     """Grade a submission: a folder of exercise modules, a notebook, or a zip.
 
     Exit status: 0 graded; 1 points lost, with --fail-on-lost-points; 2 bad
-    input (or --isolation strict where namespaces cannot be made); 3 written,
-    but not fully graded (a grader problem, or a test that needs a regrade)."""
+    input (or --isolation strict where namespaces cannot be made, or a Triton
+    or NumPy version unsupported for every exercise asked for); 3 written,
+    but not fully graded (a grader problem, a test that needs a regrade, an
+    exercise whose versions are unsupported here)."""
     if not path.exists():
         raise click.BadParameter(f"{path} does not exist.", param_hint="SUBMISSION")
     options = Options(suite=suite, exercises=_exercise_names(exercises, "--exercise"),
@@ -246,7 +267,7 @@ def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, key
                       seed=seed, student_id=_student_id(student_id, "--student-id"),
                       deduct_once=deduct_once, artifacts_dir=artifacts, isolation=isolation,
                       exercise_budget=exercise_budget, grading_budget=grading_budget)
-    report = _run(path, options)
+    report, _ = _run(path, options)
     _emit(report, out_format, out, public_only=suite == "public")
     if report.ungraded:   # before --fail-on-lost-points: not graded is the graver news
         click.echo(f"not fully graded: {len(report.errors)} grader problem(s), "

@@ -13,13 +13,12 @@ import secrets
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from grader import rootcause
+from grader import fault, rootcause
 from grader.exercises import EXERCISES, suite_files
 from grader.feedback import Feedback
 from grader.paths import SUITES_DIR
@@ -88,10 +87,11 @@ def describe_failure(excinfo) -> str:
     if isinstance(exc, AssertionError):
         text = str(exc).strip()
         return text or "an assertion about your answer failed"
-    last = traceback.extract_tb(excinfo.tb)[-1] if excinfo.tb else None
-    where = f" (grader line {last.lineno})" if last else ""
-    return (f"your answer could not be checked: {type(exc).__name__}: {exc}{where}. "
-            "This usually means a wrong type or shape came back.")
+    # A malformed answer that made the grader's line raise (grader.fault);
+    # the grader's own exceptions are said in GradingPlugin._record.
+    where = fault.where(excinfo)
+    return (f"your answer has the wrong type or shape for this check: "
+            f"{type(exc).__name__}: {exc}" + (f" (at {where})" if where else "") + ".")
 
 
 class GradingPlugin:
@@ -259,10 +259,15 @@ class GradingPlugin:
             result.output = getattr(item, "feedback_on_pass", "")
         else:
             result.output = describe_failure(call.excinfo) if call.excinfo else str(rep.longrepr)
-            if not isinstance(call.excinfo.value, (Feedback, StudentError, AssertionError)) \
-                    and not isinstance(call.excinfo.value, pytest.fail.Exception):
-                self.report.errors.append(
-                    f"{item.nodeid}: {type(call.excinfo.value).__name__}: {call.excinfo.value}")
+            students = [v for v in getattr(item, "funcargs", {}).values()
+                        if isinstance(v, StudentModule)]
+            if call.excinfo is not None and fault.graders(call.excinfo, students):
+                # The grader's own exception (grader.fault): never the student's
+                # loss; the points stay in the maximum, 0 until a person regrades.
+                result.status = NEEDS_REGRADE
+                result.output = (f"the grader failed here: {fault.what(call.excinfo)}; "
+                                 f"a person regrades this (0/{points:g} until then)")
+                self.report.errors.append(f"{item.nodeid}: {fault.what(call.excinfo)}")
         student = item.funcargs.get("student") if hasattr(item, "funcargs") else None
         if isinstance(student, StudentModule):
             self.called[id(result)] = list(student.called)

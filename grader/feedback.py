@@ -195,7 +195,7 @@ def check_equal(got, expected, *, what: str, mistakes: Mistakes = None,
         same = got == expected or (isinstance(expected, float) and
                                    math.isclose(got, expected, rel_tol=1e-12))
     else:
-        same = got == expected
+        same = _holds(lambda: got == expected)
     if same:
         return
     lines = [f"{what}: expected {_fmt(expected)}, got {_fmt(got)}"]
@@ -206,13 +206,23 @@ def check_equal(got, expected, *, what: str, mistakes: Mistakes = None,
                 and not isinstance(got, bool) and math.isclose(got, candidate, rel_tol=1e-9):
             lines.append(f"{LOOKS_LIKE}{description}.")
             break
-        if got == candidate:
+        if _holds(lambda: got == candidate):
             lines.append(f"{LOOKS_LIKE}{description}.")
             break
     else:
         if hint:
             lines.append(hint)
     raise Feedback("\n".join(lines))
+
+
+def _holds(compare) -> bool:
+    """``compare()`` as one truth value; False where the answer's type makes
+    the comparison raise or give none (an array compared with a number): a
+    malformed answer is a wrong answer, explained, never the grader's error."""
+    try:
+        return bool(compare())
+    except Exception:  # noqa: BLE001 - whatever the answer's type does
+        return False
 
 
 def expect_raises(call: Callable[[], object], exc_name: str, *, what: str,

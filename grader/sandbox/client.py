@@ -538,18 +538,21 @@ class StudentModule:
     on the module inside the worker."""
 
     def __init__(self, worker: Worker, timeout: float | None = None,
-                 called: list[str] | None = None):
+                 called: list[str] | None = None, answers: list | None = None):
         self._worker = worker
         self._timeout = timeout
         # The functions a test called, in order (``grader.rootcause`` reads them).
         self.called: list[str] = [] if called is None else called
+        # What came back to the test (``grader.fault`` tells by them whether an
+        # exception in the grader's code was raised by a malformed answer).
+        self.answers: list = [] if answers is None else answers
 
     @property
     def module_name(self) -> str:
         return self._worker.module
 
     def with_timeout(self, seconds: float) -> "StudentModule":
-        return StudentModule(self._worker, seconds, self.called)
+        return StudentModule(self._worker, seconds, self.called, self.answers)
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -564,19 +567,22 @@ class StudentModule:
             raise
         if isinstance(value, dict) and value == {"$callable": True}:
             return lambda *args, **kwargs: self.call(name, *args, **kwargs)
+        self.answers.append(value)
         return value
 
     def call(self, name: str, *args, **kwargs):
         what = _call_text(f"{self._worker.module}.{name}", args, kwargs)
         self.called.append(name)
         try:
-            return self._worker.request({"op": "call", "name": name, "args": list(args),
-                                         "kwargs": kwargs}, what, self._timeout)
+            value = self._worker.request({"op": "call", "name": name, "args": list(args),
+                                          "kwargs": kwargs}, what, self._timeout)
         except StudentRaised as exc:
             if exc.raised.is_a("AttributeError") and f"'{name}'" in exc.raised.message \
                     and "module" in exc.raised.message:
                 raise StudentError(f"{self._worker.module}.py does not define {name}") from None
             raise
+        self.answers.append(value)
+        return value
 
     def probe(self, name: str, *args, **kwargs):
         reach = self._worker.runtime_reach()

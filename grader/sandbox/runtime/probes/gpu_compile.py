@@ -101,6 +101,29 @@ def _complaint(exc: BaseException) -> str:
     return " ".join(text.split())[:600]
 
 
+class ProbeFailed(Exception):
+    """This probe's own code failed (the installed Triton lacks an API it
+    uses), not the student's kernel: the grading side makes the test a
+    regrade, never a failure (``grader.fault``)."""
+
+
+def _own_failure(exc: BaseException) -> bool:
+    """Did a line of this file raise ``exc`` (an attribute or import of
+    Triton's that is not there), rather than Triton on the student's kernel
+    or launch arguments?"""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return isinstance(exc, (AttributeError, ImportError, NameError)) and tb is not None \
+        and os.path.abspath(tb.tb_frame.f_code.co_filename) == os.path.abspath(__file__)
+
+
+def _probe_failed(exc: BaseException) -> ProbeFailed:
+    import triton
+    return ProbeFailed(f"the GPU compile check does not work with Triton "
+                       f"{getattr(triton, '__version__', '?')}: {type(exc).__name__}: {exc}")
+
+
 def compile_launch(fn, args, kwargs, capability: int) -> dict:
     """Compile ``fn`` (a ``JITFunction``) for ``sm_<capability>`` with one launch's arguments.
 
@@ -109,12 +132,16 @@ def compile_launch(fn, args, kwargs, capability: int) -> dict:
     with ``ok``, and either ``registers``, ``spill_bytes``, ``shared_bytes``,
     ``fits`` (shared memory within the architecture's limit), ``wgmma``,
     ``tma``, or ``error`` (the compiler's complaint), ``file`` and ``line``.
+    Raises ``ProbeFailed`` where this Triton lacks what it uses.
     """
     import triton
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
-    from triton.runtime.jit import create_function_from_signature
+    try:
+        from triton import knobs
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource, make_backend
+        from triton.runtime.jit import create_function_from_signature
+    except ImportError as exc:
+        raise _probe_failed(exc) from None
 
     target = GPUTarget("cuda", capability, 32)
     backend = make_backend(target)
@@ -135,6 +162,8 @@ def compile_launch(fn, args, kwargs, capability: int) -> dict:
         finally:
             knobs.nvidia.dump_ptxas_log = saved_knob
     except Exception as exc:  # noqa: BLE001 - any compiler failure is the answer
+        if _own_failure(exc):      # e.g. fn._pack_args, which Triton 3.4 lacks
+            raise _probe_failed(exc) from None
         while getattr(exc.__cause__, "src", None) is not None:
             exc = exc.__cause__          # the innermost: a helper's line, not its call
         file, line = _where(exc, fn)
@@ -165,9 +194,13 @@ def capture_launches(host, *args, **kwargs) -> list:
     would try (its ``prune_configs_by`` is not applied: every config must
     compile).  The host function's own return value is ignored (no kernel
     ran, so its output is garbage)."""
-    from triton.runtime import autotuner, jit
+    try:
+        from triton.runtime import autotuner, jit
+        originals = [(jit.JITFunction, jit.JITFunction.__dict__["run"]),
+                     (autotuner.Autotuner, autotuner.Autotuner.__dict__["run"])]
+    except (ImportError, KeyError) as exc:    # launch paths this recorder does not know
+        raise _probe_failed(exc) from None
     launches: list = []
-    saved = []
 
     def jit_run(this, *a, grid=None, warmup=False, **k):
         launches.append((this, a, dict(k), ""))
@@ -188,15 +221,13 @@ def capture_launches(host, *args, **kwargs) -> list:
                 launches[i] = (fn_, a_, k_, _config_text(config))
         return None
 
-    saved.append((jit.JITFunction, "run", jit.JITFunction.__dict__["run"]))
     jit.JITFunction.run = jit_run
-    saved.append((autotuner.Autotuner, "run", autotuner.Autotuner.__dict__["run"]))
     autotuner.Autotuner.run = tuner_run
     try:
         host(*args, **kwargs)
     finally:
-        for cls, attr, original in reversed(saved):
-            setattr(cls, attr, original)
+        for cls, original in reversed(originals):
+            cls.run = original
     return launches
 
 
