@@ -267,11 +267,16 @@ def strip_grading_only(source: str, functions: tuple | None) -> str:
         out = [f'"""{doc}\n\n(Student edition: these probes run when graded only.)\n"""',
                "from __future__ import annotations"]
         for node in tree.body:
-            # private ones too: another probe may import them (ex08 uses _traced)
+            # private ones too: another probe may import them (ex08 uses
+            # _traced, and subclasses _Trace: a class whose making raises)
+            first = ((ast.get_docstring(node) or "(grading only)").splitlines() or [""])[0] \
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else ""
             if isinstance(node, ast.FunctionDef):
-                first = ((ast.get_docstring(node) or "(grading only)").splitlines() or [""])[0]
                 out.append(f'\n\ndef {node.name}(*args, **kwargs):\n    """{first}"""\n'
                            f"    {raise_line}")
+            elif isinstance(node, ast.ClassDef):
+                out.append(f'\n\nclass {node.name}:\n    """{first}"""\n\n'
+                           f"    def __init__(self, *args, **kwargs):\n        {raise_line}")
         return "\n".join(out) + GRADING_ONLY_CLASS
     lines = source.splitlines()
     found = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
