@@ -453,7 +453,9 @@ class Warmer:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
         self.started = time.monotonic()
-        capability = target[1]
+        # What the host functions see (the variant they pick): looks_like_gpu
+        # knows sm_80 and sm_90; the compile is for the real target.
+        capability = 90 if target[1] >= 90 else 80
         jobs, seen = [], set()
         for section, spec in plan:
             for i, launch in enumerate(launches_of(spec, capability)):
@@ -478,14 +480,14 @@ class Warmer:
         mine = [f for _, f in self.futures[:last + 1]]
         start = time.monotonic()
         wait(mine, timeout=max(timeout, 0))
-        done = [f.result() for f in mine if f.done() and not f.cancelled()]
+        done = [_outcome(f) for f in mine if f.done() and not f.cancelled()]
         return {"launches": sum(1 for s in order if s == section),
                 "waited_s": round(time.monotonic() - start, 2),
                 "not_done": sum(1 for f in mine if not f.done()),
                 "errors": sorted({e for _, e in done if e})[:5]}
 
     def summary(self) -> dict:
-        done = [f.result() for _, f in self.futures if f.done() and not f.cancelled()]
+        done = [_outcome(f) for _, f in self.futures if f.done() and not f.cancelled()]
         return {"target": list(self.target), "processes": self.procs,
                 "planned": self.planned, "submitted": len(self.futures), "done": len(done),
                 "failed": sum(1 for _, e in done if e),
@@ -494,6 +496,12 @@ class Warmer:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _outcome(future) -> tuple:
+    """``(seconds, error)`` of a finished compile, a lost process included."""
+    exc = future.exception()
+    return (0.0, f"{type(exc).__name__}: {exc}"[:300]) if exc else future.result()
 
 
 def warm_plan(smoke: bool, capability: int) -> list:
@@ -519,17 +527,15 @@ def warm_plan(smoke: bool, capability: int) -> list:
 
 def start_warmup(check: Check) -> dict:
     """Start the warm-up pool (not a section: its figures go under ``warmup``)."""
-    import torch
-    if check.smoke:
-        target, procs, limit = ("cuda", 90, 32), 1, 1      # the plumbing: one launch
-    else:
-        from triton.runtime import driver
-        t = driver.active.get_current_target()
-        target, procs, limit = (t.backend, t.arch, t.warp_size), \
-            max(1, min((os.cpu_count() or 2) - 1, 15)), None
     try:
-        capability = torch.cuda.get_device_capability() if not check.smoke else (9, 0)
-        check.warm = Warmer(warm_plan(check.smoke, capability[0] * 10 + capability[1]),
+        if check.smoke:
+            target, procs, limit = ("cuda", 90, 32), 1, 1      # the plumbing: one launch
+        else:
+            from triton.runtime import driver
+            t = driver.active.get_current_target()
+            target, procs, limit = (t.backend, t.arch, t.warp_size), \
+                max(1, min((os.cpu_count() or 2) - 1, 15)), None
+        check.warm = Warmer(warm_plan(check.smoke, _device_capability(check.smoke)),
                             target, procs, limit)
         return {"status": "started", **check.warm.summary()}
     except Exception as exc:  # noqa: BLE001 - without it, the sections compile as they go
