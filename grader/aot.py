@@ -74,6 +74,43 @@ def compile_one(kernel: str, capability: int, dtype: str, d_head: int, causal: b
     return Row(kernel, capability, dtype, d_head, causal, config, tuple(sorted(res.items())))
 
 
+# A config this close to a limit compiles today and may not with another
+# Triton or ptxas (the GPU's own may differ from this machine's): shared memory
+# within SHARED_MARGIN of the architecture's per-block limit
+# (gpu_compile.SHARED_LIMIT: 163 KB sm_80, 227 KB sm_90a), or registers at
+# ptxas's per-thread maximum (the allocator had nothing left; the next
+# version may spill).  Each such config is pruned from its kernel's list or
+# kept with its reason here: (kernel, capability, config) -> why.
+SHARED_MARGIN = 8 * 1024
+REGISTER_MAX = 255
+EDGE_REASONS = {
+    ("reference/descriptors", 90, "BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3"):
+        "225.0 of 227 KB on sm_90a with Triton 3.6 and 3.9 (2 KB left; registers 196 and "
+        "201, no spills). Kept: the only 3-stage pipeline of 128-key tiles; shared "
+        "memory is Triton's own layout, not ptxas's, and a Triton that needs more fails "
+        "the load with OutOfResources, which the autotuner times as infinite and never "
+        "picks (the grade still runs), and which this test reports first. "
+        "benchmarks/gpu_check.py records the autotuner's time for it per shape: prune it "
+        "if it is never the fastest.",
+}
+
+
+def at_edge(row: Row) -> list:
+    """The limits one compiled configuration comes within the margin of."""
+    from grader.sandbox.runtime.probes.gpu_compile import SHARED_LIMIT
+    r = row.r
+    if not r["ok"]:
+        return []
+    out = []
+    limit = SHARED_LIMIT[row.capability]
+    if limit - SHARED_MARGIN < r["shared_bytes"] <= limit:
+        out.append(f"uses {r['shared_bytes'] / 1024:.1f} of {limit // 1024} KB of shared "
+                   "memory")
+    if r["registers"] >= REGISTER_MAX:
+        out.append(f"uses {r['registers']} registers, ptxas's maximum")
+    return out
+
+
 def problems(row: Row) -> list:
     """What is wrong with one compiled configuration (empty: fine)."""
     r = row.r
@@ -82,6 +119,10 @@ def problems(row: Row) -> list:
     out = []
     if not r["fits"]:
         out.append(f"needs {r['shared_bytes'] / 1024:.0f} KB of shared memory")
+    edge = at_edge(row)
+    if edge and (row.kernel, row.capability, row.config) not in EDGE_REASONS:
+        out.append(f"{' and '.join(edge)}: within the margin of a limit; prune it from "
+                   "the kernel's configs or give the reason in grader/aot.py's EDGE_REASONS")
     if r["spill_bytes"] != 0:
         out.append(f"spills registers ({r['spill_bytes']} bytes)")
     if row.capability >= 90 and row.kernel.startswith("reference"):
@@ -140,24 +181,23 @@ def near_hardest(case) -> bool:
 
 
 def default_matrix():
-    """The part of ``full_matrix`` the package's tests compile by default: 29
-    compiles of 224.
+    """The part of ``full_matrix`` the package's tests compile by default: 39
+    compiles of 192.
 
-    * the references' kernels: every configuration in the hardest case
-      (``HARDEST``), the first configuration in each case one step from it
-      (``near_hardest``: fp16, d_head 64, not causal);
-    * the solution's kernel: the first configuration in the hardest case and
-      in each case one step from it.  Every configuration of it is compiled
-      by each grading of exercise G, for sm_80 and sm_90a in the hardest case
-      (its graded compile check, which ``tests/test_ex07_flash.py`` holds to
-      full marks).
+    * every kernel, the solution's too: every configuration in the hardest
+      case (``HARDEST``: the margin of ``at_edge`` is checked there), the
+      first configuration in each case one step from it (``near_hardest``:
+      fp16, d_head 64, not causal).  Every configuration of the solution is
+      also compiled by each grading of exercise G, for sm_80 and sm_90a in
+      the hardest case (its graded compile check, which
+      ``tests/test_ex07_flash.py`` holds to full marks).
 
     The cases two or three steps away (fp16 at d_head 64, ...) mix code paths
     compiled here; ``pytest tests/test_gpu_compile.py --full-matrix`` compiles
     all of them (CI does, in its own job).  A cold Triton cache (a first run)
-    compiles these in 22 s on 2 cores (41 s of CPU), the full matrix in 112 s."""
+    compiles 29 of these in 22 s on 2 cores (41 s of CPU), the full matrix in
+    about 100 s."""
     for key in full_matrix():
         case = key[2:5]
-        if (key[5] == 0 and near_hardest(case)) or (
-                key[0].startswith("reference") and case == HARDEST):
+        if (key[5] == 0 and near_hardest(case)) or case == HARDEST:
             yield key

@@ -15,8 +15,13 @@ thresholds are measured per model, here, and kept in
 
 Timing is that of the grader
 (``grader/sandbox/runtime/probes/ex07_flash_attention.py``): fresh inputs for every call, L2 flushed, the device synchronized around each
-call, medians of ``--repeats`` calls, the two kernels alternating.  This
-runs trusted code only, in this process; it needs CUDA and Triton.
+call, medians of ``--repeats`` calls, the two kernels alternating.  Kept
+with the medians: the clock's own cost (``overhead_s``: the same timing
+around a call that does nothing) and each median's spread between repeats
+(``spread``: median absolute deviation over the median), which at S = 2048
+can be of the order of the kernel's time.  This runs trusted code only, in
+this process; it needs CUDA and Triton.  ``benchmarks/gpu_check.py``
+runs the same measurement and can write the same entry (``--thresholds``).
 """
 from __future__ import annotations
 
@@ -80,6 +85,12 @@ def measure(repeats: int, seed: int = 0, cases=None, device: str = "cuda") -> di
         if dev.type == "cuda" else None
     gen = torch.Generator(device=dev)
     gen.manual_seed(seed)
+
+    def one(fn, args):
+        seconds, _ = probe.time_call(fn, args, {}, flush)
+        return seconds
+
+    overhead = statistics.median(one(lambda: None, ()) for _ in range(max(repeats, 3)))
     rows = []
     for case in cases or flash.SPEED_CASES:
         dtype = getattr(torch, case["dtype"])
@@ -92,9 +103,6 @@ def measure(repeats: int, seed: int = 0, cases=None, device: str = "cuda") -> di
         times = {"tuned": [], "plain": [], "sdpa": []}
         backend = "none"
 
-        def one(fn, args):
-            seconds, _ = probe.time_call(fn, args, {}, flush)
-            return seconds
 
         for i in range(repeats + 2):                     # the first two: warm-up
             q, k, v = probe.fresh_inputs(shape_q, shape_kv, dtype, gen, dev)
@@ -113,8 +121,22 @@ def measure(repeats: int, seed: int = 0, cases=None, device: str = "cuda") -> di
         variant = kernel.variant_in_use(q)
         rows.append({"s": case["s_q"], "causal": causal, "variant": variant,
                      "reference_tflops": tflops["tuned"], "plain_tflops": tflops["plain"],
-                     "sdpa_tflops": tflops["sdpa"], "sdpa_backend": backend})
-    return {"cases": rows}
+                     "sdpa_tflops": tflops["sdpa"], "sdpa_backend": backend,
+                     "median_s": {n: float(f"{t:.4g}") for n, t in med.items()},
+                     "spread": {n: spread(ts) for n, ts in times.items()},
+                     "overhead_share": float(f"{overhead / med['tuned']:.3g}"),
+                     "times_s": {n: [float(f"{t:.4g}") for t in ts]
+                                 for n, ts in times.items()}})
+    return {"cases": rows, "overhead_s": float(f"{overhead:.4g}"), "repeats": repeats}
+
+
+def spread(times) -> float | None:
+    """Median absolute deviation over the median: the noise between repeats
+    (None where there is none to measure: no finite, positive median)."""
+    med = statistics.median(times)
+    if not (math.isfinite(med) and med > 0):
+        return None
+    return float(f"{statistics.median(abs(t - med) for t in times) / med:.3g}")
 
 
 def tiers_from(rows: list) -> list:
@@ -139,24 +161,13 @@ def calibrate(out, repeats, dry_run):
         raise click.UsageError("calibrate measures a GPU, and this machine has no CUDA device.")
     if not kernel.HAS_TRITON:
         raise click.UsageError(f"calibrate {kernel.NEEDS_TRITON}.")
-    data = _load(out)
+    _load(out)                            # a broken file is said before minutes of timing
     name = torch.cuda.get_device_name()
     measured = measure(repeats)
-    variants = sorted({r["variant"] for r in measured["cases"]})
-    if kernel.DESCRIPTOR_FAILURE:
-        # The grade would then time a slower reference than the one calibrated
-        # for: refuse rather than write thresholds for the wrong kernel.
-        raise click.ClickException(
-            f"the reference kernel's descriptor (TMA) variant failed on {name} and fell back "
-            f"to pointers: {kernel.DESCRIPTOR_FAILURE[0]}; fix it (or the driver) and "
-            "calibrate again; nothing was written")
-    entry = {"tiers": tiers_from(measured["cases"]),
-             "reference_variant": " / ".join(variants),
-             "measured": measured["cases"],
-             "plain_config": PLAIN,
-             "versions": {"torch": torch.__version__,
-                          "triton": __import__("triton").__version__},
-             "date": datetime.date.today().isoformat()}
+    refusal = fallback_refusal(name)
+    if refusal:
+        raise click.ClickException(refusal)
+    entry = entry_from(measured)
     for r in measured["cases"]:
         click.echo(f"S={r['s']:5d} causal={str(r['causal']):5s}  reference "
                    f"{r['reference_tflops']:6.1f}  plain {r['plain_tflops']:6.1f}  SDPA "
@@ -165,13 +176,54 @@ def calibrate(out, repeats, dry_run):
     click.echo(f"{name}: reference kernel {entry['reference_variant']}, tiers {entry['tiers']}")
     if dry_run:
         return
-    data["models"][name] = entry          # other GPU models in the file are kept
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(data, indent=1) + "\n")
+        write_entry(out, name, entry)     # other GPU models in the file are kept
     except OSError as exc:
         raise click.FileError(str(out), hint=f"could not write it ({exc.strerror})") from None
     click.echo(f"wrote {out}")
+
+
+def fallback_refusal(name: str) -> str:
+    """Why no thresholds may be written (empty: they may).  When the
+    descriptor variant failed here, the grade would time a slower reference
+    than the one calibrated for: refuse rather than write thresholds for the
+    wrong kernel."""
+    from grader.sandbox.runtime.kernels import flash as kernel
+    if not kernel.DESCRIPTOR_FAILURE:
+        return ""
+    return (f"the reference kernel's descriptor (TMA) variant failed on {name} and fell back "
+            f"to pointers: {kernel.DESCRIPTOR_FAILURE[0]}; fix it (or the driver) and "
+            "calibrate again; nothing was written")
+
+
+def entry_from(measured: dict) -> dict:
+    """This GPU model's entry in the thresholds file, from ``measure``'s result
+    (the raw times left out: medians, spreads and the clock's overhead kept)."""
+    import torch
+    cases = [{k: v for k, v in r.items() if k != "times_s"} for r in measured["cases"]]
+    entry = {"tiers": tiers_from(cases),
+             "reference_variant": " / ".join(sorted({r["variant"] for r in cases})),
+             "measured": cases,
+             "plain_config": PLAIN,
+             "versions": {"torch": torch.__version__,
+                          "triton": __import__("triton").__version__},
+             "date": datetime.date.today().isoformat()}
+    if "overhead_s" in measured:
+        entry["overhead_s"] = measured["overhead_s"]
+    return entry
+
+
+def write_entry(out: Path, name: str, entry: dict, start_from: Path | None = None) -> Path:
+    """Merge ``entry`` for GPU model ``name`` into the thresholds file ``out``
+    (other models kept; a missing ``out`` starts as ``start_from``, else
+    empty), written whole or not at all."""
+    data = _load(out if out.is_file() or start_from is None else start_from)
+    data["models"][name] = entry
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(out)
+    return out
 
 
 DEFAULT_TIERS = [0.15, 0.3, 0.45]    # for a GPU nobody calibrated, and a missing file

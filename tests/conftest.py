@@ -18,7 +18,7 @@ EXERCISES_DIR = REPO / "exercises"
 def pytest_addoption(parser):
     parser.addoption("--full-matrix", action="store_true", default=False,
                      help="tests/test_gpu_compile.py: compile every configuration of every "
-                          "kernel in every case (224 compiles), not aot.default_matrix()")
+                          "kernel in every case (192 compiles), not aot.default_matrix()")
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
