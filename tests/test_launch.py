@@ -297,14 +297,20 @@ def test_a_detached_daemon_dies_with_its_exercise(tmp_path, monkeypatch, mode, h
         assert zyg.alive, zyg.failed
     try:
         worker = own.worker(sub, "ex02_mha", call_timeout=10, fork_from=zyg)
-        assert StudentModule(worker).start(token, 60) == 1
         assert worker.uid is None or how != "subreaper"
-        deadline = time.monotonic() + 10
-        while not _running(token) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _running(token), "the daemon never started"
+        # Started again if a busy machine refused its fork (without a uid of its
+        # own, the process limit counts the grading user's processes too):
+        # what is tested is its end, not its start.
+        for _ in range(3):
+            assert StudentModule(worker).start(token, 60) == 1
+            deadline = time.monotonic() + 20
+            while not _running(token) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _running(token):
+                break
+        assert _running(token), f"the daemon never started ({mode}, {how})"
         worker.close()
-        assert _running(token) == [], "the daemon outlived its worker"
+        assert _running(token) == [], f"the daemon outlived its worker ({mode}, {how})"
     finally:
         if zyg is not None:
             zyg.close()
