@@ -5,14 +5,15 @@ Each grading draws a fresh secret seed for the hidden suites' random cases
 first, expose every known mistake (the curriculum's "Common mistakes" and
 ``tests/mutants/``); the random ones only add coverage.  So:
 
-* ``test_every_mutant_gets_one_score_under_20_seeds`` (slow): every mutant
-  of the corpus, its exercise's seed-dependent tests under 20 seeds, one
-  score and one outcome of each test under all of them
-  (``tests/seed_sweep.py`` says how it runs them in one process per
-  exercise, and why its shortcuts are exact);
-* ``test_the_fixed_cases_decide_every_known_mistake``: the fast version,
-  under 3 seeds: every test a mutant fails, it fails on a fixed case
-  (before any random case is drawn), and the rest agree across the seeds;
+* ``test_every_mutant_gets_one_score_under_20_seeds``: every mutant of the
+  corpus, its exercise's seed-dependent tests under 20 seeds, one score and
+  one outcome of each test under all of them (``tests/seed_sweep.py`` says
+  how it runs them in one process per exercise, and why its shortcuts are
+  exact).  About 100 s of CPU, more than the default run can spend: it runs
+  with ``ATTN_SEED_SWEEP=full``;
+* ``test_the_fixed_cases_decide_every_known_mistake``, in the default run
+  (about 45 s of CPU): the same under 3 seeds, and every test a mutant
+  fails, it fails on a fixed case (before any random case is drawn);
 * the seed is read nowhere but through ``grader.reference.cases``, so that
   every other test is the same under every seed by construction;
 * a failure that only a random case finds says so, with its seed (the rule
@@ -26,7 +27,6 @@ import time
 
 import pytest
 
-from grader.exercises import EXERCISES
 from grader.feedback import Feedback
 from grader.paths import PACKAGE_DIR, SUITES_DIR
 from grader.reference import cases
@@ -110,7 +110,8 @@ def test_a_mistake_only_a_random_case_finds_fails_and_names_its_seed(tmp_path):
         assert cases.RANDOM_ONLY in t.output and "--seed 4`" in t.output
 
 
-def _sweep(exercise, n_seeds, tmp_path):
+def _sweep(exercise, n_seeds, tmp_path) -> list[seed_sweep.Verdict]:
+    """The solution and every mutant of ``exercise`` under ``n_seeds`` seeds."""
     sweep = seed_sweep.Sweep(exercise, seed_sweep.seeds(n_seeds), tmp_path)
     try:
         start = time.perf_counter()
@@ -122,12 +123,12 @@ def _sweep(exercise, n_seeds, tmp_path):
         print(f"{exercise}: {len(sweep.items)} seed-dependent tests, {len(verdicts)} "
               f"mutants, {n_seeds} seeds: {sum(v.runs for v in verdicts) + solution.runs} "
               f"runs in {time.perf_counter() - start:.1f} s")
-        return sweep, verdicts
+        return verdicts
     finally:
         sweep.close()
 
 
-def _randomly_decided(sweep, verdict) -> list[str]:
+def _randomly_decided(verdict) -> list[str]:
     """The tests this mutant fails only once a random case was drawn."""
     return [f"{verdict.name}: {name} fails on a random case, no fixed case catches it:\n"
             f"{verdict.texts.get(name, '')[:1200]}"
@@ -139,7 +140,7 @@ def _randomly_decided(sweep, verdict) -> list[str]:
                     reason="the full 20-seed sweep runs with ATTN_SEED_SWEEP=full")
 @pytest.mark.parametrize("exercise", SWEPT)
 def test_every_mutant_gets_one_score_under_20_seeds(exercise, tmp_path):
-    sweep, verdicts = _sweep(exercise, FULL_SEEDS, tmp_path)
+    verdicts = _sweep(exercise, FULL_SEEDS, tmp_path)
     problems = [p for v in verdicts for p in [v.problem()] if p]
     assert not problems, "\n\n".join(problems)
 
@@ -147,7 +148,7 @@ def test_every_mutant_gets_one_score_under_20_seeds(exercise, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("exercise", SWEPT)
 def test_the_fixed_cases_decide_every_known_mistake(exercise, tmp_path):
-    sweep, verdicts = _sweep(exercise, FAST_SEEDS, tmp_path)
+    verdicts = _sweep(exercise, FAST_SEEDS, tmp_path)
     problems = [p for v in verdicts for p in [v.problem()] if p]
-    problems += [p for v in verdicts for p in _randomly_decided(sweep, v)]
+    problems += [p for v in verdicts for p in _randomly_decided(v)]
     assert not problems, "\n\n".join(problems)
