@@ -114,7 +114,9 @@ def attention(q, k, v, mask=None):
     """
     # BEGIN SOLUTION
     d_head = q.shape[-1]
-    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d_head)   # (B, h, S_q, S_k)
+    # a Python float keeps float32 float32 (np.sqrt gives a NumPy float64, which
+    # NumPy 2 lets turn the scores into float64)
+    scores = q @ np.swapaxes(k, -1, -2) / d_head ** 0.5     # (B, h, S_q, S_k)
     if mask is not None:
         scores = scores + mask
     return softmax(scores, axis=-1) @ v                      # (B, h, S_q, d_head)

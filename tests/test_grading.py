@@ -112,7 +112,7 @@ def test_missing_module_and_missing_function(tmp_path):
     ex03 = failures(report, "ex03_gqa")
     assert ex03 and all("ex03_gqa.py was not found in the submission" in t.output for t in ex03)
     missing = {t.name: t.output for t in failures(report, "ex02_mha")}
-    assert "does not define merge_heads" in missing["test_split_heads_shape"]
+    assert "does not define merge_heads" in missing["test_merge_heads_undoes_split"]
     assert "NameError" in missing["test_multi_head_attention_small"]  # used inside mha
 
 

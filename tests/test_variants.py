@@ -223,7 +223,9 @@ def test_hidden_cases_follow_the_run_seed():
 
 
 def test_hidden_suites_draw_only_through_the_seeded_helpers():
-    """A fixed seed in a hidden suite would make its cases memorizable."""
+    """Cases come from grader.reference.cases: random ones from the run's seed,
+    fixed ones (fixed_rng, fixed_seed) the same in every grading by design.  A
+    seed written into a suite would bypass both."""
     import re
 
     from grader.paths import SUITES_DIR
@@ -264,13 +266,19 @@ def test_fresh_runs_draw_fresh_seeds(tmp_path):
 
 
 def test_the_run_seed_reaches_the_hidden_cases(tmp_path):
-    """The same failing submission, two seeds: the hidden case it fails on differs."""
+    """The same failing submission, two seeds: the hidden case it fails on differs.
+    It fails on 4-D arrays only: the fixed cases, which come first and are the
+    same under every seed, have none."""
     sub = tmp_path / "sub"
     sub.mkdir()
     (sub / "ex02_mha.py").write_text(
         "import numpy as np\n"
         "def softmax(x, axis=-1):\n"
-        "    raise ValueError(f'shape {np.shape(x)} sum {float(np.sum(x)):.6f}')\n")
+        "    x = np.asarray(x)\n"
+        "    if x.ndim == 4:\n"
+        "        raise ValueError(f'shape {np.shape(x)} sum {float(np.sum(x)):.6f}')\n"
+        "    e = np.exp(x - np.max(x, axis=axis, keepdims=True))\n"
+        "    return e / e.sum(axis=axis, keepdims=True)\n")
     outputs = []
     for seed in (1, 2, 1):
         report = grade_dir(sub, ["ex02_mha"], keyword="softmax_random", seed=seed)

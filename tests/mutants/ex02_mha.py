@@ -1,7 +1,7 @@
 """Mistakes in multi-head attention (exercise B)."""
 from tests.mutants import Mutant
 
-SCORES = "scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d_head)"
+SCORES = "scores = q @ np.swapaxes(k, -1, -2) / d_head ** 0.5"
 MASK_TEST = "np.where(j <= s_k - s_q + i, 0.0, -np.inf)"
 
 MUTANTS = [
@@ -93,6 +93,14 @@ MUTANTS = [
            "strided features"),
 ]
 
+# -- found by the outside review (same work, same grade): float64 out of float32 in
+MUTANTS += [
+    Mutant("attention_float64", "    d_head = q.shape[-1]\n    # a Python float",
+           "    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))\n"
+           "    d_head = q.shape[-1]\n    # a Python float",
+           "float64 for float32 inputs"),
+]
+
 # Each mistake is caught by the tests of the function it sits in (and, for
 # the attention mistakes, multi-head attention's): no need for the whole suite.
 ONLY = {
@@ -108,4 +116,5 @@ ONLY = {
     "mask_ignores_s_k": "causal_mask",
     "split_strided": "split",
     "no_rope": "mha_random",
+    "attention_float64": "attention",
 }

@@ -85,11 +85,18 @@ MUTANTS = [
            "one short"),
 ]
 
+# -- found by the outside review (same work, same grade): the causal mask aligned to
+# the start, which no square case can tell from the end-aligned one
+MUTANTS += [
+    Mutant("naive_top_left_mask", ".tril(s_k - s_q)", ".tril()", "aligned to the top-left"),
+]
+
 # Each mistake runs the tests that name it (found by grading each mutant with
 # the whole hidden suite): a formula's slip need not wait for a measurement,
 # and the timer's slips need not wait for the scaling run.
 ONLY = {name: "naive_attention" for name in (
-    "no_scale", "softmax_over_queries", "diagonal_masked", "naive_scale_by_d", "naive_no_mask")}
+    "no_scale", "softmax_over_queries", "diagonal_masked", "naive_scale_by_d", "naive_no_mask",
+    "naive_top_left_mask")}
 ONLY.update({name: "time_fn" for name in ("no_warmup", "mean_not_median", "total_of_repeats")})
 ONLY["no_synchronization"] = "synchronizes"
 ONLY.update({name: "measure_scaling" for name in ("fabricated_times", "milliseconds")})

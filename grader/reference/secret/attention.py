@@ -72,6 +72,10 @@ MISTAKES = {
     "mask_ignores_s_k": "the causal mask ignored s_k (it always came out square, s_q by s_q)",
     "split_strided": "each head took strided features (i, i + h, i + 2h, ...) instead of a "
                      "contiguous block of d_head features",
+    "float64_for_float32": "the result is float64 for float32 inputs (compute in the "
+                           "inputs' dtype, or cast the result back to q.dtype; under NumPy 2 "
+                           "even dividing by np.sqrt(d_head), a NumPy float64, makes float32 "
+                           "scores float64: divide by math.sqrt(d_head))",
 }
 
 

@@ -158,7 +158,7 @@ def test_whose_exercise(graded, request):
 @pytest.mark.points(1)
 @pytest.mark.parametrize("step", by_hand.STEPS)
 def test_step(student, step, request, graded):
-    """step is right"""
+    """step's values are right (exact, or right from your own previous step)"""
     if graded.refused:
         raise Feedback("no points for exercise A: see \"the exercise is graded for your "
                        "identifier\" above.")

@@ -1,10 +1,18 @@
-"""Hidden tests for ex03_gqa: random shapes, GQA == MHA, sizes, errors."""
+"""Hidden tests for ex03_gqa: fixed cases that expose every known mistake,
+then random shapes and groupings; GQA == MHA, sizes, errors.
+
+Fixed cases come first in each test (the same in every grading), random ones
+after (``grader/reference/cases.py``): with one KV head, or one query head per
+KV head, ``tile`` and ``repeat_interleave`` agree, so only the fixed cases,
+which group several query heads on each of several KV heads, decide that
+mistake under every seed.
+"""
 import numpy as np
 import pytest
 
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal, expect_raises
 from grader.reference.secret import attention as ref
-from grader.reference.cases import mha_case, rng_for
+from grader.reference.cases import fixed_rng, mha_case, mha_data, on_case, rng_for
 
 pytestmark = [pytest.mark.exercise("ex03_gqa"), pytest.mark.hidden]
 N_CASES = 8
@@ -23,59 +31,87 @@ def _case_args(c):
     return (c.x, c.w_q, c.w_k, c.w_v, c.w_o, c.n_heads, c.n_kv_heads)
 
 
+# (B, h_kv, S, d_head, n_rep): several KV heads, each repeated several times
+REPEAT_FIXED = [(1, 2, 3, 2, 3), (2, 3, 4, 5, 2)]
+
+
 @pytest.mark.points(2)
 def test_repeat_kv_random(student):
-    """repeat_kv on random shapes"""
-    rng = rng_for("repeat_kv")
-    for _ in range(N_CASES):
-        b, h_kv, s, d = (int(n) for n in rng.integers(1, 6, size=4))
-        n_rep = int(rng.integers(1, 5))
-        x = rng.standard_normal((b, h_kv, s, d))
-        check_close(student.repeat_kv(x, n_rep), ref.repeat_kv(x, n_rep),
-                    what=f"repeat_kv(x of shape {x.shape}, {n_rep})", atol=0, rtol=0,
-                    mistakes=lambda: ref.mistakes_of(ref.repeat_kv, ["kv_tile"], x, n_rep))
+    """repeat_kv: KV head j serves query heads j*n_rep .. (j+1)*n_rep - 1, on hidden shapes"""
+    def cases():
+        fixed = fixed_rng("repeat_kv")
+        for b, h_kv, s, d, n_rep in REPEAT_FIXED:
+            yield fixed.standard_normal((b, h_kv, s, d)), n_rep, False
+        rng = rng_for("repeat_kv")
+        for _ in range(N_CASES):
+            b, h_kv, s, d = (int(n) for n in rng.integers(1, 6, size=4))
+            n_rep = int(rng.integers(1, 5))
+            yield rng.standard_normal((b, h_kv, s, d)), n_rep, True
+
+    for x, n_rep, drawn in cases():
+        on_case(f"x of shape {x.shape}, n_rep={n_rep}", lambda: check_close(
+            student.repeat_kv(x, n_rep), ref.repeat_kv(x, n_rep),
+            what=f"repeat_kv(x of shape {x.shape}, {n_rep})", atol=0, rtol=0,
+            mistakes=lambda: ref.mistakes_of(ref.repeat_kv, ["kv_tile"], x, n_rep)),
+            drawn=drawn)
+
+
+# Groupings where tile and repeat_interleave differ (h_kv > 1 and h > h_kv),
+# d_head of 8 (interleaved RoPE pairs), d != d_head (the model-width scale).
+GQA_FIXED = [dict(b=2, s=6, d=16, h=4, h_kv=2, d_head=8),
+             dict(b=1, s=7, d=24, h=6, h_kv=3, d_head=4),
+             dict(b=1, s=5, d=8, h=8, h_kv=2, d_head=8)]
 
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_gqa_random(student, dtype):
-    """grouped_query_attention on random shapes and groupings"""
-    rng = rng_for("gqa", dtype)
+    """grouped_query_attention on hidden shapes and groupings"""
     atol, rtol = TOLERANCES[dtype]
-    for i in range(N_CASES):
-        c = mha_case(rng, dtype, gqa=True, positions=i % 2 == 1)
-        causal = i % 4 != 3
+
+    def cases():
+        fixed = fixed_rng("gqa", dtype)
+        for i, shape in enumerate(GQA_FIXED):
+            yield i, mha_data(fixed, dtype=dtype, positions=i == 1, **shape), False
+        rng = rng_for("gqa", dtype)
+        for i in range(N_CASES):
+            yield i, mha_case(rng, dtype, gqa=True, positions=i % 2 == 1), True
+
+    for i, c, drawn in cases():
+        causal = i % 4 != 3 if drawn else i != 2
         kwargs = dict(causal=causal)
         if c.positions is not None:
             kwargs["positions"] = c.positions
-        try:
-            check_close(student.grouped_query_attention(*_case_args(c), **kwargs),
-                        ref.gqa(*_case_args(c), **kwargs), what="grouped_query_attention",
-                        atol=atol * 10, rtol=rtol * 10,
-                        mistakes=lambda: ref.mistakes_of(ref.gqa, GQA_MISTAKES,
-                                                         *_case_args(c), **kwargs))
-        except Feedback as exc:
-            raise Feedback(f"on a case with {c.shape_text}:\n{exc}") from None
+        on_case(c.shape_text + (", causal" if causal else ", not causal"), lambda: check_close(
+            student.grouped_query_attention(*_case_args(c), **kwargs),
+            ref.gqa(*_case_args(c), **kwargs), what="grouped_query_attention",
+            atol=atol * 10, rtol=rtol * 10,
+            mistakes=lambda: ref.mistakes_of(ref.gqa, GQA_MISTAKES, *_case_args(c), **kwargs)),
+            drawn=drawn)
 
 
 @pytest.mark.points(2)
 def test_gqa_equals_mha_when_every_head_has_its_kv(student):
-    """GQA equals MHA when h_kv == h"""
-    rng = rng_for("gqa-mha")
-    for _ in range(4):
-        c = mha_case(rng)
+    """grouped_query_attention with h_kv == h equals multi-head attention"""
+    def cases():
+        fixed = fixed_rng("gqa-mha")
+        yield mha_data(fixed, b=2, s=6, d=16, h=4, h_kv=4, d_head=8), False
+        rng = rng_for("gqa-mha")
+        for _ in range(4):
+            yield mha_case(rng), True
+
+    for c, drawn in cases():
         args = (c.x, c.w_q, c.w_k, c.w_v, c.w_o, c.n_heads)
-        got = student.grouped_query_attention(*args, c.n_heads)
-        mha = ref.gqa(*args)
-        check_close(got, mha, what=f"grouped_query_attention with h_kv == h ({c.shape_text})",
-                    atol=1e-8, rtol=1e-6)
+        on_case(c.shape_text, lambda: check_close(
+            student.grouped_query_attention(*args, c.n_heads), ref.gqa(*args),
+            what="grouped_query_attention with h_kv == h", atol=1e-8, rtol=1e-6), drawn=drawn)
 
 
 @pytest.mark.points(1)
 def test_gqa_uses_the_shared_head_mapping(student):
-    """query head i reads KV head i // (h / h_kv)"""
+    """grouped_query_attention: query head i reads KV head i // (h / h_kv)"""
     # With identity-like projections the grouping shows up directly.
-    rng = rng_for("gqa-mapping")
+    rng = fixed_rng("gqa-mapping")
     h, h_kv, d_head, s = 4, 2, 4, 5
     d = h * d_head
     x = rng.standard_normal((1, s, d))

@@ -1,4 +1,8 @@
-"""Hidden tests for ex04_quadratic: hidden data, every known mistake named."""
+"""Hidden tests for ex04_quadratic: hidden data, every known mistake named.
+
+Fixed cases first in each test (the same in every grading; a known mistake
+fails on one of them under every seed), then random ones
+(``grader/reference/cases.py``)."""
 import numpy as np
 import pytest
 import torch
@@ -7,7 +11,7 @@ from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference.secret import attention as ref
 from grader.reference.secret import roofline as rl
 from grader.reference import timing
-from grader.reference.cases import case_seed, rng_for
+from grader.reference.cases import fixed_rng, fixed_seed, on_case, rng_for
 # one definition of how a timer and a plot are judged, the public suite's
 from grader.reference.ex04_checks import check_loglog, timer_result
 
@@ -17,24 +21,41 @@ ATOL, RTOL = TOLERANCES["float32"]
 
 
 ATTENTION_MISTAKES = ["no_scale", "scale_by_d", "softmax_over_queries", "no_mask",
-                      "diagonal_masked", "mask_wrong_triangle"]
+                      "diagonal_masked", "mask_wrong_triangle", "top_left_mask"]
+
+
+def _qkv(from_seed, b, h, s_q, s_k, d, dtype):
+    """q, k, v drawn from a fixed case's seed or a random one's."""
+    g = torch.Generator().manual_seed(from_seed)
+    q = torch.randn(b, h, s_q, d, generator=g, dtype=dtype) * 2
+    k, v = (torch.randn(b, h, s_k, d, generator=g, dtype=dtype) * 2 for _ in range(2))
+    return q, k, v
 
 
 @pytest.mark.points(1)
-@pytest.mark.parametrize("seed,shape,causal,dtype", [
-    (11, (2, 3, 17, 8), True, torch.float32),
-    (12, (1, 4, 33, 16), False, torch.float32),
-    (13, (2, 2, 64, 32), True, torch.float64),
-], ids=["causal-fp32", "no-mask-fp32", "causal-fp64"])
-def test_naive_attention_hidden(student, seed, shape, causal, dtype):
+@pytest.mark.parametrize("key,shape,chunk,causal,dtype", [
+    (11, (2, 3, 17, 17, 8), False, True, torch.float32),
+    (12, (1, 4, 33, 33, 16), False, False, torch.float32),
+    (13, (2, 2, 64, 64, 32), False, True, torch.float64),
+    # a chunk of 5 new queries after 7 cached keys: query i sits at position 7 + i
+    (14, (1, 2, 5, 12, 16), True, True, torch.float32),
+], ids=["causal-fp32", "no-mask-fp32", "causal-fp64", "causal-S_q<S_k-fp32"])
+def test_naive_attention_hidden(student, key, shape, chunk, causal, dtype):
     """naive_attention against the reference"""
-    g = torch.Generator().manual_seed(case_seed("ex04-naive", seed))
-    q, k, v = (torch.randn(*shape, generator=g, dtype=dtype) * 2 for _ in range(3))
-    check_close(student.naive_attention(q, k, v, causal), ref.attention(q, k, v, causal=causal),
-                what=f"naive_attention(q, k, v, causal={causal}) on {tuple(shape)}",
-                atol=ATOL, rtol=RTOL,
-                mistakes=lambda: rl.attention_mistakes(ATTENTION_MISTAKES, q, k, v,
-                                                       causal=causal))
+    def check(q, k, v, drawn):
+        on_case(f"q {tuple(q.shape)}, k {tuple(k.shape)}, {str(dtype)[6:]}", lambda: check_close(
+            student.naive_attention(q, k, v, causal), ref.attention(q, k, v, causal=causal),
+            what=f"naive_attention(q, k, v, causal={causal})", atol=ATOL, rtol=RTOL,
+            mistakes=lambda: rl.attention_mistakes(ATTENTION_MISTAKES, q, k, v,
+                                                   causal=causal)), drawn=drawn)
+
+    check(*_qkv(fixed_seed("ex04-naive", key), *shape, dtype), False)
+    rng = rng_for("ex04-naive", key)
+    for _ in range(2):
+        b, h, d = int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.choice([4, 8, 16]))
+        s_q = int(rng.integers(1, 49))
+        s_k = s_q + (int(rng.integers(1, 30)) if chunk else 0)
+        check(*_qkv(int(rng.integers(2**62)), b, h, s_q, s_k, d, dtype), True)
 
 
 def check_calls(run, warmup, repeats, what):
@@ -50,7 +71,7 @@ def check_calls(run, warmup, repeats, what):
 
 @pytest.mark.points(1)
 def test_time_fn_warms_up(student):
-    """time_fn does its warm-up calls before timing"""
+    """time_fn makes warmup untimed calls, then times repeats calls"""
     # The first two calls are slow (as a first CUDA call or a cold cache
     # would be); with warmup=2 and repeats=3 the median is of fast calls only.
     # A failure is only declared when the machine was quiet during the run
@@ -74,17 +95,17 @@ def test_time_fn_warms_up(student):
 
 @pytest.mark.points(1)
 def test_time_fn_takes_the_median(student):
-    """time_fn returns the median of the repeats"""
-    # After one warm-up, five timed calls of 20, 60, 60, 300, 60 ms: median 60,
-    # mean 100, min 20.  Sleeps never end early, so a result under 60 ms is
-    # wrong on any machine; one over 90 ms is judged only when the calls
-    # overran their sleeps by less than 30 ms in all (a quiet run).
-    delays = [0.0, 0.02, 0.06, 0.06, 0.3, 0.06]
+    """time_fn returns the median of the timed calls, not their mean, minimum or total"""
+    # Calls of 60, 20, 60, 60, 300, 60 ms: the five timed ones after one warm-up
+    # and the first five (a timer without warm-up, judged by its own test) both
+    # have median 60, mean 100, min 20.  Sleeps never end early, so a result
+    # under 60 ms is wrong on any machine; one over 90 ms is judged only when
+    # the calls overran their sleeps by less than 30 ms in all (a quiet run).
+    delays = [0.06, 0.02, 0.06, 0.06, 0.3, 0.06]
     for _ in range(timing.SLEEP_TRIES):
         run = student.probe("ex04_quadratic.run_timer", delays, warmup=1, repeats=5)
-        check_calls(run, 1, 5, "time_fn(f, warmup=1, repeats=5)")
         got = timer_result(run, "time_fn(f, warmup=1, repeats=5)", 0.02)
-        overrun = run["wall"] - sum(delays)
+        overrun = run["wall"] - sum(delays[min(i, len(delays) - 1)] for i in range(run["calls"]))
         if got < 0.058:
             raise Feedback(f"time_fn returned {got:.3g} s where the timed calls took 20, 60, "
                            "60, 300 and 60 ms: the median is 60 ms.\nThis looks like: the "
@@ -101,10 +122,11 @@ def test_time_fn_takes_the_median(student):
 
 @pytest.mark.points(1)
 def test_time_fn_passes_arguments(student):
-    """time_fn passes args and kwargs to fn, and keeps warmup/repeats"""
+    """time_fn calls fn(*args, **kwargs), never passing warmup or repeats on to fn"""
     run = student.probe("ex04_quadratic.run_timer", [0.0], warmup=1, repeats=2, call_args=[3, 4],
                         call_kwargs={"scale": 2.0})
-    check_calls(run, 1, 2, "time_fn(fn, 3, 4, warmup=1, repeats=2, scale=2.0)")
+    if not run["seen"]:
+        raise Feedback("time_fn(fn, 3, 4, warmup=1, repeats=2, scale=2.0) never called fn")
     for call in run["seen"]:
         if call["args"] != [3, 4] or call["kwargs"] != ["scale"]:
             raise Feedback("time_fn(fn, 3, 4, warmup=1, repeats=2, scale=2.0) must call "
@@ -168,15 +190,17 @@ SLOPE_MISTAKES = ["slope_endpoints", "slope_inverted", "slope_not_log"]
 
 @pytest.mark.points(1)
 def test_loglog_slope_hidden(student):
-    """loglog_slope is the least-squares fit, on noisy hidden data"""
-    rng = rng_for("ex04-slope")
-    for n in (3, 5, 6):
-        lens = [int(x) for x in 128 * 2 ** np.arange(n)]
-        times = [float(2e-9 * s ** 2.3 * np.exp(rng.normal(0, 0.15))) for s in lens]
-        check_close(student.loglog_slope(lens, times), rl.loglog_slope(lens, times),
-                    what=f"loglog_slope({lens}, ...)", atol=1e-9, rtol=1e-7,
-                    mistakes=lambda: rl.mistakes_of(rl.loglog_slope, SLOPE_MISTAKES, lens,
-                                                    times))
+    """loglog_slope is the least-squares fit of log time on log S, on noisy hidden data"""
+    for gen, drawn in ((fixed_rng("ex04-slope"), False), (None, True)):
+        gen = gen or rng_for("ex04-slope")
+        for n in (3, 5, 6):
+            lens = [int(x) for x in 128 * 2 ** np.arange(n)]
+            times = [float(2e-9 * s ** 2.3 * np.exp(gen.normal(0, 0.15))) for s in lens]
+            on_case(f"{n} noisy lengths", lambda: check_close(
+                student.loglog_slope(lens, times), rl.loglog_slope(lens, times),
+                what=f"loglog_slope({lens}, ...)", atol=1e-9, rtol=1e-7,
+                mistakes=lambda: rl.mistakes_of(rl.loglog_slope, SLOPE_MISTAKES, lens,
+                                                times)), drawn=drawn)
 
 
 @pytest.mark.points(1)

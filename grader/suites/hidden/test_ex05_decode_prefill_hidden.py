@@ -1,11 +1,15 @@
 """Hidden tests for ex05_decode_prefill: exact counts on hidden parameters,
-kernels against the reference, the KV cache and RoPE."""
+kernels against the reference, the KV cache and RoPE.
+
+The kernels' tests run a fixed case first (the same in every grading; a
+known mistake fails on it under every seed), then random shapes
+(``grader/reference/cases.py``)."""
 import pytest
 import torch
 
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference.secret import roofline as rl
-from grader.reference.cases import case_seed
+from grader.reference.cases import case_seed, fixed_seed, on_case, rng_for
 from grader.reference.ex05_checks import check_decode_with_cache
 
 pytestmark = [pytest.mark.exercise("ex05_decode_prefill"), pytest.mark.hidden]
@@ -109,12 +113,19 @@ ATT_MISTAKES = ["no_scale", "scale_by_d", "softmax_over_queries", "no_mask", "di
 ], ids=["fp32", "fp64"])
 def test_prefill_attention_hidden(student, seed, shape, dtype):
     """prefill_attention against the reference"""
-    g = torch.Generator().manual_seed(case_seed("ex05-prefill", seed))
-    q, k, v = (torch.randn(*shape, generator=g, dtype=dtype) * 2 for _ in range(3))
-    check_close(student.prefill_attention(q, k, v),
-                rl.grouped(q, k, v, causal=True), what=f"prefill_attention on {shape}",
-                atol=ATOL, rtol=RTOL,
-                mistakes=lambda: rl.attention_mistakes(ATT_MISTAKES, q, k, v, causal=True))
+    def check(g, shape, drawn):
+        q, k, v = (torch.randn(*shape, generator=g, dtype=dtype) * 2 for _ in range(3))
+        on_case(f"q, k, v of shape {tuple(shape)}", lambda: check_close(
+            student.prefill_attention(q, k, v), rl.grouped(q, k, v, causal=True),
+            what=f"prefill_attention on {tuple(shape)}", atol=ATOL, rtol=RTOL,
+            mistakes=lambda: rl.attention_mistakes(ATT_MISTAKES, q, k, v, causal=True)),
+            drawn=drawn)
+
+    check(torch.Generator().manual_seed(fixed_seed("ex05-prefill", seed)), shape, False)
+    rng = rng_for("ex05-prefill", seed)
+    shape = (int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.integers(1, 65)),
+             int(rng.choice([4, 8, 16, 32])))
+    check(torch.Generator().manual_seed(case_seed("ex05-prefill", seed)), shape, True)
 
 
 DECODE_MISTAKES = ["no_scale", "softmax_over_queries", "top_left_mask", "mask_wrong_triangle"]
@@ -124,14 +135,21 @@ DECODE_MISTAKES = ["no_scale", "softmax_over_queries", "top_left_mask", "mask_wr
 @pytest.mark.parametrize("seed,b,h,s,d", [(61, 2, 4, 50, 16), (62, 1, 8, 257, 64)],
                          ids=["S50", "S257"])
 def test_decode_attention_hidden(student, seed, b, h, s, d):
-    """decode_attention against the reference (one query, whole cache)"""
-    g = torch.Generator().manual_seed(case_seed("ex05-decode", seed))
-    q = torch.randn(b, h, 1, d, generator=g) * 2
-    k, v = (torch.randn(b, h, s, d, generator=g) * 2 for _ in range(2))
-    check_close(student.decode_attention(q, k, v), rl.grouped(q, k, v, causal=True),
-                what=f"decode_attention(q {tuple(q.shape)}, cache {tuple(k.shape)})",
-                atol=ATOL, rtol=RTOL,
-                mistakes=lambda: rl.attention_mistakes(DECODE_MISTAKES, q, k, v, causal=True))
+    """decode_attention against the reference (one query sees the whole cache)"""
+    def check(g, b, h, s, d, drawn):
+        q = torch.randn(b, h, 1, d, generator=g) * 2
+        k, v = (torch.randn(b, h, s, d, generator=g) * 2 for _ in range(2))
+        on_case(f"q {tuple(q.shape)}, cache {tuple(k.shape)}", lambda: check_close(
+            student.decode_attention(q, k, v), rl.grouped(q, k, v, causal=True),
+            what=f"decode_attention(q {tuple(q.shape)}, cache {tuple(k.shape)})",
+            atol=ATOL, rtol=RTOL,
+            mistakes=lambda: rl.attention_mistakes(DECODE_MISTAKES, q, k, v, causal=True)),
+            drawn=drawn)
+
+    check(torch.Generator().manual_seed(fixed_seed("ex05-decode", seed)), b, h, s, d, False)
+    rng = rng_for("ex05-decode", seed)
+    check(torch.Generator().manual_seed(case_seed("ex05-decode", seed)), int(rng.integers(1, 4)),
+          int(rng.integers(1, 9)), int(rng.integers(1, 300)), int(rng.choice([8, 16, 64])), True)
 
 
 @pytest.mark.points(3)
@@ -141,6 +159,15 @@ def test_decode_attention_hidden(student, seed, b, h, s, d):
     (73, 2, 7, 12, 4, 1, 6, 500.0),       # MQA, another RoPE base
 ], ids=["mha", "gqa", "mqa-base500"])
 def test_decode_with_cache_hidden(student, seed, b, s, d, h, h_kv, d_head, base):
-    """decode_with_cache: equals full causal attention; the cache holds rotated keys"""
-    check_decode_with_cache(student, seed=case_seed("ex05-cache", seed), b=b, s=s, d=d, h=h,
-                            h_kv=h_kv, d_head=d_head, rope_base=base)
+    """decode_with_cache's output and caches (rotated keys, values) against the reference"""
+    on_case(f"B={b}, S={s}, d={d}, h={h}, h_kv={h_kv}, d_head={d_head}, base={base}",
+            lambda: check_decode_with_cache(student, seed=fixed_seed("ex05-cache", seed), b=b,
+                                            s=s, d=d, h=h, h_kv=h_kv, d_head=d_head,
+                                            rope_base=base))
+    rng = rng_for("ex05-cache", seed)
+    b, s, h_kv = int(rng.integers(1, 3)), int(rng.integers(1, 13)), h_kv
+    d_head, d = int(rng.choice([2, 4, 6, 8])), int(rng.choice([8, 12, 16]))
+    on_case(f"B={b}, S={s}, d={d}, h={h}, h_kv={h_kv}, d_head={d_head}, base={base}",
+            lambda: check_decode_with_cache(student, seed=case_seed("ex05-cache", seed), b=b,
+                                            s=s, d=d, h=h, h_kv=h_kv, d_head=d_head,
+                                            rope_base=base), drawn=True)

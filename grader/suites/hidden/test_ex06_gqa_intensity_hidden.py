@@ -1,10 +1,14 @@
 """Hidden tests for ex06_gqa_intensity: grouping for every h_kv, no repeated
-K/V, counts that match what the code executes."""
+K/V, counts that match what the code executes.
+
+The decode's values are checked on a fixed case first (the same in every
+grading; a known mistake fails on it under every seed), then on a random
+one (``grader/reference/cases.py``)."""
 import pytest
 
 from grader.feedback import Feedback, check_close, expect_raises
 from grader.reference.secret import roofline as rl
-from grader.reference.cases import case_seed
+from grader.reference.cases import case_seed, fixed_seed, on_case, rng_for
 from grader.reference.ex06_checks import check_gqa_decode, check_table, decode_inputs, \
     judge_counts
 
@@ -15,18 +19,27 @@ pytestmark = [pytest.mark.exercise("ex06_gqa_intensity"), pytest.mark.hidden]
 @pytest.mark.parametrize("h_kv", [1, 2, 8, 16], ids=["mqa", "kv2", "kv8", "mha"])
 def test_gqa_decode_every_grouping(student, h_kv):
     """gqa_decode_attention against the reference, 16 query heads"""
-    check_gqa_decode(student, *decode_inputs(case_seed("ex06-decode", h_kv), 2, 16, h_kv, 37,
-                                             16))
+    on_case(f"B=2, h=16, h_kv={h_kv}, S=37, d_head=16", lambda: check_gqa_decode(
+        student, *decode_inputs(fixed_seed("ex06-decode", h_kv), 2, 16, h_kv, 37, 16)))
+    rng = rng_for("ex06-decode", h_kv)
+    b, s, d = int(rng.integers(1, 4)), int(rng.integers(1, 200)), int(rng.choice([8, 16, 64]))
+    on_case(f"B={b}, h=16, h_kv={h_kv}, S={s}, d_head={d}", lambda: check_gqa_decode(
+        student, *decode_inputs(case_seed("ex06-decode", h_kv), b, 16, h_kv, s, d)), drawn=True)
 
 
 @pytest.mark.points(1)
-def test_gqa_decode_rejects_bad_shapes(student):
-    """gqa_decode_attention raises ValueError for 2 query positions or h % h_kv != 0"""
-    q, k, v = decode_inputs(case_seed("ex06-errors", 1), 1, 4, 2, 5, 8)
+def test_gqa_decode_rejects_two_query_positions(student):
+    """gqa_decode_attention raises ValueError for q of 2 positions"""
+    q, k, v = decode_inputs(fixed_seed("ex06-errors", 1), 1, 4, 2, 5, 8)
     expect_raises(lambda: student.gqa_decode_attention(q.expand(1, 4, 2, 8).contiguous(), k, v),
                   "ValueError", what="gqa_decode_attention with q of 2 positions",
                   unchecked="the shape of q was not checked (decode has one query position)")
-    q6, k4, v4 = decode_inputs(case_seed("ex06-errors", 2), 1, 6, 4, 5, 8)
+
+
+@pytest.mark.points(1)
+def test_gqa_decode_rejects_heads_that_do_not_divide(student):
+    """gqa_decode_attention raises ValueError when h % h_kv != 0"""
+    q6, k4, v4 = decode_inputs(fixed_seed("ex06-errors", 2), 1, 6, 4, 5, 8)
     expect_raises(lambda: student.gqa_decode_attention(q6, k4, v4),
                   "ValueError", what="gqa_decode_attention with 6 query heads over 4 KV heads")
 
@@ -87,7 +100,7 @@ def test_measure_intensity_is_counted(student, case):
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(120)
 def test_intensity_table_hidden(student):
-    """intensity_table on hidden heads and lengths: counted, and rising with h / h_kv"""
+    """intensity_table on hidden heads and lengths: each intensity counted, rising with h / h_kv"""
     check_table(student.probe("ex06_gqa_intensity.table_run", 16, [1, 4, 16], 2048, 64), 16, (1, 4, 16),
                 2048, 64)
 

@@ -1,6 +1,10 @@
 """Hidden tests for ex08_mla: random shapes in float32 and float64, decode equal
 to the explicit form at every length and token by token with a growing cache,
-causality, relative positions, the formulas, and traced decodes."""
+causality, relative positions, the formulas, and traced decodes.
+
+Each test with random shapes runs fixed cases first (the same in every
+grading; a known mistake fails on one of them under every seed), then its
+random ones (``grader/reference/cases.py``); the others are fixed."""
 import functools
 
 import numpy as np
@@ -10,7 +14,7 @@ import torch
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal, expect_raises
 from grader.reference.secret import mla as ref
 from grader.reference import mla_trace
-from grader.reference.cases import case_seed, rng_for
+from grader.reference.cases import fixed_seed, on_case, rng_for
 from grader.reference.ex08_checks import ATTENTION_MISTAKES, CACHE_BYTES_MISTAKES, \
     DECODE_MISTAKES, SAVING_MISTAKES, check_attention, check_decode, check_dtype, mla_inputs
 
@@ -36,6 +40,33 @@ def random_case(rng, dtype, *, max_s=64, positions=False):
     return args, h, pos, text
 
 
+# (B, S, d, h, d_c, d_rope, d_nope, d_v): d_c unlike d_nope + d_rope and unlike
+# d_nope (the scales), several heads and positions (RoPE, the mask); in the
+# second d_c == d_nope, where a transposed absorption still runs.
+FIXED_SHAPES = [(2, 7, 16, 3, 12, 4, 6, 5), (1, 10, 24, 2, 8, 6, 8, 8)]
+
+
+def fixed_case(key, i, dtype, *, positions=False):
+    """The ``i``-th fixed case, as ``random_case`` gives a random one."""
+    b, s, d, h, d_c, d_rope, d_nope, d_v = FIXED_SHAPES[i]
+    args = mla_inputs(fixed_seed(key, i, dtype), b, s, d, h, d_c, d_rope, d_nope, d_v,
+                      getattr(torch, dtype))
+    pos = torch.as_tensor([2 + 3 * j + j * j % 5 for j in range(s)]) if positions else None
+    text = (f"B={b}, S={s}, d={d}, h={h}, d_c={d_c}, d_rope={d_rope}, d_nope={d_nope}, "
+            f"d_v={d_v}, {dtype}")
+    return args, h, pos, text
+
+
+def cases(key, dtype, n, **kwargs):
+    """(i, case, drawn): the fixed cases, then ``n`` random ones."""
+    positions = kwargs.pop("positions", lambda i: False)
+    for i in range(len(FIXED_SHAPES)):
+        yield i, fixed_case(key, i, dtype, positions=positions(i)), False
+    rng = rng_for(key, dtype)
+    for i in range(n):
+        yield i, random_case(rng, dtype, positions=positions(i), **kwargs), True
+
+
 def _tol(dtype):
     atol, rtol = TOLERANCES[dtype]
     return atol * 10, rtol * 10
@@ -44,11 +75,10 @@ def _tol(dtype):
 @pytest.mark.points(2)
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_mla_cache_random(student, dtype):
-    """mla_cache on random shapes and positions"""
-    rng = rng_for("mla-cache", dtype)
+    """mla_cache's (c_kv, k_rope), values and dtype, at given positions"""
     atol, rtol = _tol(dtype)
-    for i in range(N_CASES):
-        (x, _, w_dkv, _, _, w_kr, _), _, pos, text = random_case(rng, dtype, positions=i % 2)
+    for i, ((x, _, w_dkv, _, _, w_kr, _), _, pos, text), drawn in cases(
+            "mla-cache", dtype, N_CASES, positions=lambda i: i % 2 == 1):
         kwargs = {} if pos is None else {"positions": pos}
         got = student.mla_cache(x, w_dkv, w_kr, **kwargs)
         if not isinstance(got, (tuple, list)) or len(got) != 2:
@@ -57,36 +87,36 @@ def test_mla_cache_random(student, dtype):
         wrong = functools.cache(lambda: ref.mistakes_of(
             ref.cache, ["rope_on_latent", "rope_positions_unused"], x, w_dkv, w_kr, **kwargs))
         for j, part in enumerate(("c_kv", "k_rope")):
-            check_dtype(got[j], x.dtype, f"mla_cache ({part})")
-            check_close(got[j], want[j], what=f"mla_cache(...)[{j}], {part}, on a case with "
-                        f"{text}", atol=atol, rtol=rtol,
-                        mistakes=lambda: {k: v[j] for k, v in wrong().items()})
+            on_case(text, lambda: (check_dtype(got[j], x.dtype, f"mla_cache ({part})"),
+                                   check_close(got[j], want[j], what=f"mla_cache(...)[{j}], "
+                                               f"{part}", atol=atol, rtol=rtol,
+                                               mistakes=lambda: {k: v[j] for k, v in
+                                                                 wrong().items()})),
+                    drawn=drawn)
 
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_mla_attention_random(student, dtype):
-    """mla_attention on random shapes, with and without positions and the mask"""
-    rng = rng_for("mla-attention", dtype)
+    """mla_attention's values and dtype, with and without positions and the mask"""
     atol, rtol = _tol(dtype)
-    for i in range(N_CASES):
-        args, h, pos, text = random_case(rng, dtype, positions=i % 2)
-        kwargs = {"causal": i % 3 != 2}
+    for i, (args, h, pos, text), drawn in cases("mla-attention", dtype, N_CASES,
+                                                positions=lambda i: i % 2 == 1):
+        kwargs = {"causal": i % 3 != 2 if drawn else True}
         if pos is not None:
             kwargs["positions"] = pos
-        check_attention(student, args, h, what=f"mla_attention on a case with "
-                        f"{text}, causal={kwargs['causal']}", atol=atol, rtol=rtol,
-                        lazy=True, **kwargs)
+        on_case(f"{text}, causal={kwargs['causal']}", lambda: check_attention(
+            student, args, h, what="mla_attention", atol=atol, rtol=rtol, lazy=True,
+            **kwargs), drawn=drawn)
 
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_mla_decode_every_length(student, dtype):
-    """mla_decode equals the last row of the explicit form for every cache length S"""
-    rng = rng_for("mla-decode", dtype)
+    """mla_decode equals the explicit form's last row (values, dtype) for every cache length"""
     atol, rtol = _tol(dtype)
-    for _ in range(2):
-        (x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o), h, _, text = random_case(rng, dtype, max_s=24)
+    for _, case, drawn in cases("mla-decode", dtype, 2, max_s=24):
+        (x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o), h, _, text = case
         text = text.replace(f"S={x.shape[1]}, ", f"{x.shape[1]} tokens in all, ")
         full = ref.attention(x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o, h)       # (B, S, d)
         c_kv, k_rope = ref.cache(x, w_dkv, w_kr)
@@ -95,39 +125,38 @@ def test_mla_decode_every_length(student, dtype):
             args = (x[:, s - 1:s], c_kv[:, :s].contiguous(), k_rope[:, :s].contiguous(), w_q,
                     w_uk, w_uv, w_o, h)
             got = student.mla_decode(*args)
-            check_dtype(got, x.dtype, "mla_decode")
-            check_close(got, full[:, s - 1:s], what=f"mla_decode with a cache of S={s} "
-                        f"({text}) against row {s - 1} of the explicit form", atol=atol,
-                        rtol=rtol, mistakes=lambda: ref.mistakes_of(ref.decode,
-                                                                    DECODE_MISTAKES, *args))
+            on_case(text, lambda: (check_dtype(got, x.dtype, "mla_decode"), check_close(
+                got, full[:, s - 1:s], what=f"mla_decode with a cache of S={s} against row "
+                f"{s - 1} of the explicit form", atol=atol, rtol=rtol,
+                mistakes=lambda: ref.mistakes_of(ref.decode, DECODE_MISTAKES, *args))),
+                drawn=drawn)
 
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_token_by_token_reproduces_attention(student, dtype):
     """decoding token by token with a growing cache (your mla_cache, your mla_decode) reproduces mla_attention"""
-    rng = rng_for("mla-loop", dtype)
     atol, rtol = _tol(dtype)
-    for i in range(2):
-        args, h, pos, text = random_case(rng, dtype, max_s=20, positions=i == 1)
+    for _, (args, h, pos, text), drawn in cases("mla-loop", dtype, 2, max_s=20,
+                                                positions=lambda i: i == 1):
         x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = args
         got = student.probe("ex08_mla.decode_loop", x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o, h, pos)
         if isinstance(got, dict):
             raise Feedback(f"decoding token by token ({text}): {got.get('bad_result')}")
         kwargs = {} if pos is None else {"positions": pos}
-        check_close(got, ref.attention(*args, h, **kwargs),
-                    what=f"token-by-token decode (mla_cache of each new token appended to the "
-                         f"cache, then mla_decode at its position) on a case with {text}"
-                         + (", positions with gaps" if pos is not None else ""),
-                    atol=atol, rtol=rtol, mistakes=lambda: ref.mistakes_of(
-                        ref.attention, ATTENTION_MISTAKES, *args, h, **kwargs))
+        on_case(text + (", positions with gaps" if pos is not None else ""), lambda: check_close(
+            got, ref.attention(*args, h, **kwargs),
+            what="token-by-token decode (mla_cache of each new token appended to the cache, "
+                 "then mla_decode at its position)",
+            atol=atol, rtol=rtol, mistakes=lambda: ref.mistakes_of(
+                ref.attention, ATTENTION_MISTAKES, *args, h, **kwargs)), drawn=drawn)
 
 
 @pytest.mark.points(1)
 def test_mla_decode_explicit_position(student):
     """mla_decode at a given position rotates the query there (the cache is as given)"""
     x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = mla_inputs(
-        case_seed("mla-explicit"), 2, 9, 16, 4, 12, 6, 8, 10)
+        fixed_seed("mla-explicit"), 2, 9, 16, 4, 12, 6, 8, 10)
     pos = torch.tensor([3, 5, 6, 10, 11, 15, 20, 21, 30])
     c_kv, k_rope = ref.cache(x, w_dkv, w_kr, positions=pos)
     args = (x[:, -1:], c_kv, k_rope, w_q, w_uk, w_uv, w_o, 4)
@@ -141,11 +170,11 @@ def test_mla_decode_explicit_position(student):
 
 @pytest.mark.points(1)
 def test_causality(student):
-    """changing later tokens never changes earlier outputs"""
-    x, *w = mla_inputs(case_seed("mla-causal"), 1, 12, 16, 2, 10, 4, 6, 6)
+    """mla_attention: changing later tokens never changes earlier outputs"""
+    x, *w = mla_inputs(fixed_seed("mla-causal"), 1, 12, 16, 2, 10, 4, 6, 6)
     y = x.clone()
     y[:, 7:] = torch.randn(1, 5, 16, dtype=torch.float64, generator=torch.Generator()
-                           .manual_seed(case_seed("mla-causal-later")))
+                           .manual_seed(fixed_seed("mla-causal-later")))
     a = student.mla_attention(x, *w, 2)
     b = student.mla_attention(y, *w, 2)
     check_close(b[:, :7], a[:, :7], what="mla_attention's first 7 outputs after changing "
@@ -155,8 +184,8 @@ def test_causality(student):
 
 @pytest.mark.points(2)
 def test_relative_positions(student):
-    """shifting every position changes nothing (scores see relative positions only)"""
-    args = mla_inputs(case_seed("mla-shift"), 2, 10, 16, 3, 8, 6, 6, 4)
+    """mla_attention: shifting every position changes nothing"""
+    args = mla_inputs(fixed_seed("mla-shift"), 2, 10, 16, 3, 8, 6, 6, 4)
     pos = torch.tensor([0, 1, 2, 4, 7, 8, 9, 13, 14, 20])
     base = student.mla_attention(*args, 3, positions=pos)
     for shift in (5, 1000):
@@ -182,8 +211,8 @@ def test_relative_positions(student):
 def test_value_errors(student, problem):
     """mla_attention rejects weights whose shapes do not fit (advice: 0 points)"""
     x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = mla_inputs(
-        case_seed("mla-errors"), 1, 4, 12, 2, 8, 4, 6, 6)
-    g = torch.Generator().manual_seed(case_seed("mla-errors-w"))
+        fixed_seed("mla-errors"), 1, 4, 12, 2, 8, 4, 6, 6)
+    g = torch.Generator().manual_seed(fixed_seed("mla-errors-w"))
     if problem == "w_q_rows":
         w_q, what = torch.randn(2 * 6, 12, generator=g, dtype=torch.float64), \
             "w_q with h*d_nope rows (no RoPE part)"

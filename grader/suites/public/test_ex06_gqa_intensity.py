@@ -31,7 +31,7 @@ def test_decode_intensity_long_context(student):
 @pytest.mark.points(2)
 @pytest.mark.timeout_s(120)
 def test_intensity_table_measured(student, request):
-    """intensity_table(): measured intensity rises with h / h_kv"""
+    """intensity_table(): each intensity counted from the executed ops, rising with h / h_kv"""
     h, kv_heads, s, d = 32, (1, 8, 32), 4096, 128
     run = student.probe("ex06_gqa_intensity.table_run", h, list(kv_heads), s, d)
     rows = check_table(run, h, kv_heads, s, d)

@@ -10,14 +10,14 @@ import torch
 from grader.feedback import Feedback, check_close
 from grader.reference import flash_judge
 from grader.reference.secret import flash
-from grader.reference.cases import rng_for
+from grader.reference.cases import fixed_rng
 
 pytestmark = [pytest.mark.exercise("ex07_flash_attention"),
               pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)]
 
 
 def _heads(key, b, h, h_kv, s_q, s_k, d):
-    rng = rng_for("ex07-public", *key)
+    rng = fixed_rng("ex07-public", *key)
     make = lambda *shape: torch.from_numpy(rng.standard_normal(shape).astype(np.float32))  # noqa
     return make(b, h, s_q, d), make(b, h_kv, s_k, d), make(b, h_kv, s_k, d)
 
@@ -25,7 +25,7 @@ def _heads(key, b, h, h_kv, s_q, s_k, d):
 @pytest.mark.points(1)
 def test_online_softmax_step_two_tiles(student):
     """online_softmax_step over two tiles, the second raising the maximum"""
-    rng = rng_for("ex07-public", "step")
+    rng = fixed_rng("ex07-public", "step")
     v1, v2 = rng.standard_normal((3, 4)), rng.standard_normal((2, 4))
     s1 = np.array([[0.5, -1.0, 0.0], [1.0, 2.0, -0.5]])
     s2 = np.array([[3.0, 0.0], [-1.0, 0.5]])
@@ -51,7 +51,7 @@ def test_online_softmax_step_two_tiles(student):
 @pytest.mark.points(1)
 def test_blockwise_small(student):
     """blockwise_attention with tiles of 3 keys equals attention (causal, S_q=S_k=7)"""
-    rng = rng_for("ex07-public", "blockwise")
+    rng = fixed_rng("ex07-public", "blockwise")
     q, k, v = (rng.standard_normal((2, 7, 4)) for _ in range(3))
     want = flash.reference(q[None], k[None], v[None], True)[0]
     check_close(student.blockwise_attention(q, k, v, 3, causal=True), want,
@@ -66,7 +66,7 @@ def test_blockwise_small(student):
     ("causal", True, 40, 32),        # 40 is not a multiple of a 16-wide tile
 ], ids=["not causal, S=24, d_head=16", "causal, S=40, d_head=32"])
 def test_flash_attention_small(student, name, causal, s, d_head):
-    """flash_attention on a small case, B=1, h=2"""
+    """flash_attention on a small case (B=1, h=2): right, and computed in your Triton kernel"""
     q, k, v = _heads(name, 1, 2, 2, s, s, d_head)
     res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=causal)
     what = f"flash_attention(q, k, v, causal={causal})"
@@ -78,7 +78,7 @@ def test_flash_attention_small(student, name, causal, s, d_head):
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(180)
 def test_flash_attention_in_your_kernel(student):
-    """flash_attention runs your own Triton kernel and never builds the (S_q, S_k) scores"""
+    """flash_attention: right, in your own Triton kernel, never building the (S_q, S_k) scores"""
     q, k, v = _heads("kernel", 1, 1, 1, 64, 64, 16)
     res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True)
     what = "flash_attention(q, k, v)"
@@ -90,7 +90,7 @@ def test_flash_attention_in_your_kernel(student):
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(300)
 def test_flash_attention_gpu_fp16(student):
-    """on a GPU: flash_attention in float16, causal, S=1024, d_head=64"""
+    """on a GPU: flash_attention in float16 (causal, S=1024, d_head=64), right and in your kernel"""
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
     q, k, v = (x.half() for x in _heads("gpu", 1, 4, 2, 1024, 1024, 64))

@@ -70,14 +70,21 @@ def test_deepseek_v3_constants(student):
         check_close(float(value), float(want), what=name, atol=0, rtol=2e-3, mistakes=wrong)
 
 
-def check_formulas_at(student, s):
-    """The student's cache bytes and intensity at DeepSeek-V3's shape, checked."""
+@pytest.mark.points(1)
+def test_deepseek_v3_cache_bytes(student):
+    """mla_cache_bytes at DeepSeek-V3's shape, S=4096 and 32768"""
     v = V3
-    check_equal(student.mla_cache_bytes(v["n_layers"], v["d_c"], v["d_rope"], s),
-                ref.cache_bytes(v["n_layers"], v["d_c"], v["d_rope"], s),
-                what=f"mla_cache_bytes(61, 512, 64, {s})",
-                mistakes=ref.mistakes_of(ref.cache_bytes, CACHE_BYTES_MISTAKES,
-                                         v["n_layers"], v["d_c"], v["d_rope"], s))
+    for s in (4096, 32768):
+        check_equal(student.mla_cache_bytes(v["n_layers"], v["d_c"], v["d_rope"], s),
+                    ref.cache_bytes(v["n_layers"], v["d_c"], v["d_rope"], s),
+                    what=f"mla_cache_bytes(61, 512, 64, {s})",
+                    mistakes=ref.mistakes_of(ref.cache_bytes, CACHE_BYTES_MISTAKES,
+                                             v["n_layers"], v["d_c"], v["d_rope"], s))
+
+
+def check_intensity_at(student, s):
+    """The student's decode intensity at DeepSeek-V3's shape, checked."""
+    v = V3
     args = (v["n_heads"], s, v["d_c"], v["d_rope"])
     check_close(student.mla_decode_intensity(*args), ref.decode_intensity(*args),
                 what=f"mla_decode_intensity{args}", atol=0, rtol=1e-9,
@@ -87,13 +94,13 @@ def check_formulas_at(student, s):
                                           "intensity_no_q_o", "no_rope_key"], *args))
 
 
-@pytest.mark.points(2)
-def test_deepseek_v3_cache_and_intensity_table(student, machine, request):
-    """DeepSeek-V3 at S=4096 and 32768: cache per token and decode intensity vs this ridge"""
+@pytest.mark.points(1)
+def test_deepseek_v3_intensity_table(student, machine, request):
+    """mla_decode_intensity at DeepSeek-V3's shape, S=4096 and 32768 (shown against this ridge)"""
     v = V3
     lens = (4096, 32768)
     for s in lens:
-        check_formulas_at(student, s)
+        check_intensity_at(student, s)
     peaks = measure.grading_peaks(machine, measure.default_device())
     d_qk = v["d_nope"] + v["d_rope"]
     rows = []
@@ -101,7 +108,8 @@ def test_deepseek_v3_cache_and_intensity_table(student, machine, request):
         rows.append((label, ref.kv_bytes_per_token(v["n_layers"], h_kv, d_qk, v["d_v"]),
                      [ref.kv_decode_intensity(v["n_heads"], h_kv, s, d_qk, v["d_v"])
                       for s in lens]))
-    rows.append(("MLA", int(student.mla_cache_bytes(v["n_layers"], v["d_c"], v["d_rope"], 1)),
+    # the cache's bytes are the grader's: test_deepseek_v3_cache_bytes grades yours
+    rows.append(("MLA", int(ref.cache_bytes(v["n_layers"], v["d_c"], v["d_rope"], 1)),
                  [float(student.mla_decode_intensity(v["n_heads"], s, v["d_c"], v["d_rope"]))
                   for s in lens]))
     ridge = peaks.ridge
@@ -125,7 +133,7 @@ def test_deepseek_v3_cache_and_intensity_table(student, machine, request):
 @pytest.mark.points(2)
 @pytest.mark.timeout_s(120)
 def test_mla_decode_traced(student, request):
-    """mla_decode builds no per-head K/V; its measured intensity, and why it sits below the formula's"""
+    """mla_decode, traced: no per-head K/V of the cached tokens, absorbed work per token"""
     t = TRACE
     lens = (256, 512)
     traces = student.probe("ex08_mla.trace_decode", t["batch"], t["n_heads"], list(lens), t["d"],
