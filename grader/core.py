@@ -88,8 +88,7 @@ class Planned:
         return self.points if self.counted else 0.0
 
 
-GPU_TIER_OFF = ("not graded: the GPU tier is not part of this grading (--gpu-tier grades "
-                "it, on any machine)")
+GPU_TIER_OFF = "not graded: the GPU tier is not part of this grading"
 
 
 def plan(items, options: Options) -> dict[str, Planned]:
@@ -133,8 +132,8 @@ def _skipped(reason: str, planned: Planned) -> tuple[str, str]:
     """(status, output) of a skipped test.  Its maximum is the plan's whatever
     the reason: a skip only says why it scored nothing."""
     pts = f"{planned.points:g} point{'' if planned.points == 1 else 's'}"
-    if not planned.counted:
-        return NOT_RUN, f"{reason} (worth {pts} where it is graded)"
+    if not planned.counted:   # the GPU tier, off
+        return NOT_RUN, f"{reason} (worth {pts} with --gpu-tier, on any machine)"
     if reason.startswith(EDITION_ONLY):
         return NOT_RUN, f"{reason} (worth {pts} when graded)"
     if reason.startswith(NEEDS):
