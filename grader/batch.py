@@ -226,13 +226,13 @@ def grader_version() -> str:
 
 def cache_key(sub: Submission, *, suite: str, exercises: list[str] | None,
               timeout: float | None, isolation: str, seed: int | None = None,
-              student_id: str | None = None, deduct_once: bool = False,
+              student_id: str | None = None, deduct_each: bool = False,
               gpu_tier: bool = False) -> dict:
     """What a stored result must match to be reused (no seed given: any seed)."""
     return {"content": content_hash(sub.path), "suite": suite,
             "exercises": sorted(exercises) if exercises else "all",
             "timeout": timeout, "isolation": isolation, "grader": grader_version(),
-            "seed": seed, "student_id": student_id, "deduct_once": deduct_once,
+            "seed": seed, "student_id": student_id, "deduct_each": deduct_each,
             "gpu_tier": gpu_tier}
 
 
@@ -344,7 +344,7 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
               submission_timeout: float, force: bool,
               exercises: list[str] | None = None, seed: int | None = None,
               student_id: str | None = None, isolation: str = "auto",
-              deduct_once: bool = False, gpu_tier: bool = False) -> Outcome:
+              deduct_each: bool = False, gpu_tier: bool = False) -> Outcome:
     result_path = results_dir / f"{sub.key or _safe(sub.name)}.json"
     outcome = Outcome(sub, result_path)
     maxima = lambda: class_maximum(suite, exercises, gpu_tier)  # noqa: E731
@@ -353,7 +353,7 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
         return _not_graded(outcome, {"submission": sub.label}, maxima)
     key = cache_key(sub, suite=suite, exercises=exercises, timeout=timeout,
                     isolation=isolation, seed=seed, student_id=student_id,
-                    deduct_once=deduct_once, gpu_tier=gpu_tier)
+                    deduct_each=deduct_each, gpu_tier=gpu_tier)
     if not force and result_path.is_file():
         try:
             data = json.loads(result_path.read_text())
@@ -379,8 +379,8 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
         cmd += ["--seed", str(seed)]
     if student_id is not None:
         cmd += ["--student-id", student_id]
-    if deduct_once:
-        cmd.append("--deduct-once")
+    if deduct_each:
+        cmd.append("--deduct-each")
     if gpu_tier:
         cmd.append("--gpu-tier")
     start = time.monotonic()
@@ -449,7 +449,7 @@ def run_batch(subs: list[Submission], results_dir: Path, *, jobs: int = 1, suite
               timeout: float | None = None, submission_timeout: float = 1800.0,
               force: bool = False, exercises: list[str] | None = None,
               seed: int | None = None, roster: dict[str, str] | None = None,
-              isolation: str = "auto", deduct_once: bool = False, gpu_tier: bool = False,
+              isolation: str = "auto", deduct_each: bool = False, gpu_tier: bool = False,
               on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     results_dir.mkdir(parents=True, exist_ok=True)
     outcomes = []
@@ -458,7 +458,7 @@ def run_batch(subs: list[Submission], results_dir: Path, *, jobs: int = 1, suite
                                submission_timeout=submission_timeout, force=force,
                                exercises=exercises, seed=seed,
                                student_id=(roster or {}).get(s.name), isolation=isolation,
-                               deduct_once=deduct_once, gpu_tier=gpu_tier)
+                               deduct_each=deduct_each, gpu_tier=gpu_tier)
                    for s in subs]
         for future in as_completed(futures):
             outcome = future.result()

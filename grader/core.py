@@ -11,12 +11,20 @@ are collected and before any test runs: each test's points marker, and the
 setup the grading declares (``Options.gpu_tier``).  Every result takes its
 maximum from there, whatever its outcome; ``maximum`` gives the same without
 a submission (a batch's row that could not be graded).
+
+After the tests ran, a failing exercise may be graded again with a reference
+in place of what it builds on (``_upstream_evidence``): ``grader.rootcause``
+reads which failures follow from a mistake upstream, so that it costs once.
 """
 from __future__ import annotations
 
+import ast
+import dataclasses
 import re
 import secrets
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -28,7 +36,7 @@ import pytest
 from grader import rootcause
 from grader.exercises import EXERCISES, suite_files
 from grader.feedback import Feedback
-from grader.paths import SUITES_DIR
+from grader.paths import SOLUTIONS_DIR, SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
 from grader.sandbox import bwrap, confine, isolation, zygote
 from grader.sandbox.client import StudentError, StudentModule, Worker
@@ -58,7 +66,10 @@ class Options:
     markers: str | None = None            # a pytest -m expression: only these tests
     seed: int | None = None               # hidden suites' random cases; None: a fresh secret
     student_id: str | None = None         # exercise A's identifier from a roster (batch)
-    deduct_once: bool = False             # a named root cause costs points once per exercise
+    deduct_each: bool = False             # every failure costs, even one that follows a root cause
+    # Grade a failing exercise again with a reference in place of what it
+    # builds on (``_upstream_evidence``).  False inside that second grading.
+    check_upstream: bool = True
     isolation: str = "auto"               # auto, strict or fallback (sandbox.isolation)
     artifacts_dir: Path | None = None     # grader-owned folder for files like the ex04 plot
     check_cache: Path | None = None       # `check` only: answers kept for unchanged files
@@ -393,7 +404,9 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
         iso = isolation.decide(options.isolation, options.memory_mb)
     except (ValueError, isolation.IsolationUnavailable) as exc:
         raise GraderConfigError(str(exc)) from None
-    protect_secret_folders(iso)
+    # Where this keeps the solutions from the workers, none is handed to one
+    # either (``_upstream_evidence``).
+    secrets_kept = bool(protect_secret_folders(iso))
     remove_stale_staging_once()   # what graders killed with kill -9 left in /tmp
     report = Report(submission=str(submission), suite=options.suite, exercises=list(names),
                     seed=run_seed(options.seed), student_id=options.student_id,
@@ -421,8 +434,11 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
                 report.import_errors[name] = str(worker.load_error)
         plugin.close()
     try:
-        report.deduct_once = options.deduct_once
-        rootcause.attribute(report, plugin.called, deduct_once=options.deduct_once)
+        upstream = {} if secrets_kept else \
+            _upstream_evidence(report, plugin.called, submission, options, start)
+        report.deduct_each = options.deduct_each
+        rootcause.attribute(report, plugin.called, upstream=upstream,
+                            deduct_each=options.deduct_each)
     except Exception as exc:
         report.errors.append(f"the grader failed: {type(exc).__name__}: {exc}")
     report.seconds = time.perf_counter() - start
@@ -491,3 +507,134 @@ def maximum(options: Options | None = None) -> dict[str, float]:
     if collector.errors:
         raise RuntimeError("; ".join(collector.errors))
     return {e: round(collector.maxima.get(e, 0.0), 6) for e in names}
+
+
+def _names_module(module: Path, names) -> bool:
+    """Does a student's module name any of these modules?  Read as text, never run."""
+    try:
+        text = module.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(re.search(rf"\b{re.escape(n)}\b", text) for n in names)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.is_file() and not a.is_symlink() and a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
+
+
+def reference_excerpt(source: str, name: str) -> str | None:
+    """The reference solution's function ``name``, with the imports, helpers
+    and constants it uses, and nothing else of the module: what replaces the
+    student's function in ``_upstream_evidence``, so that the student's code
+    there can reach no other reference answer."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    defined: dict[str, ast.stmt] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name):
+                    defined[target.id] = node
+    if name not in defined:
+        return None
+    needed, todo = set(), [name]
+    while todo:
+        node = defined[todo.pop()]
+        if id(node) in needed:
+            continue
+        needed.add(id(node))
+        todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in defined]
+    keep = [node for node in tree.body if id(node) in needed
+            or isinstance(node, (ast.Import, ast.ImportFrom))]
+    return "\n\n".join(ast.get_source_segment(source, node) or "" for node in keep) + "\n"
+
+
+REFERENCE_MODULE = "_attn_reference_{}"   # the excerpt's module, beside the student's
+
+
+def _regrade(report: Report, submission: Path, options: Options, exercise: str,
+             files: dict[str, str], keyword: str | None, left: float | None) -> set[str]:
+    """The names of the tests that pass when ``exercise`` is graded again with
+    these files (name -> text) in the submission: the same cases (the run's
+    seed), its workers confined as every worker is.  Only pass or fail is
+    read: its feedback, which could quote the reference, is never shown."""
+    if keyword and options.keyword:
+        keyword = f"({options.keyword}) and ({keyword})"
+    with tempfile.TemporaryDirectory(prefix="attn-upstream-") as tmp:
+        folder = Path(tmp) / "submission"
+        try:
+            shutil.copytree(submission, folder, symlinks=True)   # links stay links
+            for file, text in files.items():
+                (folder / file).unlink(missing_ok=True)
+                (folder / file).write_text(text, encoding="utf-8")
+        except OSError:
+            return set()      # no evidence: each failure costs
+        again = grade(folder, dataclasses.replace(
+            options, exercises=[exercise], seed=report.seed, check_upstream=False,
+            keyword=keyword or options.keyword, artifacts_dir=None, grading_budget=left))
+    return set() if again.errors else {t.name for t in again.tests if t.status == PASSED}
+
+
+def _upstream_evidence(report: Report, called: dict[int, list[str]], submission: Path,
+                       options: Options, start: float) -> dict[str, list[rootcause.Upstream]]:
+    """The evidence for root causes (``grader.rootcause``): an exercise with a
+    failing test is graded again with a reference in place of the part of the
+    student's work it builds on, and a failure that passes then follows from
+    that part.  Two parts, each tried once per exercise:
+
+    - the earlier exercises its module names (``Exercise.after``: ex03
+      imports ex02), replaced by their reference solutions;
+    - the most upstream function of the exercise that a failing test reached,
+      for the failing tests that reach further (their own module, with that
+      function taken from ``reference_excerpt``).
+
+    Not in the student edition (no solutions), nor inside such a grading,
+    nor where the grading keeps the solutions from workers that could
+    otherwise keep a copy (the fallback isolation as root: ``grade`` does not
+    call it there)."""
+    if not options.check_upstream or not SOLUTIONS_DIR.is_dir():
+        return {}
+    out: dict[str, list[rootcause.Upstream]] = {}
+    for name in report.exercises:
+        failed = [t for t in report.tests if t.exercise == name and t.status == FAILED]
+        if not failed:
+            continue
+        left = options.grading_budget
+        if left is not None:
+            left -= time.perf_counter() - start
+            if left < 10:     # not enough time for a second grading: each failure costs
+                break
+        found = out.setdefault(name, [])
+        # (a module that is the reference already cannot be the cause)
+        deps = tuple(d for d in EXERCISES[name].after if (SOLUTIONS_DIR / f"{d}.py").is_file()
+                     and not _same_file(submission / f"{d}.py", SOLUTIONS_DIR / f"{d}.py"))
+        if deps and _names_module(submission / f"{name}.py", deps):
+            files = {f"{d}.py": (SOLUTIONS_DIR / f"{d}.py").read_text() for d in deps}
+            passed = _regrade(report, submission, options, name, files, None, left)
+            found.append(rootcause.Upstream(" and ".join(deps), True, frozenset(
+                t.name for t in failed if t.name in passed)))
+        explained = {t.name for up in found for t in failed if t.name in up.passes}
+        fn, downstream = rootcause.upstream_function(
+            [t for t in failed if t.name not in explained], called, name)
+        solution, module = SOLUTIONS_DIR / f"{name}.py", submission / f"{name}.py"
+        excerpt = reference_excerpt(solution.read_text(), fn) if fn and downstream \
+            and solution.is_file() else None
+        if excerpt is None or not module.is_file() or module.is_symlink():
+            continue
+        ref = REFERENCE_MODULE.format(name)
+        patched = (module.read_text(encoding="utf-8", errors="replace") +
+                   f"\n\n# attn-grade: the reference's {fn} in place of yours\n"
+                   f"from {ref} import {fn}  # noqa: E402,F811\n")
+        keyword = " or ".join(sorted({t.name.split("[")[0] for t in downstream}))
+        passed = _regrade(report, submission, options, name,
+                          {f"{name}.py": patched, f"{ref}.py": excerpt}, keyword, left)
+        found.append(rootcause.Upstream(fn, False, frozenset(
+            t.name for t in downstream if t.name in passed)))
+    return out
