@@ -8,7 +8,8 @@ archiver or editor leaves (``__MACOSX``, dotfiles, backups) is no student.
 ``--shard K/N`` grades a deterministic K-th part; ``merge_parts`` joins the
 parts' CSVs, refusing overlaps and gaps.  Each is graded by
 ``attn-grade grade`` in a fresh process with an overall time limit, so one
-submission that breaks even the grader costs only its own row.  A rerun
+submission that breaks even the grader costs only its own row, and that row
+is out of the class's maximum (``class_maximum``), as every other is.  A rerun
 skips a submission whose result file records the same cache key (the
 submission's content hash, the suite, the exercises, the options that change
 scores and the grader's version), unless ``force``.  Submissions whose
@@ -27,6 +28,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -265,12 +267,14 @@ def grader_version() -> str:
 
 def cache_key(sub: Submission, *, suite: str, exercises: list[str] | None,
               timeout: float | None, isolation: str, seed: int | None = None,
-              student_id: str | None = None, deduct_once: bool = False) -> dict:
+              student_id: str | None = None, deduct_each: bool = False,
+              gpu_tier: bool = False) -> dict:
     """What a stored result must match to be reused (no seed given: any seed)."""
     return {"content": content_hash(sub.path), "suite": suite,
             "exercises": sorted(exercises) if exercises else "all",
             "timeout": timeout, "isolation": isolation, "grader": grader_version(),
-            "seed": seed, "student_id": student_id, "deduct_once": deduct_once}
+            "seed": seed, "student_id": student_id, "deduct_each": deduct_each,
+            "gpu_tier": gpu_tier}
 
 
 def exercise_scores(result: dict) -> dict:
@@ -283,8 +287,31 @@ def exercise_scores(result: dict) -> dict:
     return out
 
 
-def _failed_result(message: str) -> dict:
-    return {"score": 0, "tests": [], "output": message, "output_format": "text"}
+_maxima: dict[tuple, dict[str, float]] = {}
+_maxima_lock = threading.Lock()
+
+
+def class_maximum(suite: str, exercises: list[str] | None, gpu_tier: bool) -> dict[str, float]:
+    """Each exercise's maximum for these options (``grader.core.maximum``, the
+    one place it is fixed), found once per batch process, when a row that
+    could not be graded first needs it."""
+    from grader.core import Options, maximum
+
+    key = (suite, tuple(exercises or ()), gpu_tier)
+    with _maxima_lock:      # one collection at a time: pytest's state is the process's
+        if key not in _maxima:
+            _maxima[key] = maximum(Options(suite=suite, exercises=exercises or None,
+                                           gpu_tier=gpu_tier))
+        return _maxima[key]
+
+
+def _failed_result(message: str, maxima: dict[str, float]) -> dict:
+    """A zero result: one entry per exercise at its maximum, so that the row
+    is out of what every other row is out of."""
+    tests = [{"name": f"{exercise}: not graded", "score": 0.0, "max_score": most,
+              "status": "failed", "output": message, "visibility": "visible"}
+             for exercise, most in maxima.items()]
+    return {"score": 0, "tests": tests, "output": message, "output_format": "text"}
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -307,10 +334,12 @@ def _extra(data: dict) -> dict:
     return extra if isinstance(extra, dict) else {}
 
 
-def _not_graded(outcome: Outcome, batch: dict) -> Outcome:
-    """The zero result of a submission that could not be graded, saying why."""
-    data = _failed_result(f"not graded: {outcome.error}")
+def _not_graded(outcome: Outcome, batch: dict, maxima: Callable[[], dict]) -> Outcome:
+    """The zero result of a submission that could not be graded, saying why:
+    out of the class's maximum, as every row is."""
+    data = _failed_result(f"not graded: {outcome.error}", maxima())
     data["extra_data"] = {"batch_error": outcome.error, "batch": batch}
+    outcome.scores = exercise_scores(data)
     _write_json(outcome.result_path, data)
     return outcome
 
@@ -382,15 +411,16 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
               submission_timeout: float, force: bool,
               exercises: list[str] | None = None, seed: int | None = None,
               student_id: str | None = None, isolation: str = "auto",
-              deduct_once: bool = False) -> Outcome:
+              deduct_each: bool = False, gpu_tier: bool = False) -> Outcome:
     result_path = results_dir / f"{sub.key or _safe(sub.name)}.json"
     outcome = Outcome(sub, result_path)
+    maxima = lambda: class_maximum(suite, exercises, gpu_tier)  # noqa: E731
     if sub.error:   # refused at intake: its zero row, and nothing to grade or cache
         outcome.error = sub.error
-        return _not_graded(outcome, _batch_info(sub))
+        return _not_graded(outcome, _batch_info(sub), maxima)
     key = cache_key(sub, suite=suite, exercises=exercises, timeout=timeout,
                     isolation=isolation, seed=seed, student_id=student_id,
-                    deduct_once=deduct_once)
+                    deduct_each=deduct_each, gpu_tier=gpu_tier)
     if not force and result_path.is_file():
         try:
             data = json.loads(result_path.read_text())
@@ -416,8 +446,10 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
         cmd += ["--seed", str(seed)]
     if student_id is not None:
         cmd += ["--student-id", student_id]
-    if deduct_once:
-        cmd.append("--deduct-once")
+    if deduct_each:
+        cmd.append("--deduct-each")
+    if gpu_tier:
+        cmd.append("--gpu-tier")
     start = time.monotonic()
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           stdin=subprocess.DEVNULL) as proc:
@@ -436,7 +468,7 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
             outcome.error = f"grading took longer than {submission_timeout:g} s and was stopped"
     outcome.seconds = time.monotonic() - start
     if outcome.error:
-        return _not_graded(outcome, _batch_info(sub, key))  # --force: again
+        return _not_graded(outcome, _batch_info(sub, key), maxima)  # --force: again
     try:
         data = json.loads(result_path.read_text())
         _read_extra(outcome, data)
@@ -444,6 +476,7 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
         _write_json(result_path, data)
     except (OSError, ValueError) as exc:
         outcome.error = f"the result could not be read: {exc}"
+        return _not_graded(outcome, {"key": key, "submission": sub.label}, maxima)
     return outcome
 
 
@@ -496,7 +529,7 @@ def run_batch(subs: list[Submission], results_dir: Path, *, jobs: int = 1, suite
               timeout: float | None = None, submission_timeout: float = 1800.0,
               force: bool = False, exercises: list[str] | None = None,
               seed: int | None = None, roster: dict[str, str] | None = None,
-              isolation: str = "auto", deduct_once: bool = False,
+              isolation: str = "auto", deduct_each: bool = False, gpu_tier: bool = False,
               on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     results_dir.mkdir(parents=True, exist_ok=True)
     outcomes = []
@@ -505,7 +538,7 @@ def run_batch(subs: list[Submission], results_dir: Path, *, jobs: int = 1, suite
                                submission_timeout=submission_timeout, force=force,
                                exercises=exercises, seed=seed,
                                student_id=(roster or {}).get(s.name), isolation=isolation,
-                               deduct_once=deduct_once)
+                               deduct_each=deduct_each, gpu_tier=gpu_tier)
                    for s in subs]
         for future in as_completed(futures):
             outcome = future.result()

@@ -37,6 +37,25 @@ def _isolation_option(default: str = "auto"):
                         show_default=True, help=ISOLATION_HELP)
 
 
+GPU_TIER_HELP = ("Grade the GPU tier (the tests marked gpu): its points count in the maximum "
+                 "on every machine, and without a GPU they are not run and need a regrade. "
+                 "Without it they are not run and count nowhere, GPU or not: the maximum is "
+                 "this choice's, never the machine's.  --require-gpu is the same.")
+DEDUCT_HELP = ("--deduct-each: every failing test costs its points, even one that fails only "
+               "from a mistake found upstream (a function it calls, an earlier exercise its "
+               "module imports).  By default (--deduct-once) such a root cause costs once.")
+
+
+def _gpu_tier_option():
+    return click.option("--gpu-tier", "--require-gpu", "gpu_tier", is_flag=True,
+                        help=GPU_TIER_HELP)
+
+
+def _deduct_option():
+    return click.option("--deduct-each/--deduct-once", "deduct_each", default=False,
+                        help=DEDUCT_HELP)
+
+
 # The student edition ships no hidden suites: its attn-grade has only the
 # commands that are honest there (``check``), none that claims a grade.
 STUDENT_EDITION = not HIDDEN_SUITES_DIR.is_dir()
@@ -170,13 +189,15 @@ def main() -> None:
               help="Folder for files made for you (the ex04 plot); never your exercises' "
                    "folder.")
 @_isolation_option()
+@_gpu_tier_option()
+@_deduct_option()
 @click.option("--no-fail", is_flag=True,
               help="Exit 0 even when a test fails (the exit code is 1 otherwise).")
 @click.option("--cache/--no-cache", default=True, show_default=True,
               help="Keep answers that depend only on your files (exercise G's GPU "
                    "compile check) in your user cache, and reuse them while the files "
                    "they depend on are unchanged.")
-def check(exercise, path, timeout, no_fail, artifacts, isolation, cache):
+def check(exercise, path, timeout, no_fail, artifacts, isolation, gpu_tier, deduct_each, cache):
     """Run the public tests on your exercises (all, or the ones named).
 
     Name an exercise by letter (B), by name (ex02, ex02_mha) or by file
@@ -200,6 +221,7 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, cache):
                                  param_hint="--path")
     options = Options(suite="public", exercises=_exercise_names(exercise, "EXERCISE"),
                       call_timeout=timeout, artifacts_dir=artifacts, isolation=isolation,
+                      gpu_tier=gpu_tier, deduct_each=deduct_each,
                       check_cache=_user_cache() if cache else None)
     report, unsupported = _run(path, options)
     click.echo(fmt.to_text(report, public_only=True), nl=False)
@@ -223,8 +245,7 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, cache):
               help="Grade only this exercise (repeatable).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
               help="Seconds allowed for each call into the submission.")
-@click.option("--require-gpu", is_flag=True,
-              help="Fail GPU tests that cannot run, instead of skipping them.")
+@_gpu_tier_option()
 @click.option("-k", "--keyword", default=None,
               help="Only the tests matching this pytest -k expression (e.g. 'softmax').")
 @click.option("--artifacts", type=click.Path(path_type=Path, file_okay=False), default=None,
@@ -240,9 +261,7 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, cache):
 @click.option("--fail-on-lost-points", is_flag=True,
               help="Exit with status 1 when any point was lost or a test errored "
                    "(for CI jobs that grade the reference solution).")
-@click.option("--deduct-once", is_flag=True,
-              help="A mistake named in an upstream function costs points once per exercise: "
-                   "downstream tests that fail only because of it keep their points.")
+@_deduct_option()
 @click.option("--exercise-budget", type=click.FloatRange(min=1), default=None,
               help="Seconds all workers of one exercise may spend (starting, answering); "
                    "once spent, its remaining tests fail at once [default: 300, ex07 900].")
@@ -250,8 +269,8 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, cache):
               show_default=True,
               help="Seconds the whole grading may take; once spent, every remaining call "
                    "fails at once, and the result is still written.")
-def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, keyword, seed,
-              student_id, fail_on_lost_points, deduct_once, artifacts, isolation,
+def grade_cmd(path, suite, out_format, out, exercises, timeout, gpu_tier, keyword, seed,
+              student_id, fail_on_lost_points, deduct_each, artifacts, isolation,
               exercise_budget, grading_budget):
     """Grade a submission: a folder of exercise modules, a notebook, or a zip.
 
@@ -263,9 +282,9 @@ def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, key
     if not path.exists():
         raise click.BadParameter(f"{path} does not exist.", param_hint="SUBMISSION")
     options = Options(suite=suite, exercises=_exercise_names(exercises, "--exercise"),
-                      call_timeout=timeout, require_gpu=require_gpu, keyword=keyword,
+                      call_timeout=timeout, gpu_tier=gpu_tier, keyword=keyword,
                       seed=seed, student_id=_student_id(student_id, "--student-id"),
-                      deduct_once=deduct_once, artifacts_dir=artifacts, isolation=isolation,
+                      deduct_each=deduct_each, artifacts_dir=artifacts, isolation=isolation,
                       exercise_budget=exercise_budget, grading_budget=grading_budget)
     report, _ = _run(path, options)
     _emit(report, out_format, out, public_only=suite == "public")
@@ -336,12 +355,11 @@ def _plural(n: int, word: str) -> str:
 @click.option("--fail-on-lost-points", is_flag=True,
               help="Exit with status 1 when any submission lost a point or could not "
                    "be graded.")
-@click.option("--deduct-once", is_flag=True,
-              help="A mistake named in an upstream function costs points once per exercise: "
-                   "downstream tests that fail only because of it keep their points.")
+@_deduct_option()
+@_gpu_tier_option()
 @_isolation_option()
 def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, exercises, force,
-          roster, seed, shard, fail_on_lost_points, deduct_once, isolation):
+          roster, seed, shard, fail_on_lost_points, deduct_each, gpu_tier, isolation):
     """Grade every submission in FOLDER: each sub-folder, notebook and zip, or an
     LMS bulk download (Canvas's name_id_submissionid_file, grouped by student).
 
@@ -387,7 +405,7 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
             outcomes = run_batch(subs, results_dir, jobs=jobs, suite=suite, timeout=timeout,
                                  submission_timeout=submission_timeout, force=force,
                                  exercises=only, seed=seed, roster=ids, isolation=isolation,
-                                 deduct_once=deduct_once,
+                                 deduct_each=deduct_each, gpu_tier=gpu_tier,
                                  on_done=lambda o: bar.update(1, o))
     text = to_csv(outcomes, columns(outcomes))
     write_private(out, text)

@@ -5,12 +5,26 @@ and references never leave it) with a plugin that owns one sandboxed worker
 per exercise and turns each test's outcome into a ``TestResult``.  Student
 code runs only in the workers.  Whatever happens, ``grade`` returns a
 report: a problem in the grader itself is recorded in ``report.errors``.
+
+What a grading is out of is fixed in one place, ``plan``, once the suites
+are collected and before any test runs: each test's points marker, and the
+setup the grading declares (``Options.gpu_tier``).  Every result takes its
+maximum from there, whatever its outcome; ``maximum`` gives the same without
+a submission (a batch's row that could not be graded).
+
+After the tests ran, a failing exercise may be graded again with a reference
+in place of what it builds on (``_upstream_evidence``): ``grader.rootcause``
+reads which failures follow from a mistake upstream, so that it costs once.
 """
 from __future__ import annotations
 
+import ast
+import dataclasses
 import re
 import secrets
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -21,7 +35,7 @@ import pytest
 from grader import fault, rootcause
 from grader.exercises import EXERCISES, suite_files
 from grader.feedback import Feedback
-from grader.paths import SUITES_DIR
+from grader.paths import SOLUTIONS_DIR, SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
 from grader.sandbox import bwrap, confine, isolation, zygote
 from grader.sandbox.client import StudentError, StudentModule, Worker
@@ -43,12 +57,18 @@ class Options:
     call_timeout: float | None = None     # overrides each exercise's default
     import_timeout: float = 60.0          # importing a submission's module
     memory_mb: int = 8192                 # per worker (RLIMIT_DATA)
-    require_gpu: bool = False
+    # The GPU tier (tests marked ``gpu``) is graded: in the maximum on every
+    # machine, needing a regrade where no GPU is present.  Off: not run, in no
+    # maximum, on any machine.  A declared choice, never what the machine has.
+    gpu_tier: bool = False
     keyword: str | None = None            # a pytest -k expression: only these tests
     markers: str | None = None            # a pytest -m expression: only these tests
     seed: int | None = None               # hidden suites' random cases; None: a fresh secret
     student_id: str | None = None         # exercise A's identifier from a roster (batch)
-    deduct_once: bool = False             # a named root cause costs points once per exercise
+    deduct_each: bool = False             # every failure costs, even one that follows a root cause
+    # Grade a failing exercise again with a reference in place of what it
+    # builds on (``_upstream_evidence``).  False inside that second grading.
+    check_upstream: bool = True
     isolation: str = "auto"               # auto, strict or fallback (sandbox.isolation)
     artifacts_dir: Path | None = None     # grader-owned folder for files like the ex04 plot
     check_cache: Path | None = None       # `check` only: answers kept for unchanged files
@@ -66,15 +86,40 @@ def _title(item) -> str:
     return f"{title} [{callspec.id}]" if callspec is not None else title
 
 
-# Skips that come from the grading setup, the same for every student: no GPU,
-# no Triton, no matplotlib ("needs ..."), or a check that only the instructors'
-# edition can make (replay.py).
-SETUP_SKIPS = ("needs ", "not checked in the student edition")
+@dataclass(frozen=True)
+class Planned:
+    """What one collected test is worth in this grading, fixed by ``plan``
+    before any test runs: every outcome takes its maximum from here."""
+    points: float
+    counted: bool          # False: outside this grading (the GPU tier, when it is off)
+
+    @property
+    def max_score(self) -> float:
+        return self.points if self.counted else 0.0
 
 
-def _is_setup(item, reason: str) -> bool:
-    """Is this skip the setup's (not this run's, not this code's)?"""
-    return item.get_closest_marker("gpu") is not None or reason.startswith(SETUP_SKIPS)
+GPU_TIER_OFF = "not graded: the GPU tier is not part of this grading"
+
+
+def plan(items, options: Options) -> dict[str, Planned]:
+    """The one place the maximum is fixed: each collected test's points marker
+    and the grading's declared setup (``Options.gpu_tier``), nothing a run
+    finds out.  A missing module, an import error, a crash, a library or a
+    GPU the machine lacks change a test's score and status, never its maximum."""
+    out = {}
+    for item in items:
+        mark = item.get_closest_marker("points")
+        gpu = item.get_closest_marker("gpu") is not None
+        out[item.nodeid] = Planned(float(mark.args[0]) if mark else 0.0,
+                                   counted=options.gpu_tier or not gpu)
+    return out
+
+
+# Skips where the grading setup lacks something (no GPU, no Triton, no
+# matplotlib: "needs ..."), and the checks only the instructors' edition can
+# make (replay.py).  Their points stay in the maximum either way.
+NEEDS = "needs "
+EDITION_ONLY = "not checked in the student edition"
 
 
 def describe_failure(excinfo) -> str:
@@ -94,6 +139,40 @@ def describe_failure(excinfo) -> str:
             f"{type(exc).__name__}: {exc}" + (f" (at {where})" if where else "") + ".")
 
 
+def _skipped(reason: str, planned: Planned) -> tuple[str, str]:
+    """(status, output) of a skipped test.  Its maximum is the plan's whatever
+    the reason: a skip only says why it scored nothing."""
+    pts = f"{planned.points:g} point{'' if planned.points == 1 else 's'}"
+    if not planned.counted:   # the GPU tier, off
+        return NOT_RUN, f"{reason} (worth {pts} with --gpu-tier, on any machine)"
+    if reason.startswith(EDITION_ONLY):
+        return NOT_RUN, f"{reason} (worth {pts} when graded)"
+    if reason.startswith(NEEDS):
+        # This grading machine lacks what the test needs (matplotlib, Triton,
+        # a GPU under --gpu-tier): every student alike, but the test is part
+        # of the grade.
+        return NEEDS_REGRADE, (f"not run: {reason} (0/{planned.points:g} until regraded "
+                               "on a grading machine that has it)")
+    # Could not be judged this time (a noisy machine, say).
+    return NEEDS_REGRADE, f"{reason} (0/{planned.points:g} until regraded)"
+
+
+MARKERS = ("points(n): points a test is worth",
+           "exercise(name): the exercise module a suite grades",
+           "hidden: a test whose details stay hidden until grades are published",
+           "visibility(name): Gradescope visibility overriding the default "
+           "(visible, or after_published for hidden tests)",
+           "timeout_s(seconds): time limit for each call into the submission",
+           "gpu: needs CUDA; the GPU tier, graded with --gpu-tier only",
+           "nothing_to_record: calls no secret reference (the release's "
+           "recording run leaves it out)")
+
+
+def _markers(config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+
+
 class GradingPlugin:
     """Owns the workers and collects results.  Only the suites' fixtures
     (``suites/conftest.py``) reach it, through ``config.stash[PLUGIN_KEY]``;
@@ -105,6 +184,9 @@ class GradingPlugin:
         self.report = report
         self.workers: dict[str, Worker] = {}
         self.called: dict[int, list[str]] = {}   # id(TestResult) -> functions it called
+        self.plan: dict[str, Planned] = {}       # nodeid -> its points here (``plan``)
+        self.results: dict[str, TestResult] = {}   # nodeid -> its result, once recorded
+        self.items: dict = {}                    # nodeid -> the collected item
         self._started: dict[str, threading.Event] = {}
         self._starter: threading.Thread | None = None
         self._closing = threading.Event()
@@ -185,6 +267,8 @@ class GradingPlugin:
 
     # -- pytest hooks ------------------------------------------------------
     def pytest_collection_finish(self, session):
+        self.plan = plan(session.items, self.options)
+        self.items = {item.nodeid: item for item in session.items}
         _one_thread()      # after collection: the suites that need PyTorch have imported it
 
     def pytest_configure(self, config):
@@ -195,21 +279,16 @@ class GradingPlugin:
         # is enough where a report's text is read (a suite that fails to load).
         # The terminal plugin, which owns --tb, is off: set its value directly.
         config.option.tbstyle = "native"
-        for line in ("points(n): points a test is worth",
-                     "exercise(name): the exercise module a suite grades",
-                     "hidden: a test whose details stay hidden until grades are published",
-                     "visibility(name): Gradescope visibility overriding the default "
-                     "(visible, or after_published for hidden tests)",
-                     "timeout_s(seconds): time limit for each call into the submission",
-                     "gpu: needs CUDA; not run (and not counted) without it",
-                     "nothing_to_record: calls no secret reference (the release's "
-                     "recording run leaves it out)"):
-            config.addinivalue_line("markers", line)
+        _markers(config)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
-        """A module that is missing, or that failed to import, fails each of its
-        tests at once, before any fixture (a reference measurement, say) runs."""
+        """A test outside this grading (``plan``) is not run.  A module that
+        is missing, or that failed to import, fails each of its tests at once,
+        before any fixture (a reference measurement, say) runs."""
+        planned = self.plan.get(item.nodeid)
+        if planned is not None and not planned.counted:
+            pytest.skip(GPU_TIER_OFF)
         mark = item.get_closest_marker("exercise")
         if mark is None:
             return
@@ -227,35 +306,22 @@ class GradingPlugin:
 
     def _record(self, item, rep, call) -> None:
         ex_mark = item.get_closest_marker("exercise")
-        pts_mark = item.get_closest_marker("points")
         exercise = ex_mark.args[0] if ex_mark else "unknown"
-        points = float(pts_mark.args[0]) if pts_mark else 0.0
+        planned = self.plan.get(item.nodeid) or plan([item], self.options)[item.nodeid]
         hidden = item.get_closest_marker("hidden") is not None
         vis_mark = item.get_closest_marker("visibility")
         visibility = vis_mark.args[0] if vis_mark else \
             ("after_published" if hidden else "visible")
         result = TestResult(exercise=exercise, name=item.name, title=_title(item),
-                            max_score=points, score=0.0, status=FAILED, hidden=hidden,
-                            visibility=visibility)
+                            max_score=planned.max_score, score=0.0, status=FAILED,
+                            hidden=hidden, visibility=visibility)
         if rep.skipped:
             reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
             # "Skipped: ", or the student edition's grading-only stub's name
             reason = re.sub(r"^(Skipped|[\w.]*GradingOnly): ", "", reason)
-            plural = "" if points == 1 else "s"
-            if _is_setup(item, reason):
-                # Missing on this grading setup for every student alike (no GPU):
-                # the maximum is the same for all of them, without this test.
-                result.status, result.max_score = NOT_RUN, 0.0
-                result.output = f"not run: {reason} (worth {points:g} point{plural} where it runs)"
-                if item.get_closest_marker("gpu") and self.options.require_gpu:
-                    result.status, result.max_score = FAILED, points
-                    result.output = f"not run, but --require-gpu was given: {reason}"
-            else:
-                # Could not be judged this time: never a smaller maximum.
-                result.status = NEEDS_REGRADE
-                result.output = f"{reason} (0/{points:g} until regraded)"
+            result.status, result.output = _skipped(reason, planned)
         elif rep.passed:
-            result.status, result.score = PASSED, points
+            result.status, result.score = PASSED, planned.max_score
             result.output = getattr(item, "feedback_on_pass", "")
         else:
             result.output = describe_failure(call.excinfo) if call.excinfo else str(rep.longrepr)
@@ -266,12 +332,32 @@ class GradingPlugin:
                 # loss; the points stay in the maximum, 0 until a person regrades.
                 result.status = NEEDS_REGRADE
                 result.output = (f"the grader failed here: {fault.what(call.excinfo)}; "
-                                 f"a person regrades this (0/{points:g} until then)")
+                                 f"a person regrades this (0/{planned.max_score:g} until then)")
                 self.report.errors.append(f"{item.nodeid}: {fault.what(call.excinfo)}")
         student = item.funcargs.get("student") if hasattr(item, "funcargs") else None
         if isinstance(student, StudentModule):
             self.called[id(result)] = list(student.called)
+        self.results[item.nodeid] = result
         self.report.tests.append(result)
+
+    def unrecorded(self) -> None:
+        """A planned test that never reported (the session ended early): in
+        its place, at its place, one that needs a regrade, so that the
+        maximum is still the plan's."""
+        tests = []
+        for nodeid, planned in self.plan.items():
+            result = self.results.get(nodeid)
+            if result is None:
+                item = self.items[nodeid]
+                mark = item.get_closest_marker("exercise")
+                result = TestResult(exercise=mark.args[0] if mark else "unknown",
+                                    name=item.name, title=_title(item),
+                                    max_score=planned.max_score, score=0.0,
+                                    status=NEEDS_REGRADE if planned.counted else NOT_RUN,
+                                    output="not run: the grading stopped before this test")
+            tests.append(result)
+        planned_ids = {id(t) for t in tests}
+        self.report.tests[:] = tests + [t for t in self.report.tests if id(t) not in planned_ids]
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -318,20 +404,14 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
     (see ``_one_thread``)."""
     options = options or Options()
     submission = Path(submission).resolve()
-    if options.suite not in ("public", "hidden"):
-        raise GraderConfigError(f"unknown suite {options.suite!r}: use public or hidden")
-    requested = options.exercises or [e for e in EXERCISES if suite_files(e, "public")]
-    unknown = [e for e in requested if e not in EXERCISES]
-    if unknown:
-        raise GraderConfigError(f"unknown exercise {unknown[0]!r}; known: "
-                                f"{', '.join(EXERCISES)}")
-    names = [e for e in EXERCISES if e in requested]  # course order, no repeats
-    files = [str(p) for e in names for p in suite_files(e, options.suite)]
+    names = _exercises(options)
     try:
         iso = isolation.decide(options.isolation, options.memory_mb)
     except (ValueError, isolation.IsolationUnavailable) as exc:
         raise GraderConfigError(str(exc)) from None
-    protect_secret_folders(iso)
+    # Where this keeps the solutions from the workers, none is handed to one
+    # either (``_upstream_evidence``).
+    secrets_kept = bool(protect_secret_folders(iso))
     remove_stale_staging_once()   # what graders killed with kill -9 left in /tmp
     report = Report(submission=str(submission), suite=options.suite, exercises=list(names),
                     seed=run_seed(options.seed), student_id=options.student_id,
@@ -342,31 +422,224 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
                                grading_budget_s=options.grading_budget,
                                exercise_budget_s=options.exercise_budget)
     start = time.perf_counter()
-    args = ["-c", str(SUITES_DIR / "pytest.ini"), "--rootdir", str(SUITES_DIR),
-            "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:randomly",
-            # Student code never runs in this process, so there is nothing for
-            # these to report; each ends the session with a full gc.collect().
-            "-p", "no:unraisableexception", "-p", "no:threadexception",
-            "--import-mode=importlib", *files]
-    if options.keyword:
-        args[-len(files):-len(files)] = ["-k", options.keyword]
-    if options.markers:
-        args[-len(files):-len(files)] = ["-m", options.markers]
+    args = _pytest_args(options, names)
     try:
         plugin.prestart(names)
         code = pytest.main(args, plugins=[plugin])
         if code not in (0, 1, 5) and not report.errors:
             report.errors.append(f"pytest stopped with exit code {int(code)}")
-        report.deduct_once = options.deduct_once
-        rootcause.attribute(report, plugin.called, deduct_once=options.deduct_once)
     except BaseException as exc:  # the report is written whatever happens
         report.errors.append(f"the grader failed: {type(exc).__name__}: {exc}")
         if isinstance(exc, KeyboardInterrupt):
             raise
     finally:
+        plugin.unrecorded()
         for name, worker in plugin.workers.items():
             if worker.load_error is not None:
                 report.import_errors[name] = str(worker.load_error)
         plugin.close()
-        report.seconds = time.perf_counter() - start
+    try:
+        upstream = {} if secrets_kept else \
+            _upstream_evidence(report, plugin.called, submission, options, start)
+        report.deduct_each = options.deduct_each
+        rootcause.attribute(report, plugin.called, upstream=upstream,
+                            deduct_each=options.deduct_each)
+    except Exception as exc:
+        report.errors.append(f"the grader failed: {type(exc).__name__}: {exc}")
+    report.seconds = time.perf_counter() - start
     return report
+
+
+def _pytest_args(options: Options, names: list[str]) -> list[str]:
+    files = [str(p) for e in names for p in suite_files(e, options.suite)]
+    args = ["-c", str(SUITES_DIR / "pytest.ini"), "--rootdir", str(SUITES_DIR),
+            "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:randomly",
+            # Student code never runs in this process, so there is nothing for
+            # these to report; each ends the session with a full gc.collect().
+            "-p", "no:unraisableexception", "-p", "no:threadexception",
+            "--import-mode=importlib"]
+    if options.keyword:
+        args += ["-k", options.keyword]
+    if options.markers:
+        args += ["-m", options.markers]
+    return args + files
+
+
+def _exercises(options: Options) -> list[str]:
+    """The exercises a grading covers, in course order; bad names are a
+    ``GraderConfigError``."""
+    if options.suite not in ("public", "hidden"):
+        raise GraderConfigError(f"unknown suite {options.suite!r}: use public or hidden")
+    requested = options.exercises or [e for e in EXERCISES if suite_files(e, "public")]
+    unknown = [e for e in requested if e not in EXERCISES]
+    if unknown:
+        raise GraderConfigError(f"unknown exercise {unknown[0]!r}; known: "
+                                f"{', '.join(EXERCISES)}")
+    return [e for e in EXERCISES if e in requested]  # course order, no repeats
+
+
+class _Collector:
+    """Collects the suites without running a test, for ``maximum``."""
+
+    def __init__(self, options: Options):
+        self.options = options
+        self.maxima: dict[str, float] = {}
+        self.errors: list[str] = []
+
+    def pytest_configure(self, config):
+        _markers(config)
+
+    def pytest_collection_finish(self, session):
+        planned = plan(session.items, self.options)
+        for item in session.items:
+            mark = item.get_closest_marker("exercise")
+            name = mark.args[0] if mark else "unknown"
+            self.maxima[name] = self.maxima.get(name, 0.0) + planned[item.nodeid].max_score
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.errors.append(f"could not load suite {report.nodeid}")
+
+
+def maximum(options: Options | None = None) -> dict[str, float]:
+    """Each exercise's maximum under these options, from ``plan``, without a
+    submission: what every grading with them is out of (a batch's row that
+    could not be graded carries it)."""
+    options = options or Options()
+    names = _exercises(options)
+    collector = _Collector(options)
+    pytest.main(_pytest_args(options, names) + ["--collect-only"], plugins=[collector])
+    if collector.errors:
+        raise RuntimeError("; ".join(collector.errors))
+    return {e: round(collector.maxima.get(e, 0.0), 6) for e in names}
+
+
+def _names_module(module: Path, names) -> bool:
+    """Does a student's module name any of these modules?  Read as text, never run."""
+    try:
+        text = module.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(re.search(rf"\b{re.escape(n)}\b", text) for n in names)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.is_file() and not a.is_symlink() and a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
+
+
+def reference_excerpt(source: str, name: str) -> str | None:
+    """The reference solution's function ``name``, with the imports, helpers
+    and constants it uses, and nothing else of the module: what replaces the
+    student's function in ``_upstream_evidence``, so that the student's code
+    there can reach no other reference answer."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    defined: dict[str, ast.stmt] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name):
+                    defined[target.id] = node
+    if name not in defined:
+        return None
+    needed, todo = set(), [name]
+    while todo:
+        node = defined[todo.pop()]
+        if id(node) in needed:
+            continue
+        needed.add(id(node))
+        todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in defined]
+    keep = [node for node in tree.body if id(node) in needed
+            or isinstance(node, (ast.Import, ast.ImportFrom))]
+    return "\n\n".join(ast.get_source_segment(source, node) or "" for node in keep) + "\n"
+
+
+REFERENCE_MODULE = "_attn_reference_{}"   # the excerpt's module, beside the student's
+
+
+def _regrade(report: Report, submission: Path, options: Options, exercise: str,
+             files: dict[str, str], keyword: str | None, left: float | None) -> set[str]:
+    """The names of the tests that pass when ``exercise`` is graded again with
+    these files (name -> text) in the submission: the same cases (the run's
+    seed), its workers confined as every worker is.  Only pass or fail is
+    read: its feedback, which could quote the reference, is never shown."""
+    if keyword and options.keyword:
+        keyword = f"({options.keyword}) and ({keyword})"
+    with tempfile.TemporaryDirectory(prefix="attn-upstream-") as tmp:
+        folder = Path(tmp) / "submission"
+        try:
+            shutil.copytree(submission, folder, symlinks=True)   # links stay links
+            for file, text in files.items():
+                (folder / file).unlink(missing_ok=True)
+                (folder / file).write_text(text, encoding="utf-8")
+        except OSError:
+            return set()      # no evidence: each failure costs
+        again = grade(folder, dataclasses.replace(
+            options, exercises=[exercise], seed=report.seed, check_upstream=False,
+            keyword=keyword or options.keyword, artifacts_dir=None, grading_budget=left))
+    return set() if again.errors else {t.name for t in again.tests if t.status == PASSED}
+
+
+def _upstream_evidence(report: Report, called: dict[int, list[str]], submission: Path,
+                       options: Options, start: float) -> dict[str, list[rootcause.Upstream]]:
+    """The evidence for root causes (``grader.rootcause``): an exercise with a
+    failing test is graded again with a reference in place of the part of the
+    student's work it builds on, and a failure that passes then follows from
+    that part.  Two parts, each tried once per exercise:
+
+    - the earlier exercises its module names (``Exercise.after``: ex03
+      imports ex02), replaced by their reference solutions;
+    - the most upstream function of the exercise that a failing test reached,
+      for the failing tests that reach further (their own module, with that
+      function taken from ``reference_excerpt``).
+
+    Not in the student edition (no solutions), nor inside such a grading,
+    nor where the grading keeps the solutions from workers that could
+    otherwise keep a copy (the fallback isolation as root: ``grade`` does not
+    call it there)."""
+    if not options.check_upstream or not SOLUTIONS_DIR.is_dir():
+        return {}
+    out: dict[str, list[rootcause.Upstream]] = {}
+    for name in report.exercises:
+        failed = [t for t in report.tests if t.exercise == name and t.status == FAILED]
+        if not failed:
+            continue
+        left = options.grading_budget
+        if left is not None:
+            left -= time.perf_counter() - start
+            if left < 10:     # not enough time for a second grading: each failure costs
+                break
+        found = out.setdefault(name, [])
+        # (a module that is the reference already cannot be the cause)
+        deps = tuple(d for d in EXERCISES[name].after if (SOLUTIONS_DIR / f"{d}.py").is_file()
+                     and not _same_file(submission / f"{d}.py", SOLUTIONS_DIR / f"{d}.py"))
+        if deps and _names_module(submission / f"{name}.py", deps):
+            files = {f"{d}.py": (SOLUTIONS_DIR / f"{d}.py").read_text() for d in deps}
+            passed = _regrade(report, submission, options, name, files, None, left)
+            found.append(rootcause.Upstream(" and ".join(deps), True, frozenset(
+                t.name for t in failed if t.name in passed)))
+        explained = {t.name for up in found for t in failed if t.name in up.passes}
+        fn, downstream = rootcause.upstream_function(
+            [t for t in failed if t.name not in explained], called, name)
+        solution, module = SOLUTIONS_DIR / f"{name}.py", submission / f"{name}.py"
+        excerpt = reference_excerpt(solution.read_text(), fn) if fn and downstream \
+            and solution.is_file() else None
+        if excerpt is None or not module.is_file() or module.is_symlink():
+            continue
+        ref = REFERENCE_MODULE.format(name)
+        patched = (module.read_text(encoding="utf-8", errors="replace") +
+                   f"\n\n# attn-grade: the reference's {fn} in place of yours\n"
+                   f"from {ref} import {fn}  # noqa: E402,F811\n")
+        keyword = " or ".join(sorted({t.name.split("[")[0] for t in downstream}))
+        passed = _regrade(report, submission, options, name,
+                          {f"{name}.py": patched, f"{ref}.py": excerpt}, keyword, left)
+        found.append(rootcause.Upstream(fn, False, frozenset(
+            t.name for t in downstream if t.name in passed)))
+    return out

@@ -168,12 +168,27 @@ def _non_finite_lines(got: np.ndarray, exp: np.ndarray) -> list[str]:
     return out
 
 
+def _is_diagnosis(line: str) -> bool:
+    return line.startswith(LOOKS_LIKE)
+
+
 def named_mistake(text: str) -> str | None:
-    """The mistake a feedback text names ("This looks like: X." gives X)."""
-    for line in reversed(text.splitlines()):
-        if line.startswith(LOOKS_LIKE) and line.endswith("."):
-            return line[len(LOOKS_LIKE):-1]
+    """The mistake a feedback text names ("This looks like: X." gives X; a
+    check's own line may leave out the period)."""
+    for line in text.splitlines():
+        if _is_diagnosis(line):
+            return line[len(LOOKS_LIKE):].removesuffix(".") or None
     return None
+
+
+def diagnosis_first(text: str) -> str:
+    """The feedback with its "This looks like: ..." line first, before what was
+    expected and what came back (and before a suite's "on a case with ..."):
+    what a student reads first is what to fix.  ``grader.rootcause`` applies it
+    to every failure of a report."""
+    lines = text.splitlines()
+    first = [x for x in lines if _is_diagnosis(x)]
+    return "\n".join(first + [x for x in lines if not _is_diagnosis(x)]) if first else text
 
 
 def _explained(lines, got, mistakes, atol, rtol, hint) -> Feedback:

@@ -44,10 +44,10 @@ class TestResult:
     output: str = ""       # feedback shown to the student
     visibility: str = "visible"
     hidden: bool = False
-    # Failed, but kept its points under --deduct-once: it fails only from a
-    # mistake named upstream (grader.rootcause).  The formats show it as
-    # passed with a note ("KEPT" in the text table), never as a failure at
-    # full score.
+    # Failed, but kept its points: it fails only from a mistake found upstream
+    # (grader.rootcause), which costs once unless --deduct-each.  The formats
+    # show it as passed with a note ("KEPT" in the text table), never as a
+    # failure at full score.
     kept: bool = False
 
     @property
@@ -75,7 +75,7 @@ class Report:
     seed: int | None = None   # the hidden suites' random cases (``--seed`` reproduces them)
     manual: list[dict] = field(default_factory=list)   # free-text answers for staff
     student_id: str | None = None   # the roster's identifier exercise A was graded for
-    deduct_once: bool = False       # graded with --deduct-once (see grader.rootcause)
+    deduct_each: bool = False       # graded with --deduct-each (see grader.rootcause)
     isolation: str = ""        # namespaces, uid, grading-user or root (sandbox.isolation)
     isolation_text: str = ""   # one line, first in every output format but the students'
     import_errors: dict = field(default_factory=dict)  # exercise -> why it did not load
@@ -244,8 +244,8 @@ def to_gradescope(report: Report) -> dict:
         extra["seed"] = report.seed   # for staff: `attn-grade grade --seed` reproduces the grade
     if report.student_id is not None:
         extra["student_id"] = report.student_id
-    if report.deduct_once:
-        extra["deduct_once"] = True   # a batch rerun without the option grades again
+    if report.deduct_each:
+        extra["deduct_each"] = True   # a batch rerun without the option grades again
     if board := leaderboard(report):
         out["leaderboard"] = board
     if report.manual:

@@ -1,28 +1,62 @@
-"""Root causes: one slip, named once, explained everywhere it shows.
+"""Root causes: one slip costs once, is named first, and is said once.
 
 A student's own ``softmax`` feeds their ``attention``, which feeds their
-``multi_head_attention``: one wrong axis fails every test downstream, and
-each failure names the same mistake.  After an exercise's tests ran, this
-module finds, for each named mistake, the most upstream function whose test
-named it (the contract lists an exercise's functions upstream first), and
-puts a first line on each downstream failure that names the same mistake:
-"This follows from the softmax mistake named above (...)".
+``multi_head_attention``; their ``ex03_gqa`` imports their ``ex02_mha``.  One
+wrong axis fails every test downstream.  After a grading ran, for each
+exercise:
 
-With ``deduct_once`` (an instructor's choice, ``--deduct-once``) those
-downstream failures keep their points: their answer is exactly what the
-named mistake gives, so they fail only because of it.  The report's notes
-say which tests kept their points, and the formats show each as passed with
-that note ("KEPT" in the text table), not as a failure at full score.
+1. A failure follows from upstream work when it passes once that work is the
+   reference's (``grader.core`` grades the exercise again so, an ``Upstream``
+   each): the earlier exercise its module imports, or the most upstream
+   function of the exercise that a failing test reached.
+2. Without that evidence (the student edition has no solutions), a failure
+   that names the same known mistake as a failure of a more upstream
+   function of its exercise follows from that function (the contract lists
+   an exercise's functions upstream first; ``called`` says which functions
+   each test reached).
+3. A follower keeps its points (``deduct_each``, ``--deduct-each``, restores
+   the old count: each failure costs), and its feedback is one line that says
+   where the cause is.  The failures of the mistaken part itself cost their
+   points: that is the root cause's cost, paid once, where it is.
+4. The first failure shown names the diagnosis first: in every failure the
+   "This looks like: ..." line comes before expected and got, and the failure
+   of the most upstream function that names a mistake is moved to the place
+   of the exercise's first failure.
+5. No sentence is said twice in one exercise's failures: a mistake named again
+   is referred to ("the same mistake as above, test 2 of 5 that show it"), and
+   a repeated line of text is left out.
+
+The formats show a follower that kept its points as passed with its line
+("KEPT" in the text table), never as a failure at full score; the report's
+notes count them.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from grader.exercises import contract
-from grader.feedback import named_mistake
+from grader.feedback import LOOKS_LIKE, diagnosis_first, named_mistake
 from grader.report import FAILED, Report, TestResult
 
-FOLLOWS = "This follows from the {where} mistake named {side} ({mistake})."
-KEPT = ("It keeps its points (--deduct-once): a root cause costs points once per "
-        "exercise.")
+KEEPS = "it keeps its points."
+COSTS = "it costs its points too (--deduct-each)."
+SAME = "This looks like the same mistake as above (test {n} of {k} that show it)."
+FOLLOWS = "This follows from the {where} mistake named above (test {n} of {k} that show it): {end}"
+FOLLOWS_NAMED = "This follows from the {where} mistake named {side} ({mistake}): {end}"
+# Followers with evidence (rule 1): "your ex02_mha", "your decode_attention".
+FROM = ("This follows from your {cause} ({what}): with a correct {cause} this test passes, "
+        "so {end}")
+FROM_AGAIN = ("This follows from your {cause}, as said above (test {n} of {k} that pass with "
+              "a correct {cause}): {end}")
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """An exercise graded again with the reference in place of part of the
+    student's work (``grader.core._upstream_evidence``)."""
+    cause: str            # the earlier exercise ("ex02_mha") or the function replaced
+    module: bool          # True: earlier exercises' modules; False: a function of this one
+    passes: frozenset     # names of the tests that failed, and passed then
 
 
 def function_order(exercise: str) -> list[str]:
@@ -37,41 +71,204 @@ def _depth(called: list[str], order: list[str]) -> int | None:
     return max(known) if known else None
 
 
-def attribute(report: Report, called: dict[int, list[str]], *,
-              deduct_once: bool = False) -> list[TestResult]:
-    """Mark downstream failures that follow from a mistake named upstream.
+def upstream_function(failed: list[TestResult], called: dict[int, list[str]],
+                      exercise: str) -> tuple[str | None, list[TestResult]]:
+    """The most upstream function a failing test of the exercise reached, and
+    the failing tests that reach further downstream (the ones to grade again
+    with the reference's function)."""
+    order = function_order(exercise)
+    depths = {id(t): _depth(called.get(id(t), []), order) for t in failed}
+    known = [d for d in depths.values() if d is not None]
+    if not known:
+        return None, []
+    top = min(known)
+    return order[top], [t for t in failed if depths[id(t)] is not None and depths[id(t)] > top]
 
-    ``called`` maps ``id(test_result)`` to the submission's functions the
-    test called.  Returns the tests that follow from a root cause (with
-    ``deduct_once``, they now hold their points)."""
+
+def _names(mistake: str) -> set[str]:
+    """"X (or: Y)" names X and Y (two mistakes gave the same answer on that case)."""
+    first, _, other = mistake.partition(" (or: ")
+    return {first, other.removesuffix(")")} - {""}
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    """Do two named mistakes agree (name one mistake in common)?"""
+    return bool(a and b and _names(a) & _names(b))
+
+
+@dataclass
+class _Failure:
+    test: TestResult
+    mistake: str | None = None
+    depth: int | None = None
+    root: _Failure | None = None       # rule 2: the failure whose mistake it follows
+    where: str = ""                    # that root's function, or its test's title
+    evidence: Upstream | None = None   # rule 1: what it passes with
+
+
+def _within(failures: list[_Failure], called: dict[int, list[str]], order: list[str]) -> None:
+    """Rule 2: mark each failure that follows a more upstream one's mistake."""
+    for f in failures:
+        f.mistake = named_mistake(f.test.output)
+        f.depth = _depth(called.get(id(f.test), []), order)
+    named = [f for f in failures if f.mistake and f.depth is not None and f.evidence is None]
+    for f in named:
+        roots = [r for r in named if _same(r.mistake, f.mistake) and r.depth < f.depth]
+        if roots:
+            f.root = min(roots, key=lambda r: r.depth)   # the first of the most upstream
+            fns = [g for g in called.get(id(f.root.test), []) if g in order]
+            f.where = fns[0] if len(set(fns)) == 1 else f'"{f.root.test.title}"'
+
+
+def _lift(failures: list[_Failure], order: list[str]) -> None:
+    """Where the mistaken function's own failures name no mistake but one that
+    follows from it does (its test had a known mistake to compare with), the
+    first of its own failures names that mistake: the diagnosis is said where
+    the cause is."""
+    if any(f.mistake for f in failures if f.evidence is None):
+        return
+    for f in failures:
+        up = f.evidence
+        if up is None or up.module or not f.mistake or up.cause not in order:
+            continue
+        own = [g for g in failures if g.evidence is None and g.depth == order.index(up.cause)]
+        if own:
+            own[0].mistake = f.mistake
+            own[0].test.output = f"{LOOKS_LIKE}{f.mistake}.\n{own[0].test.output}"
+            return
+
+
+def _lead(failures: list[_Failure]) -> _Failure | None:
+    """The failure to show first: the most upstream one naming a mistake of its
+    own, else the first that follows from an earlier exercise."""
+    roots = [f for f in failures if f.mistake and f.root is None and f.evidence is None]
+    if roots:
+        return min(roots, key=lambda f: (f.depth is None, f.depth or 0))
+    return next((f for f in failures if f.evidence is not None and f.evidence.module), None)
+
+
+def _show_first(report: Report, lead: TestResult, first: TestResult) -> None:
+    """Move ``lead`` to the place of ``first`` in the report's order."""
+    if lead is first:
+        return
+    tests = report.tests
+    tests.remove(lead)
+    tests.insert(tests.index(first), lead)
+
+
+def _what(report: Report, up: Upstream, failures: list[_Failure],
+          leads: dict[str, str | None]) -> str:
+    """What the first follower of ``up`` says of its cause."""
+    if not up.module:
+        named = any(f.mistake for f in failures if f.evidence is None)
+        return "the mistake named above" if named else "see its failures above"
+    parts = []
+    for module in up.cause.split(" and "):
+        if module not in report.exercises:
+            parts.append("not graded in this run")
+        elif leads.get(module):
+            parts.append(f"{leads[module]}, named there")
+        elif any(t.exercise == module and t.status == FAILED for t in report.tests):
+            parts.append("see its failures there")
+        else:
+            parts.append("a mistake its own tests did not catch")
+    return "; ".join(parts)
+
+
+def _word(failures: list[_Failure], report: Report, leads: dict[str, str | None],
+          end: str) -> None:
+    """Rules 3 and 5: the followers' one line, and a mistake named once."""
+    said = [f.mistake for f in failures if f.mistake and f.evidence is None]
+    for up in dict.fromkeys(f.evidence for f in failures if f.evidence is not None):
+        mine = [f for f in failures if f.evidence is up]
+        for n, f in enumerate(mine, start=1):
+            line = (FROM.format(cause=up.cause, end=end,
+                                what=_what(report, up, failures, leads)) if n == 1 else
+                    FROM_AGAIN.format(cause=up.cause, n=n, k=len(mine), end=end))
+            if f.mistake and not any(_same(f.mistake, m) for m in said):
+                line += f" Here it looks like: {f.mistake}."   # not said in the exercise yet
+                said.append(f.mistake)
+            f.test.output = line
+    # Each mistake under the words it was first said in.
+    first: dict[int, str] = {}
+    for f in failures:
+        if f.mistake and f.evidence is None:
+            first[id(f)] = next((m for m in first.values() if _same(m, f.mistake)), f.mistake)
+    counts: dict[str, int] = {}
+    totals = {m: list(first.values()).count(m) for m in set(first.values())}
+    for f in failures:
+        if id(f) not in first:
+            continue
+        first_said = first[id(f)]
+        n = counts[first_said] = counts.get(first_said, 0) + 1
+        k = totals[first_said]
+        more = not _names(f.mistake) <= _names(first_said)   # an alternative not yet said
+        if f.root is not None:
+            f.test.output = (FOLLOWS.format(where=f.where, n=n, k=k, end=end)
+                             if n > 1 and not more else
+                             FOLLOWS_NAMED.format(where=f.where, mistake=f.mistake, end=end,
+                                                  side="above" if n > 1 else "below"))
+        elif n > 1 and not more:
+            lines = f.test.output.splitlines()
+            if lines and lines[0].startswith(LOOKS_LIKE):   # first: ``diagnosis_first``
+                f.test.output = "\n".join([SAME.format(n=n, k=k)] + lines[1:])
+
+
+def _said_once(failures: list[_Failure]) -> None:
+    """Rule 5 for the rest: a sentence (a line that is not an indented detail)
+    already shown in an earlier failure of the exercise is left out."""
+    seen: set[str] = set()
+    for f in failures:
+        lines = f.test.output.splitlines()
+        kept = [x for x in lines if x.startswith(" ") or not x.strip() or x not in seen]
+        seen.update(x for x in lines if x.strip() and not x.startswith(" "))
+        if any(x.strip() for x in kept):
+            f.test.output = "\n".join(kept)
+
+
+def attribute(report: Report, called: dict[int, list[str]], *,
+              upstream: dict[str, list[Upstream]] | None = None,
+              deduct_each: bool = False) -> list[TestResult]:
+    """Apply the rules above to a graded report, exercise by exercise in course
+    order.  ``called`` maps ``id(test_result)`` to the submission's functions
+    the test called; ``upstream`` holds, per exercise, what grading it again
+    with a reference showed (earlier modules first).  Returns the tests that
+    follow from a root cause (unless ``deduct_each``, they now hold their
+    points)."""
     followers: list[TestResult] = []
-    for exercise, tests in report.by_exercise().items():
+    leads: dict[str, str | None] = {}   # exercise -> the mistake its first failure names
+    end = COSTS if deduct_each else KEEPS
+    for exercise in report.exercises + [e for e in report.by_exercise()
+                                        if e not in report.exercises]:
+        tests = [t for t in report.tests if t.exercise == exercise and t.status == FAILED]
+        if not tests:
+            continue
+        failures = []
+        for t in tests:
+            t.output = diagnosis_first(t.output)
+            evidence = next((up for up in (upstream or {}).get(exercise, [])
+                             if t.name in up.passes), None)
+            failures.append(_Failure(t, evidence=evidence))
         order = function_order(exercise)
-        named = []   # (position in report, test, mistake, depth)
-        for pos, t in enumerate(tests):
-            if t.status != FAILED:
-                continue
-            mistake = named_mistake(t.output)
-            depth = _depth(called.get(id(t), []), order)
-            if mistake and depth is not None:
-                named.append((pos, t, mistake, depth))
-        for pos, t, mistake, depth in named:
-            roots = [(p, r, d) for p, r, m, d in named if m == mistake and d < depth]
-            if not roots:
-                continue
-            root_depth = min(d for _, _, d in roots)
-            p_root, root, _ = next(x for x in roots if x[2] == root_depth)
-            fns = [f for f in called.get(id(root), []) if f in order]
-            where = fns[0] if len(set(fns)) == 1 else f'"{root.title}"'
-            first = FOLLOWS.format(where=where, side="above" if p_root < pos else "below",
-                                   mistake=mistake)
-            if deduct_once:
-                t.score, t.kept = t.max_score, True
-                first += " " + KEPT
-            t.output = f"{first}\n{t.output}"
-            followers.append(t)
-    if deduct_once and followers:
-        names = "; ".join(f"{t.exercise}: {t.title}" for t in followers)
-        report.notes.append(f"--deduct-once: {len(followers)} test(s) kept their points "
-                            f"because they fail only from a mistake named upstream: {names}")
+        _within(failures, called, order)
+        _lift(failures, order)
+        lead = _lead(failures)
+        if lead is not None:
+            _show_first(report, lead.test, tests[0])
+            leads[exercise] = lead.mistake
+            position = {id(t): i for i, t in enumerate(report.tests)}
+            failures.sort(key=lambda f: position[id(f.test)])
+        _word(failures, report, leads, end)
+        _said_once(failures)
+        for f in failures:
+            if f.root is not None or f.evidence is not None:
+                if not deduct_each:
+                    f.test.score, f.test.kept = f.test.max_score, True
+                followers.append(f.test)
+    if followers:
+        report.notes.append(
+            f"--deduct-each: {len(followers)} test(s) that fail only from a mistake found "
+            "upstream cost their points too; each says where." if deduct_each else
+            f"{len(followers)} test(s) kept their points: each fails only from a mistake "
+            "found upstream, which costs once (--deduct-each counts each), and says where.")
     return followers

@@ -1,4 +1,5 @@
-"""Root causes: a slip named upstream is named once, and (--deduct-once) costs once."""
+"""Root causes: a slip found upstream costs once, is named first, and is said once;
+--deduct-each restores the old count (every failure costs)."""
 from __future__ import annotations
 
 import json
@@ -8,22 +9,24 @@ from click.testing import CliRunner
 from grader.cli import main
 from grader.report import FAILED, PASSED, Report, to_gradescope, to_junit, to_text
 from grader.report import TestResult as Result  # not "Test*": pytest would collect it
-from grader.rootcause import attribute
+from grader.rootcause import Upstream, attribute
 from tests.conftest import SOLUTIONS, failures, grade_dir
+from tests.mutants import all_mutants
 
 AXIS = "the softmax ran over queries instead of keys"
+SCALE = "the scores were not scaled by 1/sqrt(d_head)"
 
 
-def _result(name, output, status=FAILED, points=2.0):
-    return Result(exercise="ex02_mha", name=name, title=name.replace("_", " "),
+def _result(name, output, status=FAILED, points=2.0, exercise="ex02_mha"):
+    return Result(exercise=exercise, name=name, title=name.replace("_", " "),
                   max_score=points, score=points if status == PASSED else 0.0,
                   status=status, output=output)
 
 
 def _report():
     tests = [_result("test_softmax", "", PASSED),
-             _result("test_attention", f"attention is wrong\nThis looks like: {AXIS}."),
-             _result("test_attention_more", f"on a case:\nThis looks like: {AXIS}."),
+             _result("test_attention", f"attention is wrong\n  at (0, 1)\nThis looks like: {AXIS}."),
+             _result("test_attention_more", f"on a case:\nattention is wrong\nThis looks like: {AXIS}."),
              _result("test_mha", f"on a case:\nmha is wrong\nThis looks like: {AXIS}."),
              _result("test_mha_other", "mha is wrong\nThis looks like: no RoPE."),
              _result("test_mha_unnamed", "mha is wrong")]
@@ -33,35 +36,42 @@ def _report():
     return Report(submission="s", suite="hidden", tests=tests, exercises=["ex02_mha"]), called
 
 
-def test_a_downstream_failure_names_its_root_cause_first():
+def test_a_downstream_failure_keeps_its_points_and_says_where_in_one_line():
     report, called = _report()
     followers = attribute(report, called)
     mha = report.tests[3]
     assert followers == [mha]
-    assert mha.output.splitlines()[0] == (
-        f"This follows from the attention mistake named above ({AXIS}).")
-    assert mha.score == 0.0                       # without --deduct-once it still costs
-    # Tests of the root function itself, and other mistakes, are left alone.
-    assert not report.tests[2].output.startswith("This follows")
-    assert not report.tests[4].output.startswith("This follows")
-    assert not report.notes
+    assert mha.output == ("This follows from the attention mistake named above (test 3 of 3 "
+                          "that show it): it keeps its points.")
+    assert mha.score == mha.max_score and mha.kept and mha.status == FAILED
+    # The root cause costs in its own function's tests, named first there ...
+    root, again = report.tests[1], report.tests[2]
+    assert root.output.splitlines()[0] == f"This looks like: {AXIS}."
+    assert root.score == 0 and again.score == 0
+    # ... and is referred to, not repeated, by the next test that shows it.
+    assert again.output.splitlines()[0] == ("This looks like the same mistake as above "
+                                            "(test 2 of 3 that show it).")
+    assert AXIS not in again.output
+    # Other mistakes, and failures that name none, are left to cost their points.
+    assert report.tests[4].output.startswith("This looks like: no RoPE.")
+    assert report.tests[5].output == "mha is wrong" and report.tests[5].score == 0
+    assert report.notes == ["1 test(s) kept their points: each fails only from a mistake "
+                            "found upstream, which costs once (--deduct-each counts each), "
+                            "and says where."]
 
 
-def test_deduct_once_keeps_the_points_of_downstream_failures_and_says_which():
+def test_deduct_each_restores_the_old_count():
     report, called = _report()
-    attribute(report, called, deduct_once=True)
-    mha = report.tests[3]
-    assert mha.score == mha.max_score and mha.status == FAILED
-    assert "It keeps its points (--deduct-once)" in mha.output.splitlines()[0]
-    assert [t.score for t in report.tests] == [2.0, 0.0, 0.0, 2.0, 0.0, 0.0]
-    assert report.notes == ["--deduct-once: 1 test(s) kept their points because they fail "
-                            "only from a mistake named upstream: ex02_mha: test mha"]
-    assert report.notes[0] in to_text(report)
+    attribute(report, called, deduct_each=True)
+    assert [t.score for t in report.tests] == [2.0, 0, 0, 0, 0, 0]
+    assert not any(t.kept for t in report.tests)
+    assert report.tests[3].output.endswith("it costs its points too (--deduct-each).")
+    assert report.notes[0].startswith("--deduct-each: 1 test(s)")
 
 
 def test_a_kept_test_is_shown_as_passed_with_its_reason_not_as_a_failure():
     report, called = _report()
-    attribute(report, called, deduct_once=True)
+    attribute(report, called)
     mha = report.tests[3]
     assert mha.kept and not any(t.kept for t in report.tests if t is not mha)
     # Text: a row of its own kind, never "FAIL" at full score.
@@ -71,9 +81,7 @@ def test_a_kept_test_is_shown_as_passed_with_its_reason_not_as_a_failure():
     # Gradescope: passed, the output saying why (the root cause named upstream).
     entry = next(e for e in to_gradescope(report)["tests"] if e["name"].endswith("test mha"))
     assert entry["status"] == "passed" and entry["score"] == entry["max_score"]
-    assert entry["output"].startswith(f"This follows from the attention mistake named above "
-                                      f"({AXIS}). It keeps its points (--deduct-once)")
-    # The other failures stay failures.
+    assert entry["output"].startswith("This follows from the attention mistake named above")
     statuses = [e["status"] for e in to_gradescope(report)["tests"]]
     assert statuses == ["passed", "failed", "failed", "passed", "failed", "failed"]
     # JUnit: no <failure> for it, and one fewer failure counted.
@@ -81,74 +89,206 @@ def test_a_kept_test_is_shown_as_passed_with_its_reason_not_as_a_failure():
     assert 'failures="4"' in junit
     case = junit[junit.index('name="test mha"'):]
     case = case[:case.index("</testcase>")]
-    assert "<failure" not in case and "It keeps its points" in case
-    # Without --deduct-once the same test is a plain failure everywhere.
+    assert "<failure" not in case and "it keeps its points" in case
+    # With --deduct-each the same test is a plain failure everywhere.
     plain, called = _report()
-    attribute(plain, called)
+    attribute(plain, called, deduct_each=True)
     assert not any(t.kept for t in plain.tests)
     assert [e["status"] for e in to_gradescope(plain)["tests"]].count("failed") == 5
 
 
-def _softmax_axis_submission(tmp_path):
-    sub = tmp_path / "submission"
+def test_the_first_failure_shown_is_the_root_and_starts_with_its_diagnosis():
+    """A failure that names nothing comes first in the suite: the failure of the
+    most upstream function that names a mistake takes its place."""
+    tests = [_result("test_causality", "later tokens changed earlier outputs"),
+             _result("test_mha", f"on a case:\nmha is wrong\n  at 0\nThis looks like: {AXIS}."),
+             _result("test_attention", f"on a case:\nattention is wrong\nThis looks like: {AXIS}.")]
+    called = {id(tests[0]): ["multi_head_attention"], id(tests[1]): ["multi_head_attention"],
+              id(tests[2]): ["attention"]}
+    report = Report(submission="s", suite="hidden", tests=list(tests), exercises=["ex02_mha"])
+    attribute(report, called)
+    assert [t.name for t in report.tests] == ["test_attention", "test_causality", "test_mha"]
+    assert report.tests[0].output.splitlines() == [f"This looks like: {AXIS}.", "on a case:",
+                                                   "attention is wrong"]
+    assert report.tests[2].output.startswith("This follows from the attention mistake named "
+                                             "above (test 2 of 2")
+
+
+def test_a_failure_that_passes_with_the_reference_upstream_module_follows_from_it():
+    ex02 = _result("test_attention", f"attention is wrong\nThis looks like: {SCALE}.")
+    ex03 = [_result(f"test_gqa_{i}", "gqa is wrong", exercise="ex03_gqa") for i in range(3)]
+    report = Report(submission="s", suite="hidden", tests=[ex02, *ex03],
+                    exercises=["ex02_mha", "ex03_gqa"])
+    upstream = {"ex03_gqa": [Upstream("ex02_mha", True, frozenset({"test_gqa_0",
+                                                                   "test_gqa_2"}))]}
+    attribute(report, {id(ex02): ["attention"]}, upstream=upstream)
+    assert [t.score for t in ex03] == [2.0, 0.0, 2.0]
+    assert ex03[0].output == (f"This follows from your ex02_mha ({SCALE}, named there): with "
+                              "a correct ex02_mha this test passes, so it keeps its points.")
+    assert ex03[2].output == ("This follows from your ex02_mha, as said above (test 2 of 2 "
+                              "that pass with a correct ex02_mha): it keeps its points.")
+    assert ex03[1].output == "gqa is wrong"          # its own mistake: it costs
+
+
+def test_a_failure_that_passes_with_the_reference_upstream_function_follows_from_it():
+    """A downstream test that names another mistake, or none, follows from the
+    upstream function when it passes with the reference's function."""
+    tests = [_result("test_decode", f"decode is wrong\nThis looks like: {AXIS}."),
+             _result("test_step", "This looks like: each step saw one key.\nstep is wrong"),
+             _result("test_step_more", "step is wrong"),
+             _result("test_flops", "flops: expected 4, got 2")]
+    called = {id(tests[0]): ["decode_attention"], id(tests[1]): ["decode_with_cache"],
+              id(tests[2]): ["decode_with_cache"], id(tests[3]): ["attention_flops"]}
+    report = Report(submission="s", suite="hidden", tests=list(tests),
+                    exercises=["ex05_decode_prefill"])
+    for t in tests:
+        t.exercise = "ex05_decode_prefill"
+    upstream = {"ex05_decode_prefill": [Upstream("decode_attention", False,
+                                                 frozenset({"test_step", "test_step_more"}))]}
+    attribute(report, called, upstream=upstream)
+    assert [t.score for t in tests] == [0.0, 2.0, 2.0, 0.0]
+    # One line; the mistake its own check named, not said above, is kept in it.
+    assert tests[1].output == ("This follows from your decode_attention (the mistake named "
+                               "above): with a correct decode_attention this test passes, so "
+                               "it keeps its points. Here it looks like: each step saw one "
+                               "key.")
+    assert tests[2].output.startswith("This follows from your decode_attention, as said above "
+                                      "(test 2 of 2")
+    assert tests[3].output == "flops: expected 4, got 2"   # not downstream of it: it costs
+
+
+def test_a_mistake_named_only_downstream_is_said_where_the_cause_is():
+    """The mistaken function's own test has no known mistake to compare with;
+    a test downstream of it does, and passes with the reference function: the
+    diagnosis goes to the first failure, the follower refers to it."""
+    tests = [_result("test_split", "split_heads is wrong"),
+             _result("test_merge", "on a case:\nThis looks like: strided features.\nwrong")]
+    called = {id(tests[0]): ["split_heads"], id(tests[1]): ["split_heads", "merge_heads"]}
+    report = Report(submission="s", suite="hidden", tests=list(tests), exercises=["ex02_mha"])
+    upstream = {"ex02_mha": [Upstream("split_heads", False, frozenset({"test_merge"}))]}
+    attribute(report, called, upstream=upstream)
+    assert tests[0].output.splitlines() == ["This looks like: strided features.",
+                                            "split_heads is wrong"]
+    assert tests[1].kept and tests[1].output == (
+        "This follows from your split_heads (the mistake named above): with a correct "
+        "split_heads this test passes, so it keeps its points.")
+
+
+def _mutant(tmp_path, name):
+    """The solutions, with one mutant of tests/mutants applied."""
+    (mutant,) = [m for m in all_mutants() if f"{m.file}:{m.name}" == name]
+    sub = tmp_path / name.replace(":", "-")
     sub.mkdir()
-    source = (SOLUTIONS / "ex02_mha.py").read_text()
-    wrong = source.replace("return softmax(scores, axis=-1) @ v",
-                           "return softmax(scores, axis=-2) @ v")
-    assert wrong != source
-    (sub / "ex02_mha.py").write_text(wrong)
+    for path in SOLUTIONS.glob("ex*.py"):
+        sub.joinpath(path.name).write_text(path.read_text())
+    (sub / f"{mutant.file}.py").write_text(mutant.apply((SOLUTIONS / f"{mutant.file}.py")
+                                                        .read_text()))
     return sub
 
 
-KEYWORD = "attention_chapter or multi_head_attention_small or is_causal or sees_nothing"
+def test_a_missing_scale_in_ex02_costs_in_ex02_only(tmp_path):
+    """ex03 imports the student's ex02: the slip costs in ex02, and ex03's
+    failures keep their points, each saying in one line that the cause is in
+    ex02.  --deduct-each gives the old totals: every failure costs."""
+    sub = _mutant(tmp_path, "ex02_mha:no_scale")
+    once = grade_dir(sub, ["ex02_mha", "ex03_gqa"], seed=7)
+    each = grade_dir(sub, ["ex02_mha", "ex03_gqa"], seed=7, deduct_each=True)
+    assert not once.errors and not each.errors, once.errors + each.errors
+    got = once.exercise_scores()
+    assert got["ex02_mha"][0] < got["ex02_mha"][1]
+    assert got["ex03_gqa"][0] == got["ex03_gqa"][1] > 0
+    ex03 = failures(once, "ex03_gqa")
+    assert ex03 and all(t.kept and "\n" not in t.output and "your ex02_mha" in t.output
+                        for t in ex03), [t.output for t in ex03]
+    assert ex03[0].output.startswith(f"This follows from your ex02_mha ({SCALE}, named there)")
+    # The old count: each test that failed costs its points, in both exercises.
+    assert [(t.name, t.status) for t in each.tests] == [(t.name, t.status) for t in once.tests]
+    assert each.score == sum(t.max_score for t in each.tests if t.status == PASSED)
+    kept = sum(t.max_score for t in once.tests if t.kept)
+    assert each.score == once.score - kept and each.max_score == once.max_score
+    assert each.exercise_scores()["ex03_gqa"][0] < got["ex03_gqa"][0]
 
 
-def test_softmax_axis_is_blamed_not_the_mask_and_costs_once(tmp_path):
-    sub = _softmax_axis_submission(tmp_path)
-    plain = grade_dir(sub, ["ex02_mha"], keyword=KEYWORD)
-    once = grade_dir(sub, ["ex02_mha"], keyword=KEYWORD, deduct_once=True)
-    assert not plain.errors and not once.errors
-    out = {t.name: t.output for t in failures(plain, "ex02_mha")}
-    causal = out["test_mha_is_causal"]
-    # The direct answer is checked before the mask is blamed.
-    assert "causal mask is missing" not in causal
-    assert f"This looks like: {AXIS}." in causal
-    assert causal.startswith(f"This follows from the attention mistake named above ({AXIS}).")
-    # The hint about rows that see no key is not shown for a mismatch elsewhere.
-    assert "Rows 0 and 1" not in out["test_attention_query_that_sees_nothing"]
-    assert f"This looks like: {AXIS}." in out["test_attention_query_that_sees_nothing"]
-    got, total = plain.exercise_scores()["ex02_mha"]
-    got_once, total_once = once.exercise_scores()["ex02_mha"]
-    assert total == total_once
-    kept = {t.name for t in once.tests if t.status == FAILED and t.score == t.max_score}
-    assert kept == {"test_multi_head_attention_small", "test_mha_is_causal"}
-    assert got_once == got + sum(t.max_score for t in once.tests if t.name in kept)
-    assert any("kept their points" in n for n in once.notes)
+def test_a_top_left_decode_mask_costs_in_decode_attention_only(tmp_path):
+    """ex05: decode_with_cache's tests name another mistake, or none, and pass
+    with the reference decode_attention: they keep their points."""
+    sub = _mutant(tmp_path, "ex05_decode_prefill:decode_mask_top_left")
+    report = grade_dir(sub, ["ex05_decode_prefill"],
+                       keyword="decode_attention or decode_with_cache")
+    assert not report.errors, report.errors
+    shown = failures(report, "ex05_decode_prefill")
+    assert shown[0].output.startswith("This looks like: the causal mask is aligned to the "
+                                      "top-left")
+    cache = [t for t in shown if "decode_with_cache" in t.title]
+    assert cache and all(t.kept and t.output.startswith("This follows from your "
+                                                        "decode_attention") for t in cache)
+    assert all("decode_attention" in t.title and not t.kept for t in shown if t not in cache)
 
 
-def test_deduct_once_is_wired_through_grade_and_batch(tmp_path):
-    sub = _softmax_axis_submission(tmp_path)
+def test_softmax_axis_the_first_failure_names_it_first_and_nothing_is_said_twice(tmp_path):
+    sub = _mutant(tmp_path, "ex02_mha:softmax_over_queries")
+    report = grade_dir(sub, ["ex02_mha"])
+    assert not report.errors, report.errors
+    shown = failures(report, "ex02_mha")
+    assert len(shown) >= 5
+    assert shown[0].output.startswith(f"This looks like: {AXIS}.")
+    # Every sentence (a line that is not an indented detail) is said once.
+    sentences = [line for t in shown for line in t.output.splitlines()
+                 if line.strip() and not line.startswith(" ")]
+    assert len(sentences) == len(set(sentences)), sentences
+    assert sum(AXIS in line for line in sentences) == 1
+    text = to_text(report)
+    assert text.count(AXIS) == 1
+    # The mask is not blamed: the direct answer is checked first.
+    assert "causal mask is missing" not in text
+    # Tests of multi_head_attention keep their points, each in one line.
+    mha = [t for t in shown if "multi_head_attention" in t.title]
+    assert mha and all(t.kept and "\n" not in t.output for t in mha)
+    got, total = report.exercise_scores()["ex02_mha"]
+    cost = sum(t.max_score for t in shown if not t.kept)
+    assert got == total - cost and cost < total / 4
+
+
+def test_deduct_each_and_the_gpu_tier_are_wired_through_check_grade_and_batch(
+        tmp_path, monkeypatch):
+    """The options reach ``Options`` (check, grade) and ``run_batch``;
+    --deduct-once, the old flag, is the default by its name; --require-gpu is
+    --gpu-tier."""
+    from grader import batch, cli
+    seen = []
+    monkeypatch.setattr(cli, "_run", lambda path, options: seen.append(options) or
+                        Report(submission=str(path), suite=options.suite))
+    monkeypatch.setattr(batch, "run_batch", lambda subs, results, **kw: seen.append(kw) or [])
+    (tmp_path / "class" / "alice").mkdir(parents=True)
     runner = CliRunner()
-    result = runner.invoke(main, ["grade", str(sub), "-e", "ex02", "-k", KEYWORD,
-                                  "--deduct-once"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    assert "--deduct-once: 2 test(s) kept their points" in result.output
-    assert "It keeps its points (--deduct-once)" in result.output
-    assert sum(line.startswith("  KEPT ") for line in result.output.splitlines()) == 2
+    for args in ([], ["--deduct-once"], ["--deduct-each"], ["--gpu-tier"], ["--require-gpu"]):
+        for command in (["check", "--path", str(tmp_path)], ["grade", str(tmp_path)],
+                        ["batch", str(tmp_path / "class"), "--out", str(tmp_path / "g.csv")]):
+            result = runner.invoke(main, [*command, *args], catch_exceptions=False)
+            assert result.exit_code == 0, (command, args, result.output)
+            got = seen.pop()
+            get = got.get if isinstance(got, dict) else lambda name: getattr(got, name)
+            assert get("deduct_each") == (args == ["--deduct-each"]), (command, args)
+            assert get("gpu_tier") == (args in (["--gpu-tier"], ["--require-gpu"])), (command,
+                                                                                       args)
+
+
+def test_a_batch_rerun_with_deduct_each_grades_again_with_the_old_count(tmp_path):
+    sub = _mutant(tmp_path, "ex02_mha:softmax_over_queries")
     folder = tmp_path / "class"
     (folder / "alice").mkdir(parents=True)
     (folder / "alice" / "ex02_mha.py").write_text((sub / "ex02_mha.py").read_text())
     out = tmp_path / "grades.csv"
-    scores = []
-    # Without the option, then with it: the rerun grades again (not "already graded").
-    for extra in ([], ["--deduct-once"]):
-        result = runner.invoke(main, ["batch", str(folder), "--out", str(out), "-e", "ex02",
-                                      *extra], catch_exceptions=False)
+    runs = []
+    for extra in ([], ["--deduct-each"]):
+        result = CliRunner().invoke(main, ["batch", str(folder), "--out", str(out), "-e",
+                                           "ex02", "--seed", "3", *extra],
+                                    catch_exceptions=False)
         assert result.exit_code == 0, result.output
         assert "1 graded, 0 already graded" in result.output
-        data = json.loads((tmp_path / "results" / "alice.json").read_text())
-        scores.append(data["score"])
-    assert data["extra_data"]["deduct_once"] is True
-    kept = [t for t in data["tests"] if "It keeps its points" in t["output"]]
+        runs.append(json.loads((tmp_path / "results" / "alice.json").read_text()))
+    once, each = runs
+    assert each["extra_data"]["deduct_each"] is True and "deduct_each" not in once["extra_data"]
+    kept = [t for t in once["tests"] if "it keeps its points" in t["output"]]
     assert kept and all(t["score"] == t["max_score"] and t["status"] == "passed" for t in kept)
-    assert scores[1] == scores[0] + sum(t["max_score"] for t in kept)
+    assert once["score"] == each["score"] + sum(t["max_score"] for t in kept)

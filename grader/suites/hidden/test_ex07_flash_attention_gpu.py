@@ -1,7 +1,7 @@
 """GPU tests for ex07_flash_attention: fp16/bf16 at long sequences, then speed.
 
-Without CUDA every test here is "not run: needs a GPU" (worth nothing; under
-``attn-grade grade --require-gpu`` a failure instead).
+The GPU tier: graded only under ``attn-grade grade --gpu-tier`` (then in the
+maximum on every machine, "needs regrade" without CUDA); otherwise not run.
 
 Speed is graded as a ratio, never in seconds: the student's kernel and the
 reference kernel (``grader/sandbox/runtime/kernels/flash.py``) run in two workers
