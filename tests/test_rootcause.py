@@ -257,7 +257,7 @@ def test_deduct_each_and_the_gpu_tier_are_wired_through_check_grade_and_batch(
     from grader import batch, cli
     seen = []
     monkeypatch.setattr(cli, "_run", lambda path, options: seen.append(options) or
-                        Report(submission=str(path), suite=options.suite))
+                        (Report(submission=str(path), suite=options.suite), []))
     monkeypatch.setattr(batch, "run_batch", lambda subs, results, **kw: seen.append(kw) or [])
     (tmp_path / "class" / "alice").mkdir(parents=True)
     runner = CliRunner()
