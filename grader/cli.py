@@ -393,6 +393,9 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
     write_private(out, text)
     extras = write_extras(out, text, shard=part,
                           everyone=[s.label for s in everyone] if part else None)
+    from grader import insight
+    extras += insight.write_mistakes(out, insight.class_rows(insight.read_results(outcomes)),
+                                     whole_class=part is None, students=len(outcomes))
     rubric = rubric_of(out)   # beside grades.csv, for staff
     if any(o.manual for o in outcomes):
         write_private(rubric, to_rubric_csv(outcomes))
@@ -448,6 +451,11 @@ def merge(parts, out):
         raise click.UsageError(str(exc)) from None
     write_private(out, text)
     extras = write_extras(out, text)
+    from grader import insight
+    mistakes = insight.merge_mistakes(list(parts))
+    if mistakes is not None:
+        extras += insight.write_mistakes(out, mistakes, whole_class=True,
+                                         students=max(text.count("\n") - 1, 0))
     rubric = merge_rubrics(list(parts))
     if rubric is not None:
         write_private(rubric_of(out), rubric)
