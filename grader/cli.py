@@ -127,9 +127,23 @@ def _run(path: Path, options: Options):
         raise click.UsageError(str(exc)) from None
 
 
-def _emit(report, out_format: str, out: Path | None, public_only: bool) -> None:
+def _html_page(report, artifacts: Path | None) -> str:
+    """``grade --format html``: the student's page, with the PNGs (the ex04
+    plot) the grading left in ``--artifacts``."""
+    from grader.html import student_page
+
+    pictures = {}
+    for png in sorted(Path(artifacts).glob("*.png")) if artifacts else []:
+        if png.is_file() and not png.is_symlink():
+            pictures[png.name] = png.read_bytes()
+    return student_page(fmt.to_gradescope(report), Path(report.submission).name, pictures)
+
+
+def _emit(report, out_format: str, out: Path | None, public_only: bool,
+          artifacts: Path | None = None) -> None:
     render = {"text": lambda r: fmt.to_text(r, public_only=public_only),
-              "json": fmt.to_json, "junit": fmt.to_junit}[out_format]
+              "json": fmt.to_json, "junit": fmt.to_junit,
+              "html": lambda r: _html_page(r, artifacts)}[out_format]
     text = render(report)
     if out is None:
         click.echo(text, nl=False)
@@ -214,9 +228,10 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, cache):
 @click.argument("path", type=click.Path(path_type=Path), metavar="SUBMISSION")
 @click.option("--suite", type=click.Choice(["public", "hidden"]), default="hidden",
               show_default=True, help="public: the students' tests; hidden: the full grade.")
-@click.option("--format", "out_format", type=click.Choice(["text", "json", "junit"]),
+@click.option("--format", "out_format", type=click.Choice(["text", "json", "junit", "html"]),
               default="text", show_default=True,
-              help="json: Gradescope's results.json; junit: JUnit XML for CI systems.")
+              help="json: Gradescope's results.json; junit: JUnit XML for CI systems; "
+                   "html: the student's page (static, offline; --artifacts' pictures in it).")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write the result to this file instead of the terminal.")
 @click.option("-e", "--exercise", "exercises", multiple=True,
@@ -268,7 +283,7 @@ def grade_cmd(path, suite, out_format, out, exercises, timeout, require_gpu, key
                       deduct_once=deduct_once, artifacts_dir=artifacts, isolation=isolation,
                       exercise_budget=exercise_budget, grading_budget=grading_budget)
     report, _ = _run(path, options)
-    _emit(report, out_format, out, public_only=suite == "public")
+    _emit(report, out_format, out, public_only=suite == "public", artifacts=artifacts)
     if report.ungraded:   # before --fail-on-lost-points: not graded is the graver news
         click.echo(f"not fully graded: {len(report.errors)} grader problem(s), "
                    f"{report.needs_regrade} test(s) needing a regrade (exit status "
@@ -391,15 +406,13 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
                                  on_done=lambda o: bar.update(1, o))
         # The whole class only (a shard sees its part): while Canvas's staged folders exist.
         from grader import similarity
-        alike = similarity.write_for_batch(out, everyone, only) if part is None else []
+        pairs = similarity.class_pairs(everyone, exercises=only) \
+            if part is None and similarity.available() else None
     text = to_csv(outcomes, columns(outcomes))
     write_private(out, text)
     extras = write_extras(out, text, shard=part,
                           everyone=[s.label for s in everyone] if part else None)
-    from grader import insight
-    extras += alike
-    extras += insight.write_mistakes(out, insight.class_rows(insight.read_results(outcomes)),
-                                     whole_class=part is None, students=len(outcomes))
+    extras += _class_insight(out, text, outcomes, pairs, whole_class=part is None)
     rubric = rubric_of(out)   # beside grades.csv, for staff
     if any(o.manual for o in outcomes):
         write_private(rubric, to_rubric_csv(outcomes))
@@ -425,6 +438,24 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
     if fail_on_lost_points and lost:
         click.echo(f"{_plural(len(lost), 'submission')} lost points or were not graded", err=True)
         sys.exit(1)
+
+
+def _class_insight(out: Path, text: str, outcomes, pairs, *, whole_class: bool) -> list[Path]:
+    """Beside grades.csv: the mistakes sheet, similarity.csv (``pairs`` None:
+    not made) and, for a whole class, report/index.html and its pages."""
+    from grader import html, insight, similarity
+
+    loaded = insight.read_outcomes(outcomes)
+    mistakes = insight.class_rows([(label, data) for label, _, data in loaded])
+    written = insight.write_mistakes(out, mistakes, whole_class=whole_class,
+                                     students=len(outcomes))
+    if pairs is not None:
+        write_private(similarity.similarity_csv(out), similarity.to_csv(pairs))
+        written.append(similarity.similarity_csv(out))
+    if whole_class:
+        written.append(html.write_class_report(out.parent / "report", text, loaded, mistakes,
+                                               pairs or []))
+    return written
 
 
 @main.command()

@@ -156,15 +156,23 @@ def class_rows(results: list[tuple[str, dict]]) -> list[list]:
     return sorted(rows, key=lambda r: (-r[3], r[0], r[1]))
 
 
-def read_results(outcomes) -> list[tuple[str, dict]]:
-    """(label, results JSON) of each batch outcome whose result can be read."""
+def read_outcomes(outcomes) -> list[tuple[str, str, dict]]:
+    """(label, result file's stem, results JSON) of each batch outcome whose
+    result can be read, in name order."""
     out = []
-    for o in outcomes:
+    for o in sorted(outcomes, key=lambda o: (o.submission.name, o.submission.key)):
         try:
-            out.append((o.submission.label, json.loads(Path(o.result_path).read_text())))
+            data = json.loads(Path(o.result_path).read_text())
         except (OSError, ValueError):
             continue   # a lost result has its error row in grades.csv already
+        if isinstance(data, dict):
+            out.append((o.submission.label, Path(o.result_path).stem, data))
     return out
+
+
+def read_results(outcomes) -> list[tuple[str, dict]]:
+    """(label, results JSON) of each batch outcome whose result can be read."""
+    return [(label, data) for label, _, data in read_outcomes(outcomes)]
 
 
 def mistakes_of_csv(csv_path: Path) -> Path:

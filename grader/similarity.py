@@ -167,15 +167,10 @@ def similarity_csv(out: Path) -> Path:
     return Path(out).with_name("similarity.csv")
 
 
-def write_for_batch(out: Path, subs, exercises: list[str] | None = None) -> list[Path]:
-    """``similarity.csv`` beside ``out`` for the whole class ``subs``;
-    nothing without copydetect (``pip install attn-course[similarity]``)."""
-    from grader.report import write_private
-
+def available() -> bool:
+    """Is copydetect installed (``pip install attn-course[similarity]``)?"""
     try:
         import copydetect  # noqa: F401
     except ImportError:
-        return []
-    path = similarity_csv(out)
-    write_private(path, to_csv(class_pairs(subs, exercises=exercises)))
-    return [path]
+        return False
+    return True

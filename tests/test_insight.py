@@ -89,6 +89,9 @@ def test_batch_and_merge_write_the_class_mistakes(tmp_path):
     assert "Most common mistakes (of 3 submissions):" in summary
     assert "1/sqrt(d_head) scale was forgotten" in summary
     assert "grades-mistakes.csv" in result.output
+    index = (out.parent / "report" / "index.html").read_text()    # the class's page
+    assert "1/sqrt(d_head) scale was forgotten" in index and 'href="ann.html"' in index
+    assert "This looks like:" in (out.parent / "report" / "ann.html").read_text()
 
     parts = []
     for k in (1, 2):
