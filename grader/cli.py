@@ -471,15 +471,27 @@ def variant(student_id):
 
 
 @main.command()
-@click.argument("parts", nargs=-1, required=True,
+@click.argument("parts", nargs=-1,
                 type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default="grades.csv",
               show_default=True, help="The joined CSV.")
-def merge(parts, out):
+@click.option("--rubric", "rubric_sheet", default=None,
+              type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="The rubric sheet with staff's points filled in: adds them to --out "
+                   "(graded already, or merged from PARTS), its results and class page.")
+@click.option("--results", "results_dir", type=click.Path(path_type=Path, file_okay=False),
+              default=None, help="The results JSON folder for --rubric "
+              "[default: results/ beside --out].")
+def merge(parts, out, rubric_sheet, results_dir):
     """Join the CSVs of `batch --shard K/N` runs into one, refusing overlaps and gaps,
-    and the free-text rubric sheets beside them (NAME_rubric.csv) into one."""
+    and the free-text rubric sheets beside them (NAME_rubric.csv) into one.  With
+    --rubric (PARTS then optional): add staff's points from the filled sheet."""
     from grader.batch import MergeError, merge_parts, merge_rubrics, rubric_of, write_extras
 
+    if not parts:
+        if rubric_sheet is None:
+            raise click.UsageError("Name the parts to merge, or --rubric SHEET.")
+        return _apply_rubric(out, rubric_sheet, results_dir)
     try:
         text = merge_parts(list(parts))
     except MergeError as exc:
@@ -498,6 +510,26 @@ def merge(parts, out):
     rows = max(text.count("\n") - 1, 0)
     click.echo(f"merged {_plural(len(parts), 'part')} into {out}: "
                f"{_plural(rows, 'submission')}" + "".join(f"; wrote {p}" for p in extras))
+    if rubric_sheet is not None:
+        _apply_rubric(out, rubric_sheet, results_dir)
+
+
+def _apply_rubric(out: Path, sheet: Path, results_dir: Path | None) -> None:
+    """``merge --rubric``: staff's points into grades.csv, results and class page."""
+    from grader import html, rubric
+
+    if not out.is_file():
+        raise click.BadParameter(f"{out} does not exist: --rubric adds points to a "
+                                 "batch's grades.csv.", param_hint="--out")
+    results_dir = results_dir or out.parent / "results"
+    try:
+        staff = rubric.apply(out, sheet, results_dir)
+    except rubric.RubricError as exc:
+        raise click.UsageError(f"{sheet}: nothing was written.\n{exc}") from None
+    points = {who: sum(e["points"] for e in given) for who, given in staff.items()}
+    page = html.rewrite_class_page(out.parent / "report", out, results_dir, points)
+    click.echo(f"staff points for {_plural(len(staff), 'submission')} added to {out} and "
+               f"{results_dir}/" + (f", {page}" if page else ""))
 
 
 @main.command()

@@ -21,6 +21,7 @@ import base64
 import csv
 import html
 import io
+import json
 from pathlib import Path
 
 from grader.exercises import EXERCISES
@@ -202,4 +203,31 @@ def write_class_report(folder: Path, grades_csv: str, results: list[tuple[str, s
         write_private(folder / f"pair-{i}.html", pair_page(pair))
     index = folder / "index.html"
     write_private(index, class_page(grades_csv, mistakes, pairs, links, rubric))
+    return index
+
+
+def rewrite_class_page(folder: Path, grades_csv: Path, results_dir: Path,
+                       rubric: dict[str, float] | None = None) -> Path | None:
+    """``folder/index.html`` again from what lies beside ``grades_csv`` (after
+    ``merge --rubric``: with the staff's points); None when there is none."""
+    from grader import insight, similarity
+    from grader.report import write_private
+
+    index = Path(folder) / "index.html"
+    if not index.is_file():
+        return None
+    sheet = insight.mistakes_of_csv(grades_csv)
+    mistakes = insight.read_mistakes_csv(sheet.read_text(encoding="utf-8")) \
+        if sheet.is_file() else []
+    alike = similarity.similarity_csv(grades_csv)
+    pairs = similarity.read_csv(alike.read_text(encoding="utf-8")) if alike.is_file() else []
+    links = {}
+    for path in sorted(Path(results_dir).glob("*.json")):
+        try:
+            label = json.loads(path.read_text())["extra_data"]["batch"]["submission"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        links[str(label)] = f"{path.stem}.html"
+    text = Path(grades_csv).read_text(encoding="utf-8")
+    write_private(index, class_page(text, mistakes, pairs, links, rubric))
     return index
