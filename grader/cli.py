@@ -354,9 +354,15 @@ def _plural(n: int, word: str) -> str:
 @click.option("--deduct-once", is_flag=True,
               help="A mistake named in an upstream function costs points once per exercise: "
                    "downstream tests that fail only because of it keep their points.")
+@click.option("--due", default=None, metavar="TIME",
+              help="The due time (2026-12-15T23:59; UTC without a zone), for --late-policy.")
+@click.option("--late-policy", default=None, metavar="POLICY",
+              help='Points off late work: "10%/day,max 3" (P%/day or P%/hour, max N, '
+                   'grace M min); the CSV adds penalty and final_total [default: none].')
 @_isolation_option()
 def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, exercises, force,
-          roster, seed, shard, fail_on_lost_points, deduct_once, isolation):
+          roster, seed, shard, fail_on_lost_points, deduct_once, isolation, due=None,
+          late_policy=None):
     """Grade every submission in FOLDER: each sub-folder, notebook and zip, or an
     LMS bulk download (Canvas's name_id_submissionid_file, grouped by student).
 
@@ -375,6 +381,7 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
                                  param_hint="FOLDER")
     only = _exercise_names(exercises, "--exercise")
     part = _shard(shard)
+    late = _late(due, late_policy)
     ids = None
     if roster is not None:
         try:
@@ -408,7 +415,10 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
         from grader import similarity
         pairs = similarity.class_pairs(everyone, exercises=only) \
             if part is None and similarity.available() else None
-    text = to_csv(outcomes, columns(outcomes))
+        text = to_csv(outcomes, columns(outcomes))
+        if late is not None:   # while Canvas's staged folders (and their metadata) exist
+            from grader import late as late_work
+            text = late_work.apply_to_csv(text, subs, *late)
     write_private(out, text)
     extras = write_extras(out, text, shard=part,
                           everyone=[s.label for s in everyone] if part else None)
@@ -438,6 +448,24 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
     if fail_on_lost_points and lost:
         click.echo(f"{_plural(len(lost), 'submission')} lost points or were not graded", err=True)
         sys.exit(1)
+
+
+def _late(due: str | None, policy: str | None):
+    """(Policy, due time) of ``--due`` and ``--late-policy``, or None for neither."""
+    from grader import late
+
+    if due is None and policy is None:
+        return None
+    if due is None or policy is None:
+        raise click.UsageError("--due and --late-policy go together: give both or neither.")
+    try:
+        when = late.parse_time(due)
+    except late.LatePolicyError as exc:
+        raise click.BadParameter(str(exc), param_hint="--due") from None
+    try:
+        return late.parse(policy), when
+    except late.LatePolicyError as exc:
+        raise click.BadParameter(str(exc), param_hint="--late-policy") from None
 
 
 def _class_insight(out: Path, text: str, outcomes, pairs, *, whole_class: bool) -> list[Path]:
