@@ -146,9 +146,23 @@ def _run(path: Path, options: Options):
         raise click.UsageError(str(exc)) from None
 
 
-def _emit(report, out_format: str, out: Path | None, public_only: bool) -> None:
+def _html_page(report, artifacts: Path | None) -> str:
+    """``grade --format html``: the student's page, with the PNGs (the ex04
+    plot) the grading left in ``--artifacts``."""
+    from grader.html import student_page
+
+    pictures = {}
+    for png in sorted(Path(artifacts).glob("*.png")) if artifacts else []:
+        if png.is_file() and not png.is_symlink():
+            pictures[png.name] = png.read_bytes()
+    return student_page(fmt.to_gradescope(report), Path(report.submission).name, pictures)
+
+
+def _emit(report, out_format: str, out: Path | None, public_only: bool,
+          artifacts: Path | None = None) -> None:
     render = {"text": lambda r: fmt.to_text(r, public_only=public_only),
-              "json": fmt.to_json, "junit": fmt.to_junit}[out_format]
+              "json": fmt.to_json, "junit": fmt.to_junit,
+              "html": lambda r: _html_page(r, artifacts)}[out_format]
     text = render(report)
     if out is None:
         click.echo(text, nl=False)
@@ -236,9 +250,10 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, gpu_tier, dedu
 @click.argument("path", type=click.Path(path_type=Path), metavar="SUBMISSION")
 @click.option("--suite", type=click.Choice(["public", "hidden"]), default="hidden",
               show_default=True, help="public: the students' tests; hidden: the full grade.")
-@click.option("--format", "out_format", type=click.Choice(["text", "json", "junit"]),
+@click.option("--format", "out_format", type=click.Choice(["text", "json", "junit", "html"]),
               default="text", show_default=True,
-              help="json: Gradescope's results.json; junit: JUnit XML for CI systems.")
+              help="json: Gradescope's results.json; junit: JUnit XML for CI systems; "
+                   "html: the student's page (static, offline; --artifacts' pictures in it).")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write the result to this file instead of the terminal.")
 @click.option("-e", "--exercise", "exercises", multiple=True,
@@ -287,7 +302,7 @@ def grade_cmd(path, suite, out_format, out, exercises, timeout, gpu_tier, keywor
                       deduct_each=deduct_each, artifacts_dir=artifacts, isolation=isolation,
                       exercise_budget=exercise_budget, grading_budget=grading_budget)
     report, _ = _run(path, options)
-    _emit(report, out_format, out, public_only=suite == "public")
+    _emit(report, out_format, out, public_only=suite == "public", artifacts=artifacts)
     if report.ungraded:   # before --fail-on-lost-points: not graded is the graver news
         click.echo(f"not fully graded: {len(report.errors)} grader problem(s), "
                    f"{report.needs_regrade} test(s) needing a regrade (exit status "
@@ -357,9 +372,15 @@ def _plural(n: int, word: str) -> str:
                    "be graded.")
 @_deduct_option()
 @_gpu_tier_option()
+@click.option("--due", default=None, metavar="TIME",
+              help="The due time (2026-12-15T23:59; UTC without a zone), for --late-policy.")
+@click.option("--late-policy", default=None, metavar="POLICY",
+              help='Points off late work: "10%/day,max 3" (P%/day or P%/hour, max N, '
+                   'grace M min); the CSV adds penalty and final_total [default: none].')
 @_isolation_option()
 def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, exercises, force,
-          roster, seed, shard, fail_on_lost_points, deduct_each, gpu_tier, isolation):
+          roster, seed, shard, fail_on_lost_points, deduct_each, gpu_tier, isolation, due=None,
+          late_policy=None):
     """Grade every submission in FOLDER: each sub-folder, notebook and zip, or an
     LMS bulk download (Canvas's name_id_submissionid_file, grouped by student).
 
@@ -378,6 +399,7 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
                                  param_hint="FOLDER")
     only = _exercise_names(exercises, "--exercise")
     part = _shard(shard)
+    late = _late(due, late_policy)
     ids = None
     if roster is not None:
         try:
@@ -407,10 +429,18 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
                                  exercises=only, seed=seed, roster=ids, isolation=isolation,
                                  deduct_each=deduct_each, gpu_tier=gpu_tier,
                                  on_done=lambda o: bar.update(1, o))
-    text = to_csv(outcomes, columns(outcomes))
+        # The whole class only (a shard sees its part): while Canvas's staged folders exist.
+        from grader import similarity
+        pairs = similarity.class_pairs(everyone, exercises=only) \
+            if part is None and similarity.available() else None
+        text = to_csv(outcomes, columns(outcomes))
+        if late is not None:   # while Canvas's staged folders (and their metadata) exist
+            from grader import late as late_work
+            text = late_work.apply_to_csv(text, subs, *late)
     write_private(out, text)
     extras = write_extras(out, text, shard=part,
                           everyone=[s.label for s in everyone] if part else None)
+    extras += _class_insight(out, text, outcomes, pairs, whole_class=part is None)
     rubric = rubric_of(out)   # beside grades.csv, for staff
     if any(o.manual for o in outcomes):
         write_private(rubric, to_rubric_csv(outcomes))
@@ -438,6 +468,42 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
         sys.exit(1)
 
 
+def _late(due: str | None, policy: str | None):
+    """(Policy, due time) of ``--due`` and ``--late-policy``, or None for neither."""
+    from grader import late
+
+    if due is None and policy is None:
+        return None
+    if due is None or policy is None:
+        raise click.UsageError("--due and --late-policy go together: give both or neither.")
+    try:
+        when = late.parse_time(due)
+    except late.LatePolicyError as exc:
+        raise click.BadParameter(str(exc), param_hint="--due") from None
+    try:
+        return late.parse(policy), when
+    except late.LatePolicyError as exc:
+        raise click.BadParameter(str(exc), param_hint="--late-policy") from None
+
+
+def _class_insight(out: Path, text: str, outcomes, pairs, *, whole_class: bool) -> list[Path]:
+    """Beside grades.csv: the mistakes sheet, similarity.csv (``pairs`` None:
+    not made) and, for a whole class, report/index.html and its pages."""
+    from grader import html, insight, similarity
+
+    loaded = insight.read_outcomes(outcomes)
+    mistakes = insight.class_rows([(label, data) for label, _, data in loaded])
+    written = insight.write_mistakes(out, mistakes, whole_class=whole_class,
+                                     students=len(outcomes))
+    if pairs is not None:
+        write_private(similarity.similarity_csv(out), similarity.to_csv(pairs))
+        written.append(similarity.similarity_csv(out))
+    if whole_class:
+        written.append(html.write_class_report(out.parent / "report", text, loaded, mistakes,
+                                               pairs or []))
+    return written
+
+
 @main.command()
 @click.argument("student_id", metavar="ID")
 def variant(student_id):
@@ -451,21 +517,38 @@ def variant(student_id):
 
 
 @main.command()
-@click.argument("parts", nargs=-1, required=True,
+@click.argument("parts", nargs=-1,
                 type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default="grades.csv",
               show_default=True, help="The joined CSV.")
-def merge(parts, out):
+@click.option("--rubric", "rubric_sheet", default=None,
+              type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="The rubric sheet with staff's points filled in: adds them to --out "
+                   "(graded already, or merged from PARTS), its results and class page.")
+@click.option("--results", "results_dir", type=click.Path(path_type=Path, file_okay=False),
+              default=None, help="The results JSON folder for --rubric "
+              "[default: results/ beside --out].")
+def merge(parts, out, rubric_sheet, results_dir):
     """Join the CSVs of `batch --shard K/N` runs into one, refusing overlaps and gaps,
-    and the free-text rubric sheets beside them (NAME_rubric.csv) into one."""
+    and the free-text rubric sheets beside them (NAME_rubric.csv) into one.  With
+    --rubric (PARTS then optional): add staff's points from the filled sheet."""
     from grader.batch import MergeError, merge_parts, merge_rubrics, rubric_of, write_extras
 
+    if not parts:
+        if rubric_sheet is None:
+            raise click.UsageError("Name the parts to merge, or --rubric SHEET.")
+        return _apply_rubric(out, rubric_sheet, results_dir)
     try:
         text = merge_parts(list(parts))
     except MergeError as exc:
         raise click.UsageError(str(exc)) from None
     write_private(out, text)
     extras = write_extras(out, text)
+    from grader import insight
+    mistakes = insight.merge_mistakes(list(parts))
+    if mistakes is not None:
+        extras += insight.write_mistakes(out, mistakes, whole_class=True,
+                                         students=max(text.count("\n") - 1, 0))
     rubric = merge_rubrics(list(parts))
     if rubric is not None:
         write_private(rubric_of(out), rubric)
@@ -473,6 +556,26 @@ def merge(parts, out):
     rows = max(text.count("\n") - 1, 0)
     click.echo(f"merged {_plural(len(parts), 'part')} into {out}: "
                f"{_plural(rows, 'submission')}" + "".join(f"; wrote {p}" for p in extras))
+    if rubric_sheet is not None:
+        _apply_rubric(out, rubric_sheet, results_dir)
+
+
+def _apply_rubric(out: Path, sheet: Path, results_dir: Path | None) -> None:
+    """``merge --rubric``: staff's points into grades.csv, results and class page."""
+    from grader import html, rubric
+
+    if not out.is_file():
+        raise click.BadParameter(f"{out} does not exist: --rubric adds points to a "
+                                 "batch's grades.csv.", param_hint="--out")
+    results_dir = results_dir or out.parent / "results"
+    try:
+        staff = rubric.apply(out, sheet, results_dir)
+    except rubric.RubricError as exc:
+        raise click.UsageError(f"{sheet}: nothing was written.\n{exc}") from None
+    points = {who: sum(e["points"] for e in given) for who, given in staff.items()}
+    page = html.rewrite_class_page(out.parent / "report", out, results_dir, points)
+    click.echo(f"staff points for {_plural(len(staff), 'submission')} added to {out} and "
+               f"{results_dir}/" + (f", {page}" if page else ""))
 
 
 @main.command()

@@ -59,6 +59,12 @@ class TestResult:
     def full_name(self) -> str:
         return f"{self.exercise}: {self.title}"
 
+    @property
+    def mistakes(self) -> list[str]:
+        """The stable ids of the mistakes its feedback names (grader.insight)."""
+        from grader.insight import diagnoses
+        return [ident for ident, _ in diagnoses(self.output)] if self.status == FAILED else []
+
 
 @safetext.fields(submission=ONE_LINE, student_id=ONE_LINE, errors=Texts, notes=Texts,
                  manual=Entries, import_errors=TextMap)
@@ -248,6 +254,8 @@ def to_gradescope(report: Report) -> dict:
         extra["deduct_each"] = True   # a batch rerun without the option grades again
     if board := leaderboard(report):
         out["leaderboard"] = board
+    from grader.insight import annotate
+    annotate(report, out)    # each diagnosis's mistake id (grader.insight)
     if report.manual:
         # For staff only: Gradescope shows "hidden" entries to instructors, never to
         # students; the list (``manual_from_gradescope``) feeds the batch's rubric

@@ -1,0 +1,107 @@
+"""The class's mistakes: stable ids in every result, and the class's table."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from grader import insight
+from grader.cli import main
+from grader.reference.secret.attention import MISTAKES
+from grader.report import FAILED, PASSED, Report, to_gradescope
+from grader.report import TestResult as Result
+from tests.conftest import SOLUTIONS, copy_solutions, grade_dir
+from tests.mutants.ex01_by_hand import MUTANTS as EX01
+from tests.mutants.ex02_mha import MUTANTS as EX02
+
+
+def _test(name, output, status=FAILED, exercise="ex02_mha"):
+    return Result(exercise, name, name, 1.0, 0.0 if status == FAILED else 1.0, status,
+                      output)
+
+
+def test_a_diagnosis_carries_the_references_key_not_its_wording():
+    out = f"x is wrong.\nThis looks like: {MISTAKES['no_scale']}."
+    assert insight.diagnoses(out) == [("no_scale", MISTAKES["no_scale"])]
+    both = f"This looks like: {MISTAKES['no_mask']} (or: {MISTAKES['kv_tile']})."
+    assert [i for i, _ in insight.diagnoses(both)] == ["no_mask", "kv_tile"]
+    # a suite's own wording without a key: an id stable as long as the words are
+    unkeyed = insight.diagnoses("This looks like: timing without warm-up.")
+    assert unkeyed[0][0].startswith("unkeyed-timing-without-warm-up-")
+    assert insight.diagnoses("This looks like: timing without warm-up.") == unkeyed
+    assert insight.diagnoses("all good") == []
+
+
+def test_every_failed_test_and_the_result_carry_the_ids_in_the_json():
+    follows = (f"This follows from the softmax mistake named above ({MISTAKES['no_scale']}).\n"
+               f"This looks like: {MISTAKES['no_scale']}.")
+    report = Report("s", "hidden", exercises=["ex02_mha"], tests=[
+        _test("test_attention", f"This looks like: {MISTAKES['no_scale']}."),
+        _test("test_mha", follows),
+        _test("test_ok", "", status=PASSED)])
+    data = json.loads(json.dumps(to_gradescope(report)))
+    assert [t.get("extra_data", {}).get("mistakes") for t in data["tests"]] == \
+        [["no_scale"], ["no_scale"], None]
+    assert report.tests[0].mistakes == ["no_scale"] and report.tests[2].mistakes == []
+    listed = data["extra_data"]["mistakes"]
+    assert [(m["test"], m["id"], m["follows"]) for m in listed] == \
+        [("test_attention", "no_scale", False), ("test_mha", "no_scale", True)]
+    # a root cause and what follows from it count once for the student
+    rows = insight.class_rows([("s", data), ("t", data)])
+    assert rows == [["ex02_mha", "no_scale", MISTAKES["no_scale"], 2, "s; t"]]
+
+
+def test_a_graded_mutant_names_its_mistake_by_key(tmp_path):
+    mutant = next(m for m in EX02 if m.name == "no_scale")
+    sub = copy_solutions(tmp_path / "s", ["ex02_mha"])
+    path = sub / "ex02_mha.py"
+    path.write_text(mutant.apply((SOLUTIONS / "ex02_mha.py").read_text()))
+    data = to_gradescope(grade_dir(sub, exercises=["ex02_mha"]))
+    ids = {m["id"] for m in data["extra_data"]["mistakes"]}
+    assert "no_scale" in ids, data["extra_data"]["mistakes"]
+
+
+def _read(path):
+    return list(csv.DictReader(path.open(encoding="utf-8")))
+
+
+@pytest.mark.slow
+def test_batch_and_merge_write_the_class_mistakes(tmp_path):
+    no_scale = next(m for m in EX01 if m.name == "no_scale")
+    solution = (SOLUTIONS / "ex01_by_hand.py").read_text()
+    cls = tmp_path / "class"
+    for name in ("ann", "ben", "=cat"):     # two with the slip, one right (a CSV-hostile name)
+        copy_solutions(cls / name, ["ex01_by_hand"])
+        if name != "ben":
+            (cls / name / "ex01_by_hand.py").write_text(no_scale.apply(solution))
+    out = tmp_path / "whole" / "grades.csv"
+    result = CliRunner().invoke(main, ["batch", str(cls), "--out", str(out), "-e", "A",
+                                       "-j", "2"])
+    assert result.exit_code == 0, result.output
+    rows = _read(out.with_name("grades-mistakes.csv"))
+    assert rows and rows[0]["exercise"] == "ex01_by_hand" and rows[0]["count"] == "2"
+    assert rows[0]["students"] == "'=cat; ann"          # neutralised as every CSV cell is
+    assert "1/sqrt(d_head) scale was forgotten" in rows[0]["text"]
+    assert rows[0]["mistake_id"].startswith("unkeyed-")
+    summary = out.with_name("grades-summary.txt").read_text()
+    assert "Most common mistakes (of 3 submissions):" in summary
+    assert "1/sqrt(d_head) scale was forgotten" in summary
+    assert "grades-mistakes.csv" in result.output
+    index = (out.parent / "report" / "index.html").read_text()    # the class's page
+    assert "1/sqrt(d_head) scale was forgotten" in index and 'href="ann.html"' in index
+    assert "This looks like:" in (out.parent / "report" / "ann.html").read_text()
+
+    parts = []
+    for k in (1, 2):
+        part = tmp_path / f"part{k}" / "grades.csv"
+        assert CliRunner().invoke(main, ["batch", str(cls), "--out", str(part), "-e", "A",
+                                         "--shard", f"{k}/2"]).exit_code == 0
+        parts.append(part)
+    merged = tmp_path / "merged" / "grades.csv"
+    result = CliRunner().invoke(main, ["merge", *map(str, parts), "--out", str(merged)])
+    assert result.exit_code == 0, result.output
+    assert merged.with_name("grades-mistakes.csv").read_text() == \
+        out.with_name("grades-mistakes.csv").read_text()
+    assert "Most common mistakes" in merged.with_name("grades-summary.txt").read_text()
