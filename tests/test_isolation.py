@@ -95,7 +95,7 @@ def test_what_cannot_be_judged_needs_a_regrade_and_keeps_its_points(tmp_path, mo
     assert report.max_score == 1 and "REGR" in to_text(report)
     assert "NEEDS REGRADE" in to_text(report) and "<skipped" in to_junit(report)
 
-    monkeypatch.setattr(cli, "_run", lambda path, options: report)
+    monkeypatch.setattr(cli, "_run", lambda path, options: (report, []))
     out = tmp_path / "r.json"
     result = CliRunner().invoke(main, ["grade", str(sub), "-e", "ex04", "--suite", "public",
                                        "-k", "times_a_slow_function", "--format", "json",

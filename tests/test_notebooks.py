@@ -62,7 +62,7 @@ def test_notebook_runs_end_to_end_with_the_reference(notebooks, tmp_path):
     assert proc.returncode == 0, proc.stderr
     outputs = json.loads(proc.stdout.strip().splitlines()[-1])
     table = outputs[-1]
-    assert "ex02_mha  6/6" in table and "Total: 6/6" in table
+    assert "ex02_mha  8/8" in table and "Total: 8/8" in table
     assert (work / "ex02_mha.py").exists()
 
 
@@ -197,9 +197,9 @@ def test_the_self_check_is_one_rich_table(tmp_path):
     copy_solutions(tmp_path, ["ex02_mha"])
     result = self_check("ex02_mha", tmp_path)
     assert repr(result) == str(result) and repr(result).count("\n") > 5
-    assert "ex02_mha  6/6" in repr(result) and "\\n" not in repr(result)
+    assert "ex02_mha  8/8" in repr(result) and "\\n" not in repr(result)
     html = result._repr_html_()
-    assert html.startswith("<table>") and "6/6" in html and "<pre" in html
+    assert html.startswith("<table>") and "8/8" in html and "<pre" in html
 
 
 def _execute(path: Path, cwd: Path):

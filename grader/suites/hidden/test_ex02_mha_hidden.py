@@ -159,7 +159,7 @@ def test_rope_random(student, dtype):
 
 @pytest.mark.points(1)
 def test_rope_odd_head_width_is_an_error(student):
-    """rope raises ValueError for an odd d_head"""
+    """rope raises ValueError for an odd d_head in a 4-d batch of heads (d_head 5)"""
     expect_raises(lambda: student.rope(np.ones((1, 2, 4, 5)), np.arange(4)), "ValueError",
                   what="rope(x) with d_head=5")
 

@@ -36,7 +36,7 @@ def test_rope_position_zero_is_identity(student):
 
 @pytest.mark.points(1)
 def test_rope_odd_d_head_raises(student):
-    """rope raises ValueError for an odd d_head"""
+    """rope raises ValueError for an odd d_head (a 2-d input, d_head 3)"""
     expect_raises(lambda: student.rope(np.ones((2, 3)), np.arange(2)), "ValueError",
                   what="rope with d_head=3")
 
