@@ -377,10 +377,13 @@ def _plural(n: int, word: str) -> str:
 @click.option("--late-policy", default=None, metavar="POLICY",
               help='Points off late work: "10%/day,max 3" (P%/day or P%/hour, max N, '
                    'grace M min); the CSV adds penalty and final_total [default: none].')
+@click.option("--submitted-times", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              default=None, help="A CSV of submission,submitted_at from the LMS, for "
+                                 "--late-policy (never read from a submission's own files).")
 @_isolation_option()
 def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, exercises, force,
           roster, seed, shard, fail_on_lost_points, deduct_each, gpu_tier, isolation, due=None,
-          late_policy=None):
+          late_policy=None, submitted_times=None):
     """Grade every submission in FOLDER: each sub-folder, notebook and zip, or an
     LMS bulk download (Canvas's name_id_submissionid_file, grouped by student).
 
@@ -399,7 +402,7 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
                                  param_hint="FOLDER")
     only = _exercise_names(exercises, "--exercise")
     part = _shard(shard)
-    late = _late(due, late_policy)
+    late = _late(due, late_policy, submitted_times)
     ids = None
     if roster is not None:
         try:
@@ -468,11 +471,14 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
         sys.exit(1)
 
 
-def _late(due: str | None, policy: str | None):
-    """(Policy, due time) of ``--due`` and ``--late-policy``, or None for neither."""
+def _late(due: str | None, policy: str | None, times: Path | None = None):
+    """(Policy, due time, submission times) of ``--due``, ``--late-policy`` and
+    ``--submitted-times``, or None for neither."""
     from grader import late
 
     if due is None and policy is None:
+        if times is not None:
+            raise click.UsageError("--submitted-times goes with --due and --late-policy.")
         return None
     if due is None or policy is None:
         raise click.UsageError("--due and --late-policy go together: give both or neither.")
@@ -481,9 +487,13 @@ def _late(due: str | None, policy: str | None):
     except late.LatePolicyError as exc:
         raise click.BadParameter(str(exc), param_hint="--due") from None
     try:
-        return late.parse(policy), when
+        parsed = late.parse(policy)
     except late.LatePolicyError as exc:
         raise click.BadParameter(str(exc), param_hint="--late-policy") from None
+    try:
+        return parsed, when, late.read_times(times) if times is not None else {}
+    except late.LatePolicyError as exc:
+        raise click.BadParameter(str(exc), param_hint="--submitted-times") from None
 
 
 def _class_insight(out: Path, text: str, outcomes, pairs, *, whole_class: bool) -> list[Path]:

@@ -8,10 +8,11 @@ clauses separated by commas:
 - ``max N``: more than N days (hours) late earns nothing;
 - ``grace M min``: submissions within M minutes of the due time are on time.
 
-How late a submission is comes from what the LMS recorded: Gradescope's
-``submission_metadata.json`` (its ``created_at``) at the top of a
-submission's folder, else a Canvas bulk download's ``late`` flag, which
-carries no time and counts as one day (hour) late.  The due time without a
+How late a submission is comes from what the LMS recorded, never from a
+file in the submission (its student controls those): the times staff give
+(``--submitted-times FILE``, a CSV of ``submission,submitted_at``), else a
+Canvas bulk download's ``late`` flag, which carries no time and counts as
+one day (hour) late.  The due time without a
 zone is UTC.  The CSV keeps the raw total and adds ``submitted_at``,
 ``late_units``, ``penalty`` and ``final_total``; with no policy, nothing
 changes.
@@ -83,15 +84,19 @@ def parse_time(text: str) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
-def metadata_time(folder: Path) -> datetime | None:
-    """``created_at`` of Gradescope's ``submission_metadata.json`` in ``folder``."""
-    path = Path(folder) / "submission_metadata.json"
-    if not path.is_file() or path.is_symlink():
-        return None
+def read_times(path: Path) -> dict[str, datetime]:
+    """Submission times that staff give (``batch --submitted-times``): a CSV
+    with ``submission`` and ``submitted_at`` columns, as an LMS export has
+    them.  Never read from a submission's own folder, which its student
+    controls (a file there could claim any time)."""
     try:
-        return parse_time(str(json.loads(path.read_text())["created_at"]))
-    except (OSError, ValueError, KeyError, TypeError, LatePolicyError):
-        return None
+        rows = list(csv.DictReader(io.StringIO(Path(path).read_text(encoding="utf-8"))))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise LatePolicyError(f"{path} could not be read as a CSV: {exc}") from None
+    if rows and not {"submission", "submitted_at"} <= set(rows[0]):
+        raise LatePolicyError(f"{path} needs the columns submission and submitted_at")
+    return {clean(r["submission"]): parse_time(r["submitted_at"]) for r in rows
+            if r.get("submission") and r.get("submitted_at")}
 
 
 def units_late(policy: Policy, due: datetime, submitted: datetime | None,
@@ -115,16 +120,19 @@ def penalty(policy: Policy, raw: float, units: int) -> float:
     return min(raw, round(raw * policy.percent * units / 100, 6))
 
 
-def apply_to_csv(text: str, subs, policy: Policy, due: datetime) -> str:
-    """The grades CSV with the late columns after ``total`` is kept as the raw one."""
+def apply_to_csv(text: str, subs, policy: Policy, due: datetime,
+                 times: dict[str, datetime] | None = None) -> str:
+    """The grades CSV with the late columns after ``total`` is kept as the raw
+    one; ``times``: submission -> when it was submitted (``read_times``)."""
     by_label = {s.label: s for s in subs}
     reader = csv.DictReader(io.StringIO(text))
     header = [h for h in (reader.fieldnames or []) if h not in LATE_COLUMNS]
     rows = []
     for row in reader:
         row = {k: csv_value(v or "") for k, v in row.items() if k is not None}
-        sub = by_label.get(clean(row.get("submission", "")))
-        when = metadata_time(sub.path) if sub is not None and Path(sub.path).is_dir() else None
+        name = clean(row.get("submission", ""))
+        sub = by_label.get(name)
+        when = (times or {}).get(name)
         units = units_late(policy, due, when, bool(sub is not None and sub.late))
         raw = float(row.get("total") or 0)
         off = penalty(policy, raw, units)

@@ -41,15 +41,21 @@ def test_days_late_and_the_penalty():
 
 
 @pytest.mark.slow
-def test_batch_applies_the_policy_to_flags_and_metadata_and_changes_nothing_without(tmp_path):
+def test_batch_applies_the_policy_to_flags_and_staff_times_and_changes_nothing_without(
+        tmp_path):
     cls = tmp_path / "class"
     cls.mkdir()
     solution = (SOLUTIONS / "ex01_by_hand.py").read_text()
     (cls / "annsmith_late_101_9001_ex01_by_hand.py").write_text(solution)   # Canvas, late
     (cls / "bobjones_102_9002_ex01_by_hand.py").write_text(solution)        # Canvas, on time
-    for name, when in (("carl", "2026-12-17T10:00:00+00:00"), ("dora", "2026-12-14T10:00")):
+    times = tmp_path / "times.csv"     # from the LMS, as staff export it
+    times.write_text("submission,submitted_at\ncarl,2026-12-17T10:00:00+00:00\n"
+                     "dora,2026-12-14T10:00\neve,2026-12-17T10:00\n")
+    for name in ("carl", "dora", "eve"):
         copy_solutions(cls / name, ["ex01_by_hand"])
-        (cls / name / "submission_metadata.json").write_text(json.dumps({"created_at": when}))
+    # A time a student wrote into their own folder is never read: the LMS's is.
+    (cls / "eve" / "submission_metadata.json").write_text(
+        json.dumps({"created_at": "2026-12-01T00:00"}))
     plain = tmp_path / "plain" / "grades.csv"
     assert CliRunner().invoke(main, ["batch", str(cls), "--out", str(plain), "-e", "A",
                                      "-j", "2"]).exit_code == 0
@@ -59,12 +65,13 @@ def test_batch_applies_the_policy_to_flags_and_metadata_and_changes_nothing_with
     out = tmp_path / "late" / "grades.csv"
     result = CliRunner().invoke(main, ["batch", str(cls), "--out", str(out), "-e", "A", "-j",
                                        "2", "--due", "2026-12-15T23:59",
-                                       "--late-policy", "10%/day,max 3"])
+                                       "--late-policy", "10%/day,max 3",
+                                       "--submitted-times", str(times)])
     assert result.exit_code == 0, result.output
     rows = {r["submission"]: r for r in csv.DictReader(out.open())}
     full = float(rows["dora"]["total"])
     assert full > 0
-    expect = {"annsmith_101": 1, "bobjones_102": 0, "carl": 2, "dora": 0}
+    expect = {"annsmith_101": 1, "bobjones_102": 0, "carl": 2, "dora": 0, "eve": 2}
     for name, units in expect.items():
         row = rows[name]
         assert int(float(row["late_units"])) == units, row
@@ -72,6 +79,7 @@ def test_batch_applies_the_policy_to_flags_and_metadata_and_changes_nothing_with
         assert float(row["penalty"]) == pytest.approx(full * 0.1 * units)
         assert float(row["final_total"]) == pytest.approx(full - full * 0.1 * units)
     assert rows["carl"]["submitted_at"].startswith("2026-12-17T10:00")
+    assert rows["eve"]["submitted_at"].startswith("2026-12-17T10:00")
     assert rows["annsmith_101"]["late"] == "yes"
 
     bad = CliRunner().invoke(main, ["batch", str(cls), "--late-policy", "10%/week",
