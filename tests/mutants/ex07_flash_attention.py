@@ -108,7 +108,7 @@ ONLY = {name: "step or blockwise" for name in (
 _SOLUTION = (Path(__file__).resolve().parents[2] / "solutions"
              / "ex07_flash_attention.py").read_text()
 DOT8_ASSERT = "    tl.static_assert(BLOCK_N >= 16)\n"
-DOT8_FIND = _SOLUTION[_SOLUTION.index("for bn in (32, 64) for s in (2, 3)"):
+DOT8_FIND = _SOLUTION[_SOLUTION.index("for bm, w, bn in ((64, 4, 32),"):
                       _SOLUTION.index(DOT8_ASSERT) + len(DOT8_ASSERT)]
 MUTANTS += [
     # A plain Python global read inside @triton.jit (the interpreter allows it).
@@ -117,7 +117,7 @@ MUTANTS += [
            diagnosis=False),   # named by the compiler's words and a hint
     # 8-wide key tiles in the GPU configs only: tl.dot needs 16.
     Mutant("kernel_dot_8_wide", DOT8_FIND,
-           DOT8_FIND.replace("for bn in (32, 64)", "for bn in (8, 64)")
+           DOT8_FIND.replace("((64, 4, 32),", "((64, 4, 8),")
            .replace(DOT8_ASSERT, ""), "K >= 16", diagnosis=False),
 ]
 
