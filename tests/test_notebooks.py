@@ -62,7 +62,7 @@ def test_notebook_runs_end_to_end_with_the_reference(notebooks, tmp_path):
     assert proc.returncode == 0, proc.stderr
     outputs = json.loads(proc.stdout.strip().splitlines()[-1])
     table = outputs[-1]
-    assert "ex02_mha  6/6" in table and "Total: 6/6" in table
+    assert "ex02_mha  8/8" in table and "Total: 8/8" in table
     assert (work / "ex02_mha.py").exists()
 
 
@@ -163,7 +163,8 @@ def test_exercise_a_notebook_prints_the_student_s_variant_and_questions_run(note
     ex01, questions = json.loads(proc.stdout.strip().splitlines()[-1])
     assert any(inputs_for("alice").text() in out for out in ex01)
     assert "STUDENT_ID" in (work / "ex01_by_hand.py").read_text()
-    assert "Total: 0/0" in questions[-1] and "FAIL" not in questions[-1]
+    assert "Total: 14 of 14 checks pass (no points here)" in questions[-1], questions[-1]
+    assert "FAIL" not in questions[-1] and "0/0" not in questions[-1]
 
 
 def test_notebooks_never_overwrite_without_force(tmp_path):
@@ -197,9 +198,9 @@ def test_the_self_check_is_one_rich_table(tmp_path):
     copy_solutions(tmp_path, ["ex02_mha"])
     result = self_check("ex02_mha", tmp_path)
     assert repr(result) == str(result) and repr(result).count("\n") > 5
-    assert "ex02_mha  6/6" in repr(result) and "\\n" not in repr(result)
+    assert "ex02_mha  8/8" in repr(result) and "\\n" not in repr(result)
     html = result._repr_html_()
-    assert html.startswith("<table>") and "6/6" in html and "<pre" in html
+    assert html.startswith("<table>") and "8/8" in html and "<pre" in html
 
 
 def _execute(path: Path, cwd: Path):
