@@ -503,3 +503,18 @@ def test_every_public_test_of_the_solutions_checks_something_in_the_edition(edit
     ex07 = [t for t in tests if t[0] == "ex07_flash_attention"]
     assert len(ex07) >= 5 and all(t[2] == "passed" for t in ex07), ex07
 
+
+def test_the_install_text_is_right_for_every_path(edition):
+    """pip, notebooks on a laptop, Colab: each has its line; every name given
+    for the package is the edition's own (attn-course-student), never the
+    instructors' attn-course."""
+    from grader.release import PACKAGE_NAME
+    readme = (edition / "README.md").read_text()
+    assert PACKAGE_NAME == "attn-course-student"
+    assert f'name = "{PACKAGE_NAME}"' in (edition / "pyproject.toml").read_text()
+    assert 'pip install -e ".[plot]"' in readme and PACKAGE_NAME in readme
+    assert "jupyter lab notebooks/" in readme                 # notebooks locally
+    assert f"In Colab, the first code cell installs the checker from `{URL}`" in readme
+    for path, text in edition_text(edition).items():
+        assert not re.search(r"attn-course(?!-student)\[", text), path
+        assert "pip install -e . " not in text and "pip install -e .\n" not in text, path
