@@ -117,6 +117,14 @@ def test_decode_with_cache_small(student):
     check_decode_with_cache(student, seed=7, b=1, s=5, d=8, h=2, h_kv=1, d_head=4)
 
 
+@pytest.mark.points(1)
+def test_decode_with_cache_groups_query_heads(student):
+    """decode_with_cache with 4 query heads sharing 2 KV heads: heads 0, 1 read KV head 0"""
+    # With one KV head every grouping is the same: two tell repeat_interleave's
+    # (0, 0, 1, 1) from tile's (0, 1, 0, 1), a common mistake (.repeat).
+    check_decode_with_cache(student, seed=11, b=1, s=5, d=8, h=4, h_kv=2, d_head=4)
+
+
 # -- measured on this machine ---------------------------------------------------
 
 def roofline_shapes(device):
