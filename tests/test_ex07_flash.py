@@ -320,8 +320,11 @@ def test_everything_but_ex07_works_without_triton(tmp_path):
     ex02 = [t for t in out["tests"] if t[0] == "ex02_mha"]
     ex07 = [t for t in out["tests"] if t[0] == EX]
     assert ex02 and all(status == "passed" for _, status, _ in ex02)
-    assert ex07 and all(status == "not_run" and "needs Triton" in text and "Linux" in text
-                        for _, status, text in ex07)
+    # The public NumPy half runs and passes; every test that needs Triton says so.
+    ran = [t for t in ex07 if t[1] != "not_run"]
+    assert len(ran) == 2 and all(status == "passed" for _, status, _ in ran), ran
+    assert all("needs Triton" in text and "Linux" in text
+               for _, status, text in ex07 if status == "not_run"), ex07
 
 
 def _imports_triton(path: Path) -> bool:
