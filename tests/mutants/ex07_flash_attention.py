@@ -107,7 +107,7 @@ ONLY = {name: "step or blockwise" for name in (
 # BLOCK_N: one snippet from the config list down to that check.
 _SOLUTION = (Path(__file__).resolve().parents[2] / "solutions"
              / "ex07_flash_attention.py").read_text()
-DOT8_ASSERT = "    tl.static_assert(BLOCK_N >= 16)\n"
+DOT8_ASSERT = "        tl.static_assert(BLOCK_N >= 16)\n"   # in the kernel, under "if triton"
 DOT8_FIND = _SOLUTION[_SOLUTION.index("for bm, w, bn in ((64, 4, 32),"):
                       _SOLUTION.index(DOT8_ASSERT) + len(DOT8_ASSERT)]
 MUTANTS += [
