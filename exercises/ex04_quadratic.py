@@ -15,7 +15,7 @@ exercise you time it and watch the quadratic appear on a real machine.
 4. ``score_matrix_bytes`` and ``max_naive_seq_len``: the memory wall of the
    naive approach (the chapter's 34.4 GB score tensor).
 5. ``plot_scaling``: a log-log plot of your measurement (needs matplotlib:
-   ``pip install 'attn-course[plot]'``).
+   ``pip install matplotlib``; Colab has it).
 
 Conventions: ``B`` batch, ``h`` heads, ``S`` sequence length, ``d_head``
 head width; tensors are ``(B, h, S, d_head)``.  Causal masks are aligned to

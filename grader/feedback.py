@@ -62,6 +62,19 @@ def _fmt(x) -> str:
     return repr(x)
 
 
+def _fmt_pair(expected, got) -> tuple[str, str]:
+    """Both numbers with the digits that show where they differ: 6 significant
+    digits, more while two different floats would print alike
+    (``expected -0.06371782, got -0.06371779``, never the same text twice)."""
+    exp_text, got_text = _fmt(expected), _fmt(got)
+    if isinstance(expected, (float, np.floating)) and isinstance(got, (float, np.floating)):
+        digits = 6
+        while exp_text == got_text and float(expected) != float(got) and digits < 17:
+            digits += 1
+            exp_text, got_text = f"{float(expected):.{digits}g}", f"{float(got):.{digits}g}"
+    return exp_text, got_text
+
+
 def _type_name(value) -> str:
     if value is None:
         return "None (did the function forget to return?)"
@@ -138,8 +151,8 @@ def check_close(got, expected, *, what: str, atol: float, rtol: float,
         return
     first = tuple(int(i) for i in np.argwhere(~close)[0])
     lines.append(f"{what} is wrong: {int((~close).sum())} of {close.size} values differ.")
-    lines.append(f"  first mismatch at index {first}: expected {_fmt(exp[first])}, "
-                 f"got {_fmt(got[first])}")
+    exp_text, got_text = _fmt_pair(exp[first], got[first])
+    lines.append(f"  first mismatch at index {first}: expected {exp_text}, got {got_text}")
     lines.extend(_non_finite_lines(got, exp))
     # The error is measured where both are finite and they differ; a NaN or
     # inf answer is named above, never summarized as "max abs error 0".
@@ -213,7 +226,8 @@ def check_equal(got, expected, *, what: str, mistakes: Mistakes = None,
         same = _holds(lambda: got == expected)
     if same:
         return
-    lines = [f"{what}: expected {_fmt(expected)}, got {_fmt(got)}"]
+    exp_text, got_text = _fmt_pair(expected, got)
+    lines = [f"{what}: expected {exp_text}, got {got_text}"]
     if isinstance(got, float) and not math.isfinite(got):
         lines.append(f"  the answer is {'NaN' if math.isnan(got) else 'infinite'}")
     for description, candidate in known_mistakes(mistakes).items():

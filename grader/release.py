@@ -98,8 +98,13 @@ STUDENT_README = """\
 # Attention, the exercises
 
 ```bash
-pip install -e . && attn-grade check         # check your exercises with the public tests
+pip install -e ".[plot]"    # this folder, as the package {name} (plot: matplotlib, for D's plot)
+attn-grade check            # check your exercises with the public tests
 ```
+
+Notebooks on your machine: `pip install -e ".[plot]" jupyterlab`, then
+`jupyter lab notebooks/` (each notebook's first cell finds the checker
+installed).
 
 {count} exercises on attention in transformers, and interview questions. Each module in `exercises/`
 states its task, shapes and conventions in its docstrings, and raises
@@ -363,7 +368,7 @@ def student_readme(names: list[str], install: str | None = None,
         f"{' or '.join(f'`{n}.py` or `{n}.ipynb`' for n in e.after)} beside it."
         for e in shipped if e.after)
     return STUDENT_README.format(
-        count=exercise_count(names), table=table, colab=where,
+        count=exercise_count(names), table=table, colab=where, name=PACKAGE_NAME,
         triton=(f"Exercise{'s' if len(triton) > 1 else ''} {', '.join(triton)} "
                 f"need{'' if len(triton) > 1 else 's'} Triton"),
         triton_letters=", ".join(triton) or "none", builds_on=builds_on,

@@ -156,14 +156,18 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
         width = max([len(t.title) for t in tests] + [20])
         got, total = report.exercise_scores()[exercise]
         lines.append("")
-        lines.append(f"{exercise}  {_num(got)}/{_num(total)}")
+        if total or any(t.max_score for t in tests):
+            lines.append(f"{exercise}  {_num(got)}/{_num(total)}")
+        else:   # format checks only: no "0/0", say how many hold
+            held = sum(t.status == PASSED or t.kept for t in tests)
+            lines.append(f"{exercise}  {held} of {len(tests)} checks pass (no points here)")
         shown: set[str] = set()
         for t in tests:
             mark = "KEPT" if t.kept else {PASSED: "ok  ", FAILED: "FAIL", NOT_RUN: "--  ",
                                           NEEDS_REGRADE: "REGR"}[t.status]
             title = t.title
-            pts = f"{_num(t.score)}/{_num(t.max_score)}"
-            lines.append(f"  {mark} {title:<{width}} {pts:>7}")
+            pts = f"{_num(t.score)}/{_num(t.max_score)}" if t.max_score else ""  # never 0/0
+            lines.append(f"  {mark} {title:<{width}} {pts:>7}".rstrip())
             output = t.output.rstrip()
             if public_only and output in shown:
                 output = ""     # said once above, under the first test it failed
@@ -171,7 +175,12 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
             if output:
                 lines.append(textwrap.indent(output, "         "))
     lines.append("")
-    lines.append(f"Total: {_num(report.score)}/{_num(report.max_score)}")
+    failed = sum(t.status == FAILED and not t.kept for t in report.tests)
+    # One total, never read as a pass while a test fails (0-point checks too).
+    points = (f"{_num(report.score)}/{_num(report.max_score)}" if report.max_score else
+              f"{len(report.tests) - failed} of {len(report.tests)} checks pass (no points here)")
+    lines.append(f"Total: {points}"
+                 + (f", but {failed} test{'s' if failed > 1 else ''} FAILED" if failed else ""))
     if report.manual and not public_only:
         staff = sum(e["points"] for e in report.manual)
         lines.append(f"Plus {len(report.manual)} free-text answers ({_num(staff)} points) "

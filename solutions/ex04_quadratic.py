@@ -15,7 +15,7 @@ exercise you time it and watch the quadratic appear on a real machine.
 4. ``score_matrix_bytes`` and ``max_naive_seq_len``: the memory wall of the
    naive approach (the chapter's 34.4 GB score tensor).
 5. ``plot_scaling``: a log-log plot of your measurement (needs matplotlib:
-   ``pip install 'attn-course[plot]'``).
+   ``pip install matplotlib``; Colab has it).
 
 Conventions: ``B`` batch, ``h`` heads, ``S`` sequence length, ``d_head``
 head width; tensors are ``(B, h, S, d_head)``.  Causal masks are aligned to
@@ -154,8 +154,7 @@ def plot_scaling(results, path):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise ImportError("plot_scaling needs matplotlib: pip install 'attn-course[plot]' "
-                          "(or pip install matplotlib)") from exc
+        raise ImportError("plot_scaling needs matplotlib: pip install matplotlib") from exc
     lens = sorted(results)
     times = [results[s] for s in lens]
     fig, ax = plt.subplots(figsize=(5, 4))

@@ -321,11 +321,14 @@ def test_everything_but_ex07_works_without_triton(tmp_path):
     ex02 = [t for t in out["tests"] if t[0] == "ex02_mha"]
     ex07 = [t for t in out["tests"] if t[0] == EX]
     assert ex02 and all(status == "passed" for _, status, _ in ex02)
-    # Graded tests need a regrade (their points stay in the maximum); the GPU
-    # tier is not graded here.
-    assert ex07 and all(status == "needs_regrade" and "needs Triton" in text and "Linux" in text
-                        or status == "not_run" and "GPU tier" in text
-                        for _, status, text in ex07)
+    # The public NumPy half runs and passes; the graded tests that need Triton
+    # need a regrade (their points stay in the maximum) and say what they need;
+    # the GPU tier is not graded here.
+    ran = [t for t in ex07 if t[1] == "passed"]
+    assert len(ran) == 2, ex07
+    assert all(status == "passed" or status == "needs_regrade" and "needs Triton" in text
+               and "Linux" in text or status == "not_run" and "GPU tier" in text
+               for _, status, text in ex07), ex07
     assert any(status == "needs_regrade" for _, status, _ in ex07)
 
 

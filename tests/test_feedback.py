@@ -185,3 +185,17 @@ def test_check_equal_names_a_factor_of_two():
     check_equal(3, 3, what="same")
     with pytest.raises(Feedback):
         check_equal(True, 1, what="a bool is not a count")
+
+
+def test_values_that_differ_never_print_alike():
+    """Issue 26: `expected -0.0637178, got -0.0637178` hid the difference."""
+    want, got = -0.06371782, -0.06371779
+    with pytest.raises(Feedback) as info:
+        check_equal(got, want, what="x")
+    assert "expected -0.06371782, got -0.06371779" in str(info.value), str(info.value)
+    with pytest.raises(Feedback) as info:
+        check_close(np.array([1.0, got]), np.array([1.0, want]), what="y", atol=0, rtol=1e-9)
+    assert "expected -0.06371782, got -0.06371779" in str(info.value), str(info.value)
+    with pytest.raises(Feedback) as info:   # six digits when six show it
+        check_equal(0.5, 0.25, what="z")
+    assert "expected 0.25, got 0.5" in str(info.value)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -152,7 +153,7 @@ def test_the_edition_checks_stubs_and_solutions(edition, tmp_path):
         or "NEEDS REGRADE" in out, out
     # fully replayed; ex08's traced decode is not: its tracer (probes/ex06_gqa_intensity.py)
     # counts a call's FLOPs and read bytes, ex06's task, so it runs when graded
-    for exercise in ("ex01_by_hand", "ex02_mha", "ex03_gqa"):
+    for exercise in ("ex01_by_hand", "ex02_mha", "ex03_gqa", "ex05_decode_prefill"):
         block = out.split(exercise, 1)[1].split("\nex0", 1)[0]
         assert "--  " not in block, block
     ex08 = out.split("ex08_mla", 1)[1].split("\nex0", 1)[0]
@@ -465,3 +466,58 @@ def test_the_editions_workflow_reports_its_table_and_the_readme_says_why_it_is_r
                                        "--self-check", self_check])
     assert result.exit_code == 0, result.output
     assert seen == {"self_check": self_check}
+
+
+# Public checks of the solutions that still say "not checked in the student
+# edition" (issue 26, item 2, not done yet: the measuring kit is grading-only
+# code today), as (exercise, test function); the list may only shrink.
+STILL_NOT_CHECKED = {
+    ("ex04_quadratic", "test_measure_scaling_shows_the_quadratic"),
+    ("ex06_gqa_intensity", "test_intensity_table_measured"),
+    ("ex08_mla", "test_mla_decode_traced"),
+}
+NOT_CHECKED = "not checked in the student edition"
+_EDITION_REPORT = """\
+import json, sys
+from grader.core import Options, grade
+report = grade(sys.argv[1], Options(suite="public", markers="not gpu"))
+print(json.dumps([[t.exercise, t.name, t.status, t.output] for t in report.tests]))
+"""
+
+
+@pytest.mark.slow
+def test_every_public_test_of_the_solutions_checks_something_in_the_edition(edition, tmp_path):
+    """Run in the edition on the solutions, no public test says "not checked in
+    the student edition" (its inputs are fixed by the test alone, so the
+    release's record replays; a verdict on measured data is computed from the
+    chapter's formula there), except the few still listed above."""
+    sub = copy_solutions(tmp_path / "sub")
+    env = dict(os.environ, PYTHONPATH=str(edition))
+    proc = subprocess.run([sys.executable, "-c", _EDITION_REPORT, str(sub)], cwd=edition,
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    tests = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {t[0] for t in tests} >= {"ex05_decode_prefill", "ex07_flash_attention"}
+    unchecked = {(ex, name.split("[")[0]) for ex, name, status, output in tests
+                 if NOT_CHECKED in output}
+    assert unchecked <= STILL_NOT_CHECKED, sorted(unchecked - STILL_NOT_CHECKED)
+    assert not STILL_NOT_CHECKED - unchecked, \
+        f"checked now, take them off STILL_NOT_CHECKED: {STILL_NOT_CHECKED - unchecked}"
+    ex07 = [t for t in tests if t[0] == "ex07_flash_attention"]
+    assert len(ex07) >= 5 and all(t[2] == "passed" for t in ex07), ex07
+
+
+def test_the_install_text_is_right_for_every_path(edition):
+    """pip, notebooks on a laptop, Colab: each has its line; every name given
+    for the package is the edition's own (attn-course-student), never the
+    instructors' attn-course."""
+    from grader.release import PACKAGE_NAME
+    readme = (edition / "README.md").read_text()
+    assert PACKAGE_NAME == "attn-course-student"
+    assert f'name = "{PACKAGE_NAME}"' in (edition / "pyproject.toml").read_text()
+    assert 'pip install -e ".[plot]"' in readme and PACKAGE_NAME in readme
+    assert "jupyter lab notebooks/" in readme                 # notebooks locally
+    assert f"In Colab, the first code cell installs the checker from `{URL}`" in readme
+    for path, text in edition_text(edition).items():
+        assert not re.search(r"attn-course(?!-student)\[", text), path
+        assert "pip install -e . " not in text and "pip install -e .\n" not in text, path

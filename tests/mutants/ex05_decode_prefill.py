@@ -125,3 +125,15 @@ MUTANTS += [
 ]
 ONLY.update({"causal_pairs_no_diagonal": "attention_flops",
              "bytes_fixed_2_per_elem": "attention_bytes"})
+
+# -- GQA grouped by .repeat (tile: 0, 1, 0, 1), issue 26: a case with one KV
+# head cannot see it; the public case with 4 query heads over 2 KV heads does.
+MUTANTS += [
+    Mutant("decode_with_cache_kv_repeat",
+           "o = decode_attention(q, k_cache[:, :, :t + 1], v_cache[:, :, :t + 1])",
+           "rep = n_heads // n_kv_heads\n"
+           "        o = decode_attention(q, k_cache[:, :, :t + 1].repeat(1, rep, 1, 1),\n"
+           "                             v_cache[:, :, :t + 1].repeat(1, rep, 1, 1))",
+           "repeated with tile (0,1,0,1)"),
+]
+ONLY.update({"decode_with_cache_kv_repeat": "decode_with_cache"})

@@ -107,9 +107,8 @@ ONLY = {name: "step or blockwise" for name in (
 # BLOCK_N: one snippet from the config list down to that check.
 _SOLUTION = (Path(__file__).resolve().parents[2] / "solutions"
              / "ex07_flash_attention.py").read_text()
-DOT8_ASSERT = "    tl.static_assert(BLOCK_N >= 16)\n"
-DOT8_CONFIGS = "for bm, w, bn in ((64, 4, 32), (128, 8, 32), (128, 8, 64)) for s in (2, 3)"
-DOT8_FIND = _SOLUTION[_SOLUTION.index(DOT8_CONFIGS):
+DOT8_ASSERT = "        tl.static_assert(BLOCK_N >= 16)\n"   # in the kernel, under "if triton"
+DOT8_FIND = _SOLUTION[_SOLUTION.index("for bm, w, bn in ((64, 4, 32),"):
                       _SOLUTION.index(DOT8_ASSERT) + len(DOT8_ASSERT)]
 MUTANTS += [
     # A plain Python global read inside @triton.jit (the interpreter allows it).
@@ -118,7 +117,7 @@ MUTANTS += [
            diagnosis=False),   # named by the compiler's words and a hint
     # 8-wide key tiles in the GPU configs only: tl.dot needs 16.
     Mutant("kernel_dot_8_wide", DOT8_FIND,
-           DOT8_FIND.replace("(64, 4, 32)", "(64, 4, 8)")
+           DOT8_FIND.replace("((64, 4, 32),", "((64, 4, 8),")
            .replace(DOT8_ASSERT, ""), "K >= 16", diagnosis=False),
 ]
 

@@ -82,6 +82,8 @@ MISTAKES = {
     "softmax_over_group": "the softmax ran over the query heads of a group (dim -2 of the "
                           "grouped (B, h_kv, h/h_kv, S) scores) instead of over the cached "
                           "keys (dim -1)",
+    # ex05's decode_with_cache: the GQA grouping (the words of ex02/ex03's)
+    "kv_tile": ref.MISTAKES["kv_tile"],
 }
 
 
@@ -269,8 +271,9 @@ def decode_with_cache(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, *, rope_base=1
     elif mistake == "decode_top_left":
         rep = n_heads // n_kv_heads                # each query sees only key 0
         out = ref.repeat_kv(v_cache[:, :, :1].expand(-1, -1, s, -1), rep)
-    else:
-        out = grouped(q, k_att, v_cache, causal=True)
+    else:   # kv_tile: query head i reads K/V head i % h_kv (tile's grouping)
+        out = grouped(q, k_att, v_cache, causal=True,
+                      mistake="kv_tile" if mistake == "kv_tile" else None)
     out = ref.merge_heads(out) @ ref.t64(w_o).T
     return out, k_cache, v_cache
 
