@@ -67,9 +67,11 @@ def test_without_triton_the_numpy_half_is_checked_and_the_kernel_is_not_run(
     rc, out = _check(python_without_triton, sub)
     assert rc == 0, out
     assert "FAIL" not in out and "Triton was importable" not in out, out
-    assert "ex07_flash_attention  2/2" in out, out
+    # One maximum (grader.core.plan): the kernel tests keep their points in it
+    # and say they need Triton, to be graded where it is; none fails.
+    assert "ex07_flash_attention  2/6" in out, out
     assert "not run: needs Triton (Linux)" in out, out
-    assert out.count("\n  --  ") == KERNEL_TESTS, out
+    assert out.count("\n  REGR ") + out.count("\n  --  ") == KERNEL_TESTS, out
 
 
 def test_without_triton_the_untouched_stub_fails_only_its_numpy_half(python_without_triton):
@@ -77,4 +79,4 @@ def test_without_triton_the_untouched_stub_fails_only_its_numpy_half(python_with
     assert rc == 1, out                      # the NumPy tasks are not done yet: a failure
     assert out.count("\n  FAIL ") == 2 and "NotImplementedError" in out, out
     assert "ImportError" not in out and "not run: needs Triton (Linux)" in out, out
-    assert out.count("\n  --  ") == KERNEL_TESTS, out
+    assert out.count("\n  REGR ") + out.count("\n  --  ") == KERNEL_TESTS, out

@@ -60,7 +60,10 @@ def python_roots() -> list[Path]:
     # the worker's ``python -I`` sees them; never the grader's own checkout.
     for entry in _isolated_sys_path():
         path = Path(entry)
-        if path == REPO_DIR or REPO_DIR in path.parents or path in REPO_DIR.parents:
+        # (a virtual environment inside the checkout is not the checkout: a
+        # CI's .venv that another environment's .pth names, say)
+        if path == REPO_DIR or path in REPO_DIR.parents or \
+                (REPO_DIR in path.parents and not _in_a_venv(path)):
             continue
         names.add(entry)
     for name in sorted(names):
@@ -91,6 +94,10 @@ def _isolated_sys_path() -> list[str]:
         except (OSError, ValueError, subprocess.SubprocessError):
             _sys_path = []
     return _sys_path
+
+
+def _in_a_venv(path: Path) -> bool:
+    return any((p / "pyvenv.cfg").is_file() for p in [path, *path.parents])
 
 
 def under_tmpfs() -> list[str]:
