@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from grader.exercises import contract
 from grader.feedback import LOOKS_LIKE, diagnosis_first, named_mistake
+from grader.reference.cases import RANDOM_ONLY
 from grader.report import FAILED, Report, TestResult
 
 KEEPS = "it keeps its points."
@@ -220,9 +221,14 @@ def _said_once(failures: list[_Failure]) -> None:
     seen: set[str] = set()
     for f in failures:
         lines = f.test.output.splitlines()
-        kept = [x for x in lines if x.startswith(" ") or not x.strip() or x not in seen]
+        # (a random case's note, with the seed that draws it again, is each
+        # failure's own: ``cases.RANDOM_ONLY``)
+        kept = [x for x in lines if x.startswith(" ") or not x.strip() or x not in seen
+                or RANDOM_ONLY in x]
         seen.update(x for x in lines if x.strip() and not x.startswith(" "))
-        if any(x.strip() for x in kept):
+        # Never only a heading (a fixed case's "on a case with ...:" before what
+        # went wrong): the sentence then stays, for this failure says nothing else.
+        if any(x.strip() and not x.rstrip().endswith(":") for x in kept):
             f.test.output = "\n".join(kept)
 
 
