@@ -197,7 +197,7 @@ def similarity_csv(out: Path) -> Path:
 
 
 def available() -> bool:
-    """Is copydetect installed (``pip install attn-course[similarity]``)?"""
+    """Is copydetect installed (``pip install copydetect``, or the similarity extra)?"""
     try:
         import copydetect  # noqa: F401
     except ImportError:

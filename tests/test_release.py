@@ -399,7 +399,7 @@ def test_student_output_is_for_students(edition, tmp_path):
     assert str(tmp_path) not in text and str(edition) not in text
     block = text.split("ex02_mha ", 1)[1]
     assert block.count("could not be imported") == 1, text
-    assert block.count("FAIL") == 8      # one per public test of ex02
+    assert block.count("\n  FAIL ") == 8      # one per public test of ex02
 
 
 def test_the_edition_is_a_git_repository_ready_to_push(edition):
