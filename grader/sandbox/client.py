@@ -284,7 +284,7 @@ class Worker:
             try:
                 self.proc = self._spawn_forked(rlimits)
             except ZygoteError:
-                self._end()   # spawned below instead
+                self.kill()   # spawned below instead
                 rlimits = self._memory_limit(rlimits)
         if self.proc is None:
             if not self.namespaces and not (self._dir / "runtime").is_dir():
@@ -354,16 +354,13 @@ class Worker:
                 raise
         return proc
 
-    def _end(self) -> None:
+    def kill(self) -> None:
         """Kill the worker and everything it started (``process.end``)."""
         process.end(self.proc, uid=self.uid, cgroup=self.cgroup)
         self.proc = None
         if self.cgroup is not None:
             self.cgroup.remove()
             self.cgroup = None
-
-    def kill(self) -> None:
-        self._end()
 
     def fingerprint(self) -> str:
         """A digest of the worker's copy of the submission: a worker that runs
@@ -379,7 +376,7 @@ class Worker:
         return digest.hexdigest()
 
     def close(self) -> None:
-        self._end()
+        self.kill()
         if self.uid is not None:
             confine.release_uid(self.uid)
             self.uid = None
@@ -407,7 +404,7 @@ class Worker:
                                  "of this exercise is not tried")
         if self.proc is None or self.proc.poll() is not None:
             if self.proc is not None:
-                self._end()
+                self.kill()
             self.start()
         if self.load_error is not None:
             raise self.load_error
@@ -448,7 +445,7 @@ class Worker:
         try:
             answer = codec.read_message(read_exact, self.limits.max_response_bytes)
         except TimeoutError:
-            self._end()
+            self.kill()
             self.failures += 1
             spent = next((b for b in self.budgets if b.left() <= 0), None)
             if spent is not None:
@@ -460,10 +457,10 @@ class Worker:
             return self._died(what)
         except (codec.CodecError, ValueError, KeyError, IndexError, TypeError,
                 RecursionError) as exc:
-            self._end()
+            self.kill()
             raise StudentBadValue(f"{what} sent back a malformed answer: {exc}") from None
         if not isinstance(answer, dict):
-            self._end()
+            self.kill()
             raise StudentBadValue(f"{what} sent back a malformed answer")
         if "raised" in answer and isinstance(answer["raised"], codec.Raised):
             raise StudentRaised(what, answer["raised"])
@@ -483,7 +480,7 @@ class Worker:
             except subprocess.TimeoutExpired:
                 pass
         over_memory = self.cgroup is not None and self.cgroup.oom_killed()
-        self._end()
+        self.kill()
         self.failures += 1   # a crash counts toward the cut-off as a time-out does
         out = self.output.text().strip() if self.output else ""
         tail = f"; its last output:\n{out[-1500:]}" if out else ""
