@@ -15,7 +15,7 @@ the verdicts) start each part only when its own estimate fits:
 1. ``environment``: versions, ``Python.h``, the C compiler, bubblewrap, the
    GPU and driver; ``blocks_launch``: what would stop a launch, in one line.
 2. ``worker_launch``: a Triton kernel inside a grading worker, spawned and
-   forked by a zygote.
+   forked by a fork server.
 3. ``correctness``: every kernel on the hidden GPU suite's shapes, bf16 then
    fp16, against float64.
 4. ``calibration``: ``attn-grade calibrate``'s measurement, its clock's
@@ -572,14 +572,14 @@ def launch(n):
 
 
 def _launch_in(launcher, folder, env, zyg) -> dict:
-    from grader.sandbox import zygote
+    from grader.sandbox import forkserver
     from grader.sandbox.client import StudentModule
     start = time.monotonic()
     worker = launcher.worker(folder, "launch_check", call_timeout=300, env=env, fork_from=zyg)
     try:
         worker.start()
-        if zyg is not None and not isinstance(worker.proc, zygote.ForkedProcess):
-            raise AssertionError("the worker was not forked by the zygote")
+        if zyg is not None and not isinstance(worker.proc, forkserver.ForkedProcess):
+            raise AssertionError("the worker was not forked by the fork server")
         total = StudentModule(worker).launch(1000)
     finally:
         worker.close()
@@ -589,22 +589,22 @@ def _launch_in(launcher, folder, env, zyg) -> dict:
 
 
 def worker_launch(check: Check) -> dict:
-    """Spawned, and forked by a grading's zygote (which imported PyTorch but
+    """Spawned, and forked by a grading's fork server (which imported PyTorch but
     never touched CUDA): a GPU exercise's workers are spawned on a GPU
-    machine until this proves the fork there (grader.core's _zygote_for)."""
+    machine until this proves the fork there (grader.core's _fork_server_for)."""
     from grader.sandbox.launch import Launcher
     folder = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     launcher = Launcher.here("auto")     # as a grading on this machine would
     env = worker_env(check, launcher.namespaces)
     out = {"isolation": launcher.isolation.text, "triton_cache": cache_note(launcher.namespaces)}
-    zyg = launcher.zygote({"NumPy", "PyTorch"})
+    zyg = launcher.fork_server({"NumPy", "PyTorch"})
     try:
         (folder / "launch_check.py").write_text(LAUNCH_MODULE)
         out["spawned"] = _launch_in(launcher, folder, env, None)
         if zyg is not None:
             zyg.start()
         if zyg is None or not zyg.alive:
-            out["forked"] = f"no zygote: {zyg.failed if zyg else 'not used here'}"
+            out["forked"] = f"no fork server: {zyg.failed if zyg else 'not used here'}"
         else:
             out["forked"] = _launch_in(launcher, folder, env, zyg)
     finally:

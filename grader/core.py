@@ -37,7 +37,7 @@ from grader.exercises import EXERCISES, suite_files
 from grader.feedback import Feedback
 from grader.paths import SOLUTIONS_DIR, SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
-from grader.sandbox import bwrap, confine, isolation, zygote
+from grader.sandbox import bwrap, confine, isolation, forkserver
 from grader.sandbox.client import StudentError, StudentModule, Worker
 from grader.sandbox.launch import GRADING_BUDGET_S, Launcher
 from grader.sandbox.process import remove_stale_staging_once
@@ -72,7 +72,7 @@ class Options:
     isolation: str = "auto"               # auto, strict or fallback (sandbox.isolation)
     artifacts_dir: Path | None = None     # grader-owned folder for files like the ex04 plot
     check_cache: Path | None = None       # `check` only: answers kept for unchanged files
-    zygote: bool = True                   # fork workers from one process per grading
+    fork_server: bool = True                   # fork workers from one process per grading
     exercise_budget: float | None = None  # seconds per exercise; None: each one's default
     grading_budget: float | None = GRADING_BUDGET_S   # seconds for the whole grading
 
@@ -191,7 +191,7 @@ class GradingPlugin:
         self._starter: threading.Thread | None = None
         self._closing = threading.Event()
         self.launcher: Launcher | None = None   # set by grade() from the isolation it found
-        self.zygote: zygote.Zygote | None = None   # started by prestart
+        self.fork_server: forkserver.ForkServer | None = None   # started by prestart
 
     # -- used by the suites' fixtures --------------------------------------
     def prestart(self, exercises: list[str]) -> None:
@@ -203,15 +203,15 @@ class GradingPlugin:
         One at a time, in course order, so that no two starts run at once
         (each may take a fresh user id).  ``worker()`` waits for its own."""
         needs = {n for e in exercises for n in EXERCISES[e].needs}
-        if self.options.zygote:
-            self.zygote = self.launcher.zygote(needs)
+        if self.options.fork_server:
+            self.fork_server = self.launcher.fork_server(needs)
         for exercise in exercises:
             self.worker(exercise)
             self._started[exercise] = threading.Event()
 
         def run():
-            if self.zygote is not None and not self._closing.is_set():
-                self.zygote.start()   # its imports, once; on failure workers are spawned
+            if self.fork_server is not None and not self._closing.is_set():
+                self.fork_server.start()   # its imports, once; on failure workers are spawned
             for exercise in exercises:
                 try:
                     if not self._closing.is_set():
@@ -241,17 +241,17 @@ class GradingPlugin:
             self.workers[exercise] = self.launcher.worker(
                 self.submission, exercise, exercise=exercise,
                 call_timeout=self.options.call_timeout or ex.call_timeout,
-                env=ex.worker_env, fork_from=self._zygote_for(ex))
+                env=ex.worker_env, fork_from=self._fork_server_for(ex))
         return self.workers[exercise]
 
-    def _zygote_for(self, ex):
-        """The zygote forks every worker but a GPU exercise's on a machine with
-        a GPU: CUDA is set up only in the worker (the zygote never does), but
+    def _fork_server_for(self, ex):
+        """The fork server forks every worker but a GPU exercise's on a machine with
+        a GPU: CUDA is set up only in the worker (the fork server never does), but
         that worker is started from scratch until a GPU run has proven the
         fork there (benchmarks/gpu_check.py)."""
         if "GPU" in ex.needs and bwrap.gpu_devices():
             return None
-        return self.zygote
+        return self.fork_server
 
     def student(self, exercise: str, timeout: float | None = None) -> StudentModule:
         return StudentModule(self.worker(exercise), timeout)
@@ -262,8 +262,8 @@ class GradingPlugin:
             self._starter.join()     # never a worker started after its clean-up
         for w in self.workers.values():
             w.close()
-        if self.zygote is not None:
-            self.zygote.close()
+        if self.fork_server is not None:
+            self.fork_server.close()
 
     # -- pytest hooks ------------------------------------------------------
     def pytest_collection_finish(self, session):

@@ -10,7 +10,7 @@ grader to that.  So:
   read the seed (the test, or a function of its module it calls, names one
   of those); every other test gives the same result under every seed;
 * ``Sweep`` runs those tests, with the suite's own code, against a
-  submission in a real sandboxed worker (forked from one zygote), under each
+  submission in a real sandboxed worker (forked from one fork server), under each
   of many seeds, in one process: no grading's start-up per seed.
 
 Two shortcuts keep it cheap, and both are exact:
@@ -475,7 +475,7 @@ class Verdict:
 
 
 class Sweep:
-    """Workers for one exercise's submissions, forked from one zygote, and the
+    """Workers for one exercise's submissions, forked from one fork server, and the
     seed-dependent tests run against them under ``seeds``."""
 
     def __init__(self, exercise: str, seed_list: list[int], folder: Path):
@@ -485,21 +485,21 @@ class Sweep:
         torch.set_num_threads(1)    # as grading does (grader.core): small references
         self.items = items(exercise)
         self.launcher = launcher("auto")
-        self.zygote = self.launcher.zygote(set(self.ex.needs))
-        if self.zygote is not None:
-            self.zygote.start()
+        self.fork_server = self.launcher.fork_server(set(self.ex.needs))
+        if self.fork_server is not None:
+            self.fork_server.start()
         self.reads = SeedReads()
         self.memo = Memo()
         self._solution: dict[str, dict[int, Run]] | None = None
         self.seconds = 0.0
 
     def close(self):
-        if self.zygote is not None:
-            self.zygote.close()
+        if self.fork_server is not None:
+            self.fork_server.close()
 
     def _student(self, folder: Path):
         worker = self.launcher.worker(folder, self.exercise, call_timeout=self.ex.call_timeout,
-                                      env=self.ex.worker_env, fork_from=self.zygote)
+                                      env=self.ex.worker_env, fork_from=self.fork_server)
         return worker, StudentModule(worker)
 
     def _grade(self, name: str, folder: Path, plan) -> tuple[Verdict, dict]:

@@ -746,7 +746,7 @@ def test_workers_die_with_a_killed_grader(sub, tmp_path, isolation):
     finally:
         grader.send_signal(signal.SIGKILL)
         grader.wait()
-    # The fallback promises the worker (and its zygote: test_zygote), not a
+    # The fallback promises the worker (and its fork server: test_forkserver), not a
     # detached child of it: wait for those only.
     must_die = workers if isolation == "strict" else direct
     deadline = time.monotonic() + 10

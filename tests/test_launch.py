@@ -41,7 +41,7 @@ MODES = [pytest.param(True, id="namespaces", marks=needs_namespaces),
 EX07 = "ex07_flash_attention"
 LAUNCHER = "grader/sandbox/launch.py"
 # The mechanism beneath the launcher: it starts what the launcher asks for.
-MECHANISM = {"grader/sandbox/process.py", "grader/sandbox/client.py", "grader/sandbox/zygote.py"}
+MECHANISM = {"grader/sandbox/process.py", "grader/sandbox/client.py", "grader/sandbox/forkserver.py"}
 
 
 def _python_files():
@@ -52,12 +52,12 @@ def _python_files():
 
 
 def _constructions(tree: ast.AST) -> list[tuple[str, int]]:
-    """Calls that build a worker or a zygote, or start the worker program."""
+    """Calls that build a worker or a fork server, or start the worker program."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
-            if name in ("Worker", "Zygote", "LockedWorker", "spawn"):
+            if name in ("Worker", "ForkServer", "LockedWorker", "spawn"):
                 found.append((name, node.lineno))
         if isinstance(node, ast.ClassDef):   # a subclass is another way to make one
             if any(getattr(b, "attr", getattr(b, "id", "")) == "Worker" for b in node.bases):
@@ -68,7 +68,7 @@ def _constructions(tree: ast.AST) -> list[tuple[str, int]]:
 
 
 def test_no_code_but_the_launcher_makes_a_worker():
-    """A worker, a zygote or the worker program is made in launch.py alone
+    """A worker, a fork server or the worker program is made in launch.py alone
     (and started by the mechanism it calls): nowhere else in the package,
     its benchmarks or its tests."""
     offenders = []
@@ -82,10 +82,10 @@ def test_no_code_but_the_launcher_makes_a_worker():
     made = {rel: [n for n, _ in _constructions(ast.parse(path.read_text()))]
             for path, rel in _python_files() if rel in MECHANISM}
     assert made["grader/sandbox/client.py"] == ["spawn"]
-    assert made["grader/sandbox/zygote.py"] == ["spawn"]
+    assert made["grader/sandbox/forkserver.py"] == ["spawn"]
     assert sorted(set(made["grader/sandbox/process.py"])) == ["'worker.py'"]
     launcher_made = {n for n, _ in _constructions(ast.parse((REPO / LAUNCHER).read_text()))}
-    assert launcher_made == {"Worker", "Zygote"}
+    assert launcher_made == {"Worker", "ForkServer"}
 
 
 def test_the_launch_takes_no_sandbox_settings():
@@ -199,14 +199,14 @@ def test_an_exercise_worker_and_the_compile_worker_see_nothing(tmp_path, namespa
 def test_the_speed_worker_and_a_forked_worker_see_nothing(tmp_path, namespaces, kind,
                                                            listener, host_token):
     """ex07's speed worker (its copy of the submission read-only) and a worker
-    forked by a grading's zygote, made as grading makes them."""
+    forked by a grading's fork server, made as grading makes them."""
     sub = tmp_path / "sub"
     sub.mkdir()
     (sub / "ex05_decode_prefill.py").write_text(_look(listener))
     mode = "strict" if namespaces else "fallback"
     zyg = None
     if kind == "forked":
-        zyg = launcher(mode).zygote({"NumPy", "PyTorch"})
+        zyg = launcher(mode).fork_server({"NumPy", "PyTorch"})
         zyg.start()
         assert zyg.alive, zyg.failed
     try:
@@ -292,7 +292,7 @@ def test_a_detached_daemon_dies_with_its_exercise(tmp_path, monkeypatch, mode, h
         own = Launcher(own.isolation, grading_budget_s=None)
         own.confinement = dataclasses.replace(own.confinement, own_uids=False)
     if how == "forked":
-        zyg = own.zygote({"NumPy"})
+        zyg = own.fork_server({"NumPy"})
         zyg.start()
         assert zyg.alive, zyg.failed
     try:
@@ -379,7 +379,7 @@ def find(tag):
 @pytest.mark.parametrize("forked", [True, False], ids=["forked", "spawned"])
 def test_each_worker_has_its_own_temp_folders_and_ipc(tmp_path, forked):
     """ex02's worker leaves a file in /tmp, /var/tmp and /dev/shm and a SysV
-    segment; ex03's worker of the same grading (forked from the same zygote,
+    segment; ex03's worker of the same grading (forked from the same fork server,
     or spawned) sees none of them, and nothing of them is left on the machine
     once the first worker has ended."""
     sub = tmp_path / "sub"
@@ -389,7 +389,7 @@ def test_each_worker_has_its_own_temp_folders_and_ipc(tmp_path, forked):
     tag = f"{uuid.uuid4().int & 0x7fffffff:08x}"
     zyg = None
     if forked:
-        zyg = launcher("strict").zygote({"NumPy", "PyTorch"})
+        zyg = launcher("strict").fork_server({"NumPy", "PyTorch"})
         zyg.start()
         assert zyg.alive, zyg.failed
     try:
@@ -460,7 +460,7 @@ def test_a_forked_worker_still_sees_a_python_installed_under_tmp(tmp_path, monke
             "    except OSError:\n"
             "        writable = False\n"
             "    return open(os.path.join(path, 'marker.txt')).read(), writable\n")
-        zyg = launcher("strict").zygote({"NumPy", "PyTorch"})
+        zyg = launcher("strict").fork_server({"NumPy", "PyTorch"})
         zyg.start()
         assert zyg.alive, zyg.failed
         try:

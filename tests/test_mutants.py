@@ -9,7 +9,7 @@ reaches an exercise from a sibling.  A grading runs each exercise in its own
 worker, so a mistake costs only its own exercise (``test_grading`` and
 ``test_attacks`` hold the grader to that), and each mutant is judged on its
 own exercise's results alone; what the round saves is a grading's start (the
-zygote's PyTorch, pytest's session) per mutant.
+the fork server's PyTorch, pytest's session) per mutant.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Workers in namespaces of their own, made by bubblewrap (``bwrap``).
 
-A spawned worker gets a sandbox to itself; a grading's zygote
-(``grader.sandbox.zygote``) gets one, with ``/sandbox/w`` holding a folder
+A spawned worker gets a sandbox to itself; a grading's fork server
+(``grader.sandbox.forkserver``) gets one, with ``/sandbox/w`` holding a folder
 per worker, and the workers it forks share it (one submission's exercises,
 apart by uid).  The worker sees a new root: a read-only view of only what this Python needs
 (its prefix, the virtual environment's packages, ``/usr`` and the system
@@ -103,7 +103,7 @@ def _in_a_venv(path: Path) -> bool:
 def under_tmpfs() -> list[str]:
     """The Python roots the sandbox binds inside its fresh temp folders (a
     virtual environment under /tmp): what a worker given temp folders of its
-    own must see again (``runtime/zygote.py``)."""
+    own must see again (``runtime/forker.py``)."""
     return [str(r) for r in python_roots()
             if any(Path(t) in r.parents for t in TMPFS)]
 
@@ -131,11 +131,11 @@ def command(staging: Path, argv: list[str], *, root: bool, tmpfs_bytes: int,
     """The bwrap command line that runs ``argv`` (a Python command line using
     sandbox paths) over the private ``staging`` folder's ``submission/`` and
     the runtime folder; ``kernels``: the worker is a trusted one and may see
-    the runtime's reference kernels; ``workspace``: a zygote's, whose whole
+    the runtime's reference kernels; ``workspace``: a fork server's, whose whole
     ``staging`` folder (one folder per worker inside) is at ``/sandbox/w``;
-    ``admin`` (a zygote's, as root): it keeps CAP_SYS_ADMIN, to give each
+    ``admin`` (a fork server's, as root): it keeps CAP_SYS_ADMIN, to give each
     worker it forks its own mount, IPC and PID namespaces and fresh temp
-    folders (``runtime/zygote.py``); the worker drops it with its uid."""
+    folders (``runtime/forker.py``); the worker drops it with its uid."""
     bwrap = executable()
     assert bwrap is not None
     cmd = [bwrap]

@@ -34,7 +34,7 @@ from pathlib import Path
 from grader.paths import HIDDEN_SUITES_DIR, RUNTIME_PACKAGE
 from grader.sandbox import bwrap, confine, memcg, process
 from grader.sandbox.runtime import codec
-from grader.sandbox.zygote import ZygoteError
+from grader.sandbox.forkserver import ForkServerError
 
 
 class StudentError(Exception):
@@ -182,7 +182,7 @@ class Worker:
 
     def __init__(self, submission: Path, module: str, limits: Limits,
                  confinement: Confinement, *, trusted: bool = False, locked: bool = False,
-                 zygote=None, budgets: tuple[Budget, ...] = ()):
+                 fork_server=None, budgets: tuple[Budget, ...] = ()):
         self.submission = Path(submission)
         self.module = module
         self.limits = limits
@@ -190,9 +190,9 @@ class Worker:
         self.trusted = trusted
         self.locked = locked
         self.budgets = budgets
-        # A student's worker of a grading: forked by the grading's zygote
-        # (``grader.sandbox.zygote``) while it runs, else spawned.
-        self.zygote = None if trusted else zygote
+        # A student's worker of a grading: forked by the grading's fork server
+        # (``grader.sandbox.forkserver``) while it runs, else spawned.
+        self.fork_server = None if trusted else fork_server
         self.proc: subprocess.Popen | None = None
         self.output: _OutputTail | None = None
         self._dir: Path | None = None
@@ -207,14 +207,14 @@ class Worker:
 
     # -- lifecycle ---------------------------------------------------------
     def _forking(self) -> bool:
-        return self.zygote is not None and self.zygote.alive
+        return self.fork_server is not None and self.fork_server.alive
 
     def _prepare_dir(self) -> Path:
         """The worker's private folder, with a copy of the submission's
         modules that this one can import (``needed_modules``): a worker gets
         no more of the upload than it can use."""
         forking = self._forking()
-        root = self.zygote.folder() if forking else process.staging_folder()
+        root = self.fork_server.folder() if forking else process.staging_folder()
         sub = root / "submission"
         sub.mkdir()
         for path in needed_modules(self.submission, self.module):
@@ -283,12 +283,12 @@ class Worker:
         if self._forking():
             try:
                 self.proc = self._spawn_forked(rlimits)
-            except ZygoteError:
+            except ForkServerError:
                 self.kill()   # spawned below instead
                 rlimits = self._memory_limit(rlimits)
         if self.proc is None:
             if not self.namespaces and not (self._dir / "runtime").is_dir():
-                process.copy_runtime(self._dir, self.trusted)  # prepared for a zygote that is gone
+                process.copy_runtime(self._dir, self.trusted)  # prepared for a fork server that is gone
             self.proc = self._spawn(rlimits)
         self.output = _OutputTail(self.proc.stderr, self.limits.max_output_bytes)
         try:
@@ -326,14 +326,14 @@ class Worker:
             self.cgroup.procs.write_text(str(pid))
 
     def _spawn_forked(self, rlimits: dict):
-        """Forked by the grading's zygote, with what a spawned worker gets:
+        """Forked by the grading's fork server, with what a spawned worker gets:
         its own uid, limits, folder and cgroup."""
-        inside = self.zygote.sandbox_path(self._dir)
+        inside = self.fork_server.sandbox_path(self._dir)
         env = process.private_environment(Path(inside), self.namespaces)
         env.update({k: str(v) for k, v in self.limits.env.items()})
         cfg = {"env": env, "rlimits": rlimits, "drop_to": self.uid,
                "cwd": f"{inside}/submission"}
-        return self.zygote.fork(cfg, on_forked=self._join_cgroup)
+        return self.fork_server.fork(cfg, on_forked=self._join_cgroup)
 
     def _spawn(self, rlimits: dict) -> subprocess.Popen:
         """Under bubblewrap, or the fallback's plain child, as the worker's uid

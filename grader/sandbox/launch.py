@@ -3,12 +3,12 @@
 A ``Launcher`` is made once per grading from the isolation this machine
 gives (``isolation.decide``), and every worker of that grading comes from
 it: each exercise's worker, ex07's compile worker and speed worker, the
-trusted worker that runs the reference kernel, and the zygote that forks
+trusted worker that runs the reference kernel, and the fork server that forks
 them.  So no worker can be weaker than the grading's isolation: no caller
 passes sandbox settings, only what the worker is for (its module, its time
 limit per call, its environment, whether it is the trusted reference side or
 must not write its copy of the submission).  ``tests/test_launch.py`` fails
-when code anywhere else constructs a worker or a zygote.
+when code anywhere else constructs a worker or a fork server.
 
 It also holds the grading's time budgets: each exercise's (the time its
 workers spend starting and answering, the compile and speed workers' too)
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.sandbox import confine, isolation, process, zygote
+from grader.sandbox import confine, isolation, forkserver, process
 from grader.sandbox.client import Budget, Confinement, Limits, Worker
 
 # Seconds of wall clock, by default: an exercise's workers together
@@ -69,13 +69,13 @@ class Launcher:
         (the grading's always); ``trusted``: the reference side (the
         runtime's own module, its kernels visible, the grading user kept);
         ``locked``: its copy of the submission is read-only to it;
-        ``fork_from``: this grading's zygote, to fork it from."""
+        ``fork_from``: this grading's fork server, to fork it from."""
         limits = Limits(call_timeout=call_timeout, import_timeout=self.import_timeout,
                         memory_bytes=self.memory_bytes, env=env if env is not None else {})
         budgets = (self.grading_budget,) if exercise is None else \
             (self.budget(exercise), self.grading_budget)
         return Worker(submission, module, limits, self.confinement, trusted=trusted,
-                      locked=locked, zygote=fork_from, budgets=budgets)
+                      locked=locked, fork_server=fork_from, budgets=budgets)
 
     def binder(self, submission: Path, exercise: str | None = None):
         """``launch(module, call_timeout=..., env=None, trusted=False,
@@ -86,13 +86,13 @@ class Launcher:
                                exercise=exercise, trusted=trusted, locked=locked)
         return launch
 
-    def zygote(self, needs: set[str]) -> "zygote.Zygote | None":
-        """A zygote for a grading whose exercises need ``needs``, or None
+    def fork_server(self, needs: set[str]) -> "forkserver.ForkServer | None":
+        """A fork server for a grading whose exercises need ``needs``, or None
         where none is used: not on this platform, nothing heavy to preload,
         or namespaces without root (a forked worker's own namespaces need
         root there; each worker is then spawned in a sandbox of its own)."""
-        if not zygote.supported() or not needs & set(zygote.PRELOAD):
+        if not forkserver.supported() or not needs & set(forkserver.PRELOAD):
             return None
         if self.namespaces and not confine.is_root():
             return None
-        return zygote.Zygote(needs, namespaces=self.namespaces, memory_bytes=self.memory_bytes)
+        return forkserver.ForkServer(needs, namespaces=self.namespaces, memory_bytes=self.memory_bytes)

@@ -1,7 +1,7 @@
 """Starting and ending the processes that run student code: the mechanism.
 
 Every such process (an exercise's worker, ex07's compile and speed workers,
-the reference's trusted worker, a grading's zygote) is started by ``spawn``
+the reference's trusted worker, a grading's fork server) is started by ``spawn``
 and ended by ``end``; which ones are started, and with what confinement, is
 decided in one place above this one (``grader.sandbox.launch``).  This module
 holds no policy of its own beyond what the kernel offers to make "everything
@@ -39,7 +39,7 @@ from grader.paths import KERNELS_DIR, RUNTIME_DIR
 from grader.sandbox import bwrap, confine
 
 STAGING_PREFIX = "attn-grade-"
-WORKER_PROGRAM = "worker.py"   # the runtime's entry point: a worker, or a zygote
+WORKER_PROGRAM = "worker.py"   # the runtime's entry point: a worker, or a fork server
 _stale_removed = False
 _live: set[int] = set()       # pids (and so session ids) of the processes spawn started
 _live_lock = threading.Lock()
@@ -178,7 +178,7 @@ def spawn(staging: Path, cfg: dict, *, namespaces: bool, uid: int | None, env: d
     plain child from its copy of the runtime (``copy_runtime``), as ``uid``
     where one is given.  ``cgroup_procs``: the cgroup to start in (joined
     before bubblewrap forks; the fallback's child is moved in by the caller
-    before it runs any student code).  ``admin``: a zygote's sandbox keeps
+    before it runs any student code).  ``admin``: a fork server's sandbox keeps
     the capability to give each worker it forks namespaces of its own.  In
     its own session; tracked for ``sweep_orphans``."""
     become_subreaper()

@@ -175,8 +175,8 @@ class Session:
 
 
 def _die_with_parent() -> None:
-    """SIGKILL when the parent (the zygote) dies; set after the uid switch,
-    which clears it.  Linux only; elsewhere there is no zygote."""
+    """SIGKILL when the parent (the fork server) dies; set after the uid switch,
+    which clears it.  Linux only; elsewhere there is no fork server."""
     import ctypes
     import signal
     parent = os.getppid()
@@ -187,16 +187,16 @@ def _die_with_parent() -> None:
 
 def main() -> None:
     cfg = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    if "zygote" in cfg:  # the grading's zygote: forks workers that run serve()
+    if "fork_server" in cfg:  # the grading's fork server: forks workers that run serve()
         package = _runtime_package()
-        importlib.import_module(f"{package}.zygote").run(cfg["zygote"], serve)
+        importlib.import_module(f"{package}.forker").run(cfg["fork_server"], serve)
         return
     serve(cfg)
 
 
 def serve(cfg: dict) -> None:
     """The request loop, on stdin and stdout; ``main`` for a worker started as
-    a script, and what a zygote's child runs (``zygote.py``) after its fork."""
+    a script, and what a fork server's child runs (``forker.py``) after its fork."""
     req_ch, resp_ch = _private_channels()
     _drop_to(cfg.get("drop_to"))
     if cfg.get("forked"):

@@ -1,6 +1,6 @@
-"""The grading process's side of a grading's zygote (``runtime/zygote.py``).
+"""The grading process's side of a grading's fork server (``runtime/forker.py``).
 
-One ``Zygote`` per grading: a sandboxed process like a worker (under
+One ``ForkServer`` per grading: a sandboxed process like a worker (under
 bubblewrap with namespaces, else a plain child), started before the first
 worker, that imports NumPy and PyTorch once and then forks each of the
 grading's workers.  Every worker keeps what a spawned one has: its own copy
@@ -8,15 +8,15 @@ of the submission in its own folder, its own uid, cgroup and resource
 limits, its own session, pipes and time limits, and it dies with the grading.
 Under namespaces each forked worker also gets mount, IPC and PID namespaces
 of its own, with fresh ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/proc``
-(``runtime/zygote.py``): nothing one exercise leaves there (a file, a SysV
+(``runtime/forker.py``): nothing one exercise leaves there (a file, a SysV
 segment, a detached process) is seen by the next, and all of it goes when
-its worker ends.  That needs root (the zygote's sandbox keeps CAP_SYS_ADMIN
-for it); where the zygote cannot do it, it is not used under namespaces.
+its worker ends.  That needs root (the fork server's sandbox keeps CAP_SYS_ADMIN
+for it); where the fork server cannot do it, it is not used under namespaces.
 Without namespaces (the fallback) workers share the machine's temp folders,
 as spawned ones do there.
 
-Only ``grader.sandbox.launch`` makes a zygote.  If it cannot start or dies,
-workers are spawned instead: the zygote changes how fast a worker starts,
+Only ``grader.sandbox.launch`` makes a fork server.  If it cannot start or dies,
+workers are spawned instead: the fork server changes how fast a worker starts,
 never whether it does, nor how it is confined.
 """
 from __future__ import annotations
@@ -39,44 +39,44 @@ from grader.sandbox import bwrap, confine, process
 PRELOAD = {"NumPy": "numpy", "PyTorch": "torch"}
 READY_TIMEOUT = 120.0
 FORK_TIMEOUT = 30.0
-WORKSPACE = f"{bwrap.SANDBOX}/w"   # the zygote's folder, in its sandbox
+WORKSPACE = f"{bwrap.SANDBOX}/w"   # the fork server's folder, in its sandbox
 
 
 def supported() -> bool:
     return sys.platform.startswith("linux") and hasattr(socket, "send_fds")
 
 
-class ZygoteError(Exception):
+class ForkServerError(Exception):
     pass
 
 
 class ForkedProcess:
-    """A worker forked by the zygote, with the parts of ``subprocess.Popen``
+    """A worker forked by the fork server, with the parts of ``subprocess.Popen``
     that ``Worker`` uses: ``pid`` (as the grading process sees it), the three
     pipes, ``poll`` and ``wait``."""
 
     forked = True
 
-    def __init__(self, zygote: "Zygote", inner: int, pid: int, stdin, stdout, stderr):
-        self._zygote, self._inner, self.pid = zygote, inner, pid
+    def __init__(self, fork_server: "ForkServer", inner: int, pid: int, stdin, stdout, stderr):
+        self._fork_server, self._inner, self.pid = fork_server, inner, pid
         self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self._zygote.exit_code(self._inner, timeout=0)
+            self.returncode = self._fork_server.exit_code(self._inner, timeout=0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            code = self._zygote.exit_code(self._inner, timeout=timeout)
+            code = self._fork_server.exit_code(self._inner, timeout=timeout)
             if code is None:
                 raise subprocess.TimeoutExpired("worker", timeout)
             self.returncode = code
         return self.returncode
 
 
-class Zygote:
+class ForkServer:
     def __init__(self, needs: set[str], *, namespaces: bool, memory_bytes: int):
         self.preload = [PRELOAD[n] for n in PRELOAD if n in needs]
         self.namespaces = namespaces
@@ -87,8 +87,8 @@ class Zygote:
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
         self._changed = threading.Condition()
-        self._forked: dict[int, int] = {}     # request id -> pid (the zygote's view)
-        self._exits: dict[int, int] = {}      # pid (the zygote's view) -> exit code
+        self._forked: dict[int, int] = {}     # request id -> pid (the fork server's view)
+        self._exits: dict[int, int] = {}      # pid (the fork server's view) -> exit code
         self._next = 0
         self._pidns: str | None = None
         self._reader: threading.Thread | None = None
@@ -109,24 +109,24 @@ class Zygote:
             self.close()
 
     def _start(self) -> None:
-        self.root = process.staging_folder("zygote-")
+        self.root = process.staging_folder("fork_server-")
         os.chmod(self.root, 0o711)   # each worker's uid passes through to its own folder
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
         tmpfs = min(self.memory_bytes, 4 << 30)
         # Under namespaces each forked worker gets namespaces and temp folders
-        # of its own (runtime/zygote.py), which needs root's CAP_SYS_ADMIN in
-        # the zygote's sandbox; without it workers are spawned, each in a
+        # of its own (runtime/forker.py), which needs root's CAP_SYS_ADMIN in
+        # the fork server's sandbox; without it workers are spawned, each in a
         # sandbox of its own (``launch``).
         own = {"tmpfs_bytes": tmpfs, "keep": bwrap.under_tmpfs()} if self.namespaces else None
-        cfg = {"zygote": {"preload": self.preload, "own_namespaces": own}}
+        cfg = {"fork_server": {"preload": self.preload, "own_namespaces": own}}
         env = process.worker_environment(self.root, self.namespaces)
         if not self.namespaces:
             # Only the runtime's student part, readable by the workers' uids.
             process.copy_runtime(self.root, kernels=False)
         # Its own complaints (an import that fails) go to a file of the
         # grader's: a pipe nobody reads while it runs could fill and stall it.
-        fd = os.open(self.root / "zygote.err", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(self.root / "fork_server.err", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         err = os.fdopen(fd, "wb")
         try:
             self.proc = process.spawn(self.root, cfg, namespaces=self.namespaces, uid=None,
@@ -138,31 +138,31 @@ class Zygote:
             err.close()
         ready = self._receive(READY_TIMEOUT)
         if "ready" not in ready:
-            raise ZygoteError(f"unexpected first message {ready!r}")
+            raise ForkServerError(f"unexpected first message {ready!r}")
         if self.namespaces and not ready.get("own_namespaces"):
-            raise ZygoteError("it cannot give a worker namespaces of its own here")
+            raise ForkServerError("it cannot give a worker namespaces of its own here")
         if self.namespaces:
             pid = self._outer_pid(int(ready["ready"]), below=self.proc.pid)
             self._pidns = os.readlink(f"/proc/{pid}/ns/pid")
-        self._reader = threading.Thread(target=self._read, name="attn-grade-zygote",
+        self._reader = threading.Thread(target=self._read, name="attn-grade-fork_server",
                                         daemon=True)
         self._reader.start()
 
     def _receive(self, timeout: float) -> dict:
         assert self._sock is not None and self.root is not None
         if not select.select([self._sock], [], [], timeout)[0]:
-            raise ZygoteError(f"no answer within {timeout:g} s")
+            raise ForkServerError(f"no answer within {timeout:g} s")
         data = self._sock.recv(1 << 16)
         if not data:
             try:
-                said = (self.root / "zygote.err").read_text(errors="replace")[-800:]
+                said = (self.root / "fork_server.err").read_text(errors="replace")[-800:]
             except OSError:
                 said = ""
-            raise ZygoteError(f"it exited: {said.strip()}")
+            raise ForkServerError(f"it exited: {said.strip()}")
         return json.loads(data)
 
     def _read(self) -> None:
-        """Answers and exits, from the zygote, until it is gone."""
+        """Answers and exits, from the fork server, until it is gone."""
         assert self._sock is not None
         while True:
             try:
@@ -202,7 +202,7 @@ class Zygote:
 
     # -- workers -----------------------------------------------------------
     def folder(self) -> Path:
-        """A new folder for one worker, inside the zygote's (its sandbox sees
+        """A new folder for one worker, inside the fork server's (its sandbox sees
         it at ``sandbox_path``)."""
         assert self.root is not None
         with self._lock:
@@ -221,7 +221,7 @@ class Zygote:
         runs before the worker reads its first request (to move it into its
         memory cgroup)."""
         if not self.alive:
-            raise ZygoteError(self.failed or "not running")
+            raise ForkServerError(self.failed or "not running")
         fds = [os.pipe() for _ in range(3)]   # (read, write) each
         child = [fds[0][0], fds[1][1], fds[2][1]]
         ours = [fds[0][1], fds[1][0], fds[2][0]]
@@ -234,7 +234,7 @@ class Zygote:
             except OSError as exc:
                 for fd in child + ours:
                     os.close(fd)
-                raise ZygoteError(f"could not ask for a worker: {exc}") from None
+                raise ForkServerError(f"could not ask for a worker: {exc}") from None
         for fd in child:
             os.close(fd)
         with self._changed:
@@ -245,7 +245,7 @@ class Zygote:
         if inner is None:
             for fd in ours:
                 os.close(fd)
-            raise ZygoteError(self.failed or "no worker")
+            raise ForkServerError(self.failed or "no worker")
         pid = self._outer_pid(inner) if self.namespaces else inner
         proc = ForkedProcess(self, inner, pid, os.fdopen(ours[0], "wb"),
                              os.fdopen(ours[1], "rb", buffering=0),
@@ -260,7 +260,7 @@ class Zygote:
                     pass
                 for stream in (proc.stdin, proc.stdout, proc.stderr):
                     stream.close()
-                raise ZygoteError(f"could not set up the worker: {exc}") from None
+                raise ForkServerError(f"could not set up the worker: {exc}") from None
         return proc
 
     def exit_code(self, inner: int, timeout: float | None) -> int | None:
@@ -270,13 +270,13 @@ class Zygote:
             if inner in self._exits:
                 return self._exits[inner]
             if self.failed is not None:
-                return -9    # the zygote is gone, and its workers with it
+                return -9    # the fork server is gone, and its workers with it
             return None
 
     def _outer_pid(self, inner: int, below: int | None = None) -> int:
-        """The pid, as this process sees it, of a process of the zygote's PID
+        """The pid, as this process sees it, of a process of the fork server's PID
         namespace (``/proc/*/status``'s NSpid): in that namespace
-        (``_pidns``) or, for the zygote itself, a descendant of ``below``."""
+        (``_pidns``) or, for the fork server itself, a descendant of ``below``."""
         for _ in range(200):
             for entry in os.scandir("/proc"):
                 fields = confine.proc_status(entry.name) if entry.name.isdigit() else None
@@ -295,7 +295,7 @@ class Zygote:
                 except OSError:
                     continue
             time.sleep(0.01)
-        raise ZygoteError(f"could not find process {inner} of the zygote's sandbox")
+        raise ForkServerError(f"could not find process {inner} of the fork server's sandbox")
 
 
 def _descends(pid: int, ancestor: int) -> bool:

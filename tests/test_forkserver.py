@@ -1,4 +1,4 @@
-"""A grading's zygote: workers forked from one process that imported PyTorch
+"""A grading's fork server: workers forked from one process that imported PyTorch
 once, each still with its own uid, folder, limits and fate."""
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from grader.core import Options, grade
-from grader.sandbox import bwrap, confine, zygote
+from grader.sandbox import bwrap, confine, forkserver
 from grader.sandbox.client import StudentCrash, StudentModule, StudentTimeout
 from tests.conftest import SOLUTIONS, copy_solutions, launch, launcher
 from tests.test_attacks import _alive
 
-pytestmark = pytest.mark.skipif(not zygote.supported(), reason="needs Linux")
+pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="needs Linux")
 
 MODES = ["fallback"] + (["namespaces"] if bwrap.usable()[0] else [])
 
@@ -24,8 +24,8 @@ def namespaces(request):
     return request.param == "namespaces"
 
 
-def _zygote(namespaces, needs=("NumPy", "PyTorch")):
-    z = launcher("strict" if namespaces else "fallback").zygote(set(needs))
+def _fork_server(namespaces, needs=("NumPy", "PyTorch")):
+    z = launcher("strict" if namespaces else "fallback").fork_server(set(needs))
     z.start()
     assert z.alive, z.failed
     return z
@@ -34,7 +34,7 @@ def _zygote(namespaces, needs=("NumPy", "PyTorch")):
 @pytest.fixture(scope="module")
 def zyg(namespaces):
     """One per mode for the module's tests (each imports PyTorch once)."""
-    z = _zygote(namespaces)
+    z = _fork_server(namespaces)
     yield z
     z.close()
 
@@ -52,19 +52,19 @@ def _answers(w) -> bool:
 
 def _spawned_and_answers(w) -> None:
     try:
-        assert not isinstance(w.proc, zygote.ForkedProcess)
+        assert not isinstance(w.proc, forkserver.ForkedProcess)
         assert _answers(w)
     finally:
         w.close()
 
 
 def test_workers_are_forked_and_answer(zyg, namespaces):
-    """PyTorch is imported once, by the zygote (which says so when ready): a
+    """PyTorch is imported once, by the fork server (which says so when ready): a
     worker of a PyTorch exercise is forked from it, not started afresh.  How
     much faster that is, is a benchmark (benchmarks/bench_isolation.py)."""
     w = _worker(SOLUTIONS, "ex05_decode_prefill", namespaces, zyg)
     try:
-        assert isinstance(w.proc, zygote.ForkedProcess) and w.load_error is None
+        assert isinstance(w.proc, forkserver.ForkedProcess) and w.load_error is None
         assert StudentModule(w).attention_flops(1, 2, 3, 5, 8) == 4 * 8 * 15 * 2
     finally:
         w.close()
@@ -125,8 +125,8 @@ def test_forked_workers_keep_their_own_users_and_folders(zyg, namespaces, tmp_pa
         b.close()
 
 
-def test_a_dead_zygote_means_spawned_workers(namespaces):
-    zyg = _zygote(namespaces, needs=["NumPy"])   # ex02's worker needs no more
+def test_a_dead_fork_server_means_spawned_workers(namespaces):
+    zyg = _fork_server(namespaces, needs=["NumPy"])   # ex02's worker needs no more
     os.killpg(zyg.proc.pid, 9)
     zyg.proc.wait()
     deadline = time.monotonic() + 5
@@ -138,10 +138,10 @@ def test_a_dead_zygote_means_spawned_workers(namespaces):
         zyg.close()
 
 
-def test_workers_die_with_their_zygote(namespaces):
-    """Killed with the grading process, the zygote takes its workers along:
+def test_workers_die_with_their_fork_server(namespaces):
+    """Killed with the grading process, the fork server takes its workers along:
     their parent-death signal, and under namespaces the PID namespace."""
-    zyg = _zygote(namespaces, needs=["NumPy"])
+    zyg = _fork_server(namespaces, needs=["NumPy"])
     w = _worker(SOLUTIONS, "ex02_mha", namespaces, zyg)
     pid = w.proc.pid
     try:
@@ -150,15 +150,15 @@ def test_workers_die_with_their_zygote(namespaces):
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and _alive(pid):
             time.sleep(0.05)
-        assert not _alive(pid), "a worker outlived its zygote"
+        assert not _alive(pid), "a worker outlived its fork server"
     finally:
         w.close()
         zyg.close()
 
 
-def test_a_grading_forks_from_one_zygote_and_leaves_nothing(tmp_path, monkeypatch):
+def test_a_grading_forks_from_one_fork_server_and_leaves_nothing(tmp_path, monkeypatch):
     forks, roots = [], []
-    real_fork, real_start = zygote.Zygote.fork, zygote.Zygote._start
+    real_fork, real_start = forkserver.ForkServer.fork, forkserver.ForkServer._start
 
     def fork(self, cfg, on_forked=None):
         forks.append(cfg["cwd"])
@@ -168,21 +168,21 @@ def test_a_grading_forks_from_one_zygote_and_leaves_nothing(tmp_path, monkeypatc
         real_start(self)
         roots.append(self.root)
 
-    monkeypatch.setattr(zygote.Zygote, "fork", fork)
-    monkeypatch.setattr(zygote.Zygote, "_start", start)
+    monkeypatch.setattr(forkserver.ForkServer, "fork", fork)
+    monkeypatch.setattr(forkserver.ForkServer, "_start", start)
     sub = copy_solutions(tmp_path / "submission")
     report = grade(sub, Options(exercises=["ex05_decode_prefill", "ex08_mla"]))
     assert not report.errors, report.errors
     assert report.score == report.max_score > 0
     assert len(forks) >= 2 and len(roots) == 1
-    assert not roots[0].exists(), "the zygote's folder was left behind"
+    assert not roots[0].exists(), "the fork server's folder was left behind"
 
 
-def test_a_zygote_that_cannot_start_says_why_and_workers_spawn(monkeypatch):
+def test_a_fork_server_that_cannot_start_says_why_and_workers_spawn(monkeypatch):
     def no_answer(self, timeout):
-        raise zygote.ZygoteError("no answer within 0 s")
-    monkeypatch.setattr(zygote.Zygote, "_receive", no_answer)
-    z = launcher("fallback").zygote({"NumPy"})
+        raise forkserver.ForkServerError("no answer within 0 s")
+    monkeypatch.setattr(forkserver.ForkServer, "_receive", no_answer)
+    z = launcher("fallback").fork_server({"NumPy"})
     z.start()
     assert not z.alive and "no answer" in z.failed and z.root is None
     _spawned_and_answers(_worker(SOLUTIONS, "ex02_mha", False, z))
@@ -194,9 +194,9 @@ def test_a_gpu_exercise_is_not_forked_on_a_gpu_machine(monkeypatch):
     from grader.report import Report
     plugin = GradingPlugin(SOLUTIONS, Options(), Report(submission="x", suite="hidden",
                                                         exercises=[]))
-    plugin.zygote = object()
+    plugin.fork_server = object()
     monkeypatch.setattr(bwrap, "gpu_devices", lambda: ["/dev/nvidia0"])
-    assert plugin._zygote_for(EXERCISES["ex07_flash_attention"]) is None
-    assert plugin._zygote_for(EXERCISES["ex05_decode_prefill"]) is plugin.zygote
+    assert plugin._fork_server_for(EXERCISES["ex07_flash_attention"]) is None
+    assert plugin._fork_server_for(EXERCISES["ex05_decode_prefill"]) is plugin.fork_server
     monkeypatch.setattr(bwrap, "gpu_devices", lambda: [])
-    assert plugin._zygote_for(EXERCISES["ex07_flash_attention"]) is plugin.zygote
+    assert plugin._fork_server_for(EXERCISES["ex07_flash_attention"]) is plugin.fork_server

@@ -1,8 +1,8 @@
-"""The zygote: one process per grading that imports the heavy libraries once
+"""The fork server: one process per grading that imports the heavy libraries once
 and forks a worker for each exercise (and each restart) of that grading.
 
 Importing PyTorch takes a worker one to three seconds, and a grading starts
-one worker per exercise, again after every time-out or crash: the zygote pays
+one worker per exercise, again after every time-out or crash: the fork server pays
 it once.  It holds no student code, ever: it imports only the libraries named
 in its configuration, then waits on its control socket (its stdin, a Unix
 ``SOCK_SEQPACKET`` socket) for requests from the grading process:
@@ -11,12 +11,12 @@ in its configuration, then waits on its control socket (its stdin, a Unix
   worker's stdin, stdout and stderr, made by the grading process): fork; the
   child makes them its 0, 1 and 2, closes every other descriptor (the control
   socket first), starts its own session and runs ``worker.serve(cfg)``, which
-  switches to the worker's own uid and asks to be killed with the zygote.
+  switches to the worker's own uid and asks to be killed with the fork server.
   The answer is ``{"forked": n, "pid": pid}`` (its pid as seen here).
 * A child's end is told as ``{"exited": pid, "code": c}`` (negative: killed
   by that signal).
 
-With ``own_namespaces`` in its configuration (a zygote under bubblewrap as
+With ``own_namespaces`` in its configuration (a fork server under bubblewrap as
 root, which keeps CAP_SYS_ADMIN for this alone), each child first gets
 namespaces of its own: mount, IPC and PID, with fresh tmpfs ``/tmp``,
 ``/var/tmp`` and ``/dev/shm`` and its own ``/proc``.  The child stays root
@@ -29,10 +29,10 @@ process it started ends with its namespace, and its temp folders and IPC
 objects with their namespaces; the keeper exits with the worker's status.
 
 The grading process owns everything else: the child's memory cgroup, its time
-limits and killing it.  When the control socket closes, the zygote exits, and
+limits and killing it.  When the control socket closes, the fork server exits, and
 its children are killed with it (their parent-death signal; under
 bubblewrap the whole PID namespace goes too).  Started as
-``worker.py`` with ``{"zygote": {...}}`` as its configuration.  Linux only.
+``worker.py`` with ``{"fork_server": {...}}`` as its configuration.  Linux only.
 """
 from __future__ import annotations
 
@@ -178,7 +178,7 @@ def _child(fds: list[int], cfg: dict, serve, own_namespaces: dict | None) -> Non
             _own_namespaces(own_namespaces["tmpfs_bytes"], own_namespaces.get("keep", ()))
             _keep(cfg, serve)
         serve(dict(cfg, forked=True))
-    except BaseException:  # nothing of the zygote's must run on in a child
+    except BaseException:  # nothing of the fork server's must run on in a child
         os._exit(71)
     os._exit(0)
 
@@ -203,7 +203,7 @@ def _can_own(own: dict | None) -> bool:
 
 
 def run(cfg: dict, serve) -> None:
-    """The zygote's loop; ``serve`` is the worker's request loop."""
+    """The fork server's loop; ``serve`` is the worker's request loop."""
     for key, value in cfg.get("env", {}).items():
         os.environ[key] = str(value)
     for name in cfg.get("preload", []):
