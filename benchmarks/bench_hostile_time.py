@@ -32,7 +32,7 @@ def main() -> None:
                         help="the grader's import time limit (its default is 60 s)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    from grader.exercises import EXERCISES
+    from grader.registry import EXERCISES
     from tests.test_budget import SLOW_CRASH as MODULE   # the test's submission, in full
     folder = Path(tempfile.mkdtemp(prefix="hostile-time-"))
     for name, ex in EXERCISES.items():

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from grader import html, insight, similarity  # noqa: E402
 from grader.batch import Submission  # noqa: E402
-from grader.exercises import EXERCISES  # noqa: E402
+from grader.registry import EXERCISES  # noqa: E402
 
 
 def variants(exercise: str) -> list[str]:

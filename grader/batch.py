@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Callable
 
 from grader import safetext
-from grader.exercises import EXERCISES
+from grader.registry import EXERCISES
 from grader.paths import PACKAGE_DIR
 from grader.safetext import (NAME_LIMIT, Entries, TextMap, clean, cleaner, csv_number, csv_text,
                              csv_value)

@@ -17,7 +17,7 @@ import click
 
 from grader import report as fmt
 from grader.core import GraderConfigError, Options, grade
-from grader.exercises import EXERCISES, available, by_letter, suite_files
+from grader.registry import EXERCISES, available, by_letter, suite_files
 from grader.paths import EXERCISES_DIR, HIDDEN_SUITES_DIR, REPO_DIR, SOLUTIONS_DIR
 from grader.report import write_private
 from grader.safetext import clean

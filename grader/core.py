@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from grader import fault, rootcause
-from grader.exercises import EXERCISES, suite_files
+from grader.registry import EXERCISES, suite_files
 from grader.feedback import Feedback
 from grader.paths import SOLUTIONS_DIR, SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult

@@ -24,7 +24,7 @@ import io
 import json
 from pathlib import Path
 
-from grader.exercises import EXERCISES
+from grader.registry import EXERCISES
 from grader.safetext import NAME_LIMIT, clean, csv_value
 
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "

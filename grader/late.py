@@ -140,7 +140,7 @@ def apply_to_csv(text: str, subs, policy: Policy, due: datetime,
                    penalty=off, final_total=raw - off)
         rows.append(row)
     from grader.batch import GRADES_NUMBERS
-    from grader.exercises import EXERCISES
+    from grader.registry import EXERCISES
 
     fields = header + LATE_COLUMNS
     numbers = {*EXERCISES, *GRADES_NUMBERS, "late_units", "penalty", "final_total"}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import nbformat
 
-from grader.exercises import EXERCISES
+from grader.registry import EXERCISES
 # Built here, read at intake: the tagged ``%%writefile`` cells of an exercise.
 from grader.submission import (TAG_PREFIX, WRITEFILE, SubmissionError, extract_modules,
                                read_notebook)

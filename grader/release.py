@@ -343,7 +343,7 @@ NUMBER_WORDS = ("No", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Ei
 def exercise_count(names: list[str] | None = None) -> str:
     """``"Eight"``: how many of ``names`` (default: all registered) are
     contract exercises, as the READMEs say it (the questions are extra)."""
-    from grader.exercises import EXERCISES
+    from grader.registry import EXERCISES
 
     n = sum(EXERCISES[name].in_contract for name in (EXERCISES if names is None else names))
     return NUMBER_WORDS[n] if n < len(NUMBER_WORDS) else str(n)
@@ -353,7 +353,7 @@ def student_readme(names: list[str], install: str | None = None,
                    self_check: str = "fail") -> str:
     """The edition's README for the exercises ``names``, from the registry;
     ``self_check``: what its workflow does (``student_workflow``)."""
-    from grader.exercises import EXERCISES
+    from grader.registry import EXERCISES
 
     shipped = [e for e in EXERCISES.values() if e.name in names]
     table = "\n".join(f"| `{e.name}` | {e.label} | {e.needs_text} |" for e in shipped)

@@ -207,7 +207,7 @@ SPEED_RATIO = "ex07 speed ratio"
 def _test_number(exercise: str, index: int) -> str:
     """Gradescope's ``number``: the exercise's place in the course, then the
     test's (``2.3``), the same for every submission."""
-    from grader.exercises import EXERCISES
+    from grader.registry import EXERCISES
     order = list(EXERCISES)
     return f"{order.index(exercise) + 1 if exercise in order else len(order) + 1}.{index}"
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grader.exercises import contract
+from grader.registry import contract
 from grader.feedback import LOOKS_LIKE, diagnosis_first, named_mistake
 from grader.reference.cases import RANDOM_ONLY
 from grader.report import FAILED, Report, TestResult

@@ -104,7 +104,7 @@ def apply(grades_csv: Path, sheet: Path, results_dir: Path) -> dict[str, list[di
     """Add the sheet's points to ``grades_csv`` and the results JSON; returns
     what was added, by student."""
     from grader.batch import GRADES_NUMBERS
-    from grader.exercises import EXERCISES
+    from grader.registry import EXERCISES
     from grader.report import write_private
 
     numbers = {*EXERCISES, *GRADES_NUMBERS, *STAFF_COLUMNS}

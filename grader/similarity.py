@@ -23,7 +23,7 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.exercises import EXERCISES
+from grader.registry import EXERCISES
 from grader.paths import PACKAGE_DIR
 from grader.safetext import NAME_LIMIT, clean, csv_text
 

@@ -86,7 +86,7 @@ def derive_stub(source: str, module: str) -> str:
 
 def derive_all(solutions: Path) -> dict[str, str]:
     """Every registered exercise's stub (``questions`` included), course order."""
-    from grader.exercises import EXERCISES
+    from grader.registry import EXERCISES
 
     return {name: derive_stub((Path(solutions) / f"{name}.py").read_text(), name)
             for name in EXERCISES if (Path(solutions) / f"{name}.py").is_file()}

@@ -33,7 +33,7 @@ import zlib
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-from grader.exercises import EXERCISES
+from grader.registry import EXERCISES
 
 # What one upload may bring in, all its zips and folders together (a zip of a
 # whole course repository is far below these; a zip bomb, a folder of many

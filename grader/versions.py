@@ -57,7 +57,7 @@ def installed(dist: str) -> str | None:
 
 def _interpreted() -> bool:
     """Will exercise G's kernels run in Triton's CPU interpreter (no CUDA)?"""
-    from grader.exercises import EXERCISES
+    from grader.registry import EXERCISES
     return "TRITON_INTERPRET" in EXERCISES["ex07_flash_attention"].worker_env
 
 
@@ -72,7 +72,7 @@ def problems(triton: str | None = INSTALLED, numpy: str | None = INSTALLED,
     ``interpreted``: whether Triton's CPU interpreter runs the kernels (asked
     of PyTorch only when the versions and the exercises make it matter: a
     check of a NumPy exercise never imports PyTorch)."""
-    from grader.exercises import EXERCISES
+    from grader.registry import EXERCISES
     triton = installed("triton") if triton == INSTALLED else triton
     numpy = installed("numpy") if numpy == INSTALLED else numpy
     asked = set(EXERCISES if exercises is None else exercises)

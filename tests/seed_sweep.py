@@ -44,7 +44,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.exercises import EXERCISES, suite_files
+from grader.registry import EXERCISES, suite_files
 from grader.feedback import Feedback
 from grader.paths import PACKAGE_DIR
 from grader.reference import cases, secret

@@ -162,7 +162,7 @@ def add_the_exercise(copy: Path) -> None:
     (copy / "grader" / "suites" / "public" / f"test_{EX}.py").write_text(PUBLIC)
     (copy / "grader" / "suites" / "hidden" / f"test_{EX}_hidden.py").write_text(HIDDEN)
     (copy / "tests" / "mutants" / f"{EX}.py").write_text(MUTANTS)
-    registry = copy / "grader" / "exercises.py"
+    registry = copy / "grader" / "registry.py"
     text = registry.read_text()
     assert text.count("\n]}\n") == 1, "the registry's list of entries no longer ends in ']}'"
     registry.write_text(text.replace("\n]}\n", "\n" + ENTRY))

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from grader import calibrate as cal
 from grader.cli import main
 from grader.core import Options, maximum
-from grader.exercises import EXERCISES
+from grader.registry import EXERCISES
 from grader.feedback import Feedback
 from grader.paths import KERNELS_DIR
 from grader.reference.secret import attention as att

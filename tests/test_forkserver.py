@@ -190,7 +190,7 @@ def test_a_fork_server_that_cannot_start_says_why_and_workers_spawn(monkeypatch)
 
 def test_a_gpu_exercise_is_not_forked_on_a_gpu_machine(monkeypatch):
     from grader.core import GradingPlugin
-    from grader.exercises import EXERCISES
+    from grader.registry import EXERCISES
     from grader.report import Report
     plugin = GradingPlugin(SOLUTIONS, Options(), Report(submission="x", suite="hidden",
                                                         exercises=[]))

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from grader.core import Options, maximum
-from grader.exercises import available
+from grader.registry import available
 from grader.report import to_gradescope, to_text
 from tests.conftest import EXERCISES_DIR, copy_solutions, failures, grade_dir
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.exercises import EXERCISES as REGISTRY
+from grader.registry import EXERCISES as REGISTRY
 from tests.conftest import grade_dir
 
 HERE = Path(__file__).parent / "independent"

@@ -1,4 +1,4 @@
-"""The registry (``grader/exercises.py``) is the one manifest of each exercise.
+"""The registry (``grader/registry.py``) is the one manifest of each exercise.
 
 What is generated from it (the student edition's README, the notebooks, the
 CLI's letters) cannot drift; what is written by hand or is a fact of the code
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.exercises import EXERCISES, NEEDS, SHARED_PROBES, by_letter, suite_files
+from grader.registry import EXERCISES, NEEDS, SHARED_PROBES, by_letter, suite_files
 from grader.paths import PROBES_DIR, SECRET_REFERENCE_DIR
 from grader.notebooks import BEFORE_STUB, dependencies
 from grader.release import exercise_count, student_readme
@@ -101,7 +101,7 @@ def test_every_probe_file_belongs_to_an_exercise_and_every_registered_one_exists
     registered = {p for ex in EXERCISES.values() for p in ex.probes}
     stray = files - registered - set(SHARED_PROBES)
     assert not stray, (f"probe files no exercise claims: {sorted(stray)}; name them in the "
-                       "registry (grader/exercises.py) or in SHARED_PROBES")
+                       "registry (grader/registry.py) or in SHARED_PROBES")
     missing = (registered | set(SHARED_PROBES)) - files
     assert not missing, f"registered probes without a file in {PROBES_DIR}: {sorted(missing)}"
     for ex in EXERCISES.values():

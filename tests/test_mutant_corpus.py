@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from grader.exercises import contract
+from grader.registry import contract
 from tests.conftest import SOLUTIONS
 from tests.mutants import all_mutants, covered
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.exercises import EXERCISES
+from grader.registry import EXERCISES
 from tests.conftest import SOLUTIONS, failures, grade_dir
 from tests.mutants import Mutant, all_mutants, diagnosis_lines
 

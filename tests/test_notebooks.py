@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from grader.cli import main
-from grader.exercises import EXERCISES
+from grader.registry import EXERCISES
 from grader.notebooks import TAG_PREFIX, WRITEFILE
 from tests.conftest import REPO, SOLUTIONS, copy_solutions
 

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from grader.cli import main
-from grader.exercises import EXERCISES
+from grader.registry import EXERCISES
 from grader.rootcause import function_order
 from grader.similarity import NOT_CODE, THRESHOLD, compare_exercise, stub_of
 from tests.conftest import REPO, SOLUTIONS, copy_solutions

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.exercises import EXERCISES, contract
+from grader.registry import EXERCISES, contract
 from grader.paths import CONTRACT_PATH
 from grader.stubs import StubError, derive_stub
 from tests.conftest import EXERCISES_DIR, REPO, SOLUTIONS
@@ -31,7 +31,7 @@ def test_every_contract_module_is_an_exercise():
 def test_extras_beyond_the_contract_are_declared_and_solved():
     """A registered module outside the contract (the questions) says so, and
     is a full exercise: a solution, a derived stub (checked below), suites."""
-    from grader.exercises import suite_files
+    from grader.registry import suite_files
 
     extras = [name for name in EXERCISES if name not in contract()["modules"]]
     assert "questions" in extras   # and any other the registry declares
