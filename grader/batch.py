@@ -407,6 +407,12 @@ def _read_extra(outcome: Outcome, data: dict) -> None:
     outcome.error = extra.get("batch_error", "") or "; ".join(problems)
 
 
+def artifacts_of(result_path: Path) -> Path:
+    """The folder of the files one grading made (the ex04 plot), beside its
+    results JSON: ``results/<key>.artifacts/``; the class report shows them."""
+    return Path(result_path).with_suffix(".artifacts")
+
+
 def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float | None,
               submission_timeout: float, force: bool,
               exercises: list[str] | None = None, seed: int | None = None,
@@ -434,7 +440,8 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
         except (OSError, ValueError, AttributeError, TypeError):
             pass  # unreadable or another key: grade again
     cmd = [sys.executable, "-m", "grader.cli", "grade", str(sub.path), "--suite", suite,
-           "--format", "json", "--out", str(result_path), "--isolation", isolation]
+           "--format", "json", "--out", str(result_path), "--isolation", isolation,
+           "--artifacts", str(artifacts_of(result_path))]   # the ex04 plot, for its page
     if timeout:
         cmd += ["--timeout", str(timeout)]
     # Within the overall limit, so that a grading that runs long still ends
@@ -609,7 +616,11 @@ def merge_parts(parts: list[Path]) -> str:
         raise MergeError(f"{len(absent)} submissions are in no part, {absent[0]} first.")
     exercises = [c for c in EXERCISES if c in header]
     fields = grades_fields(exercises)
-    numbers = {*exercises, *GRADES_NUMBERS}
+    # Columns a part has beyond the grades (the late work's, after --late-policy)
+    # stay, in the parts' order.
+    fields += [c for c in header if c not in fields and c not in EXERCISES]
+    from grader.late import NUMBER_COLUMNS as LATE_NUMBERS
+    numbers = {*exercises, *GRADES_NUMBERS, *LATE_NUMBERS}
     return csv_text(fields, [[csv_number(rows[name].get(f) or ("0" if f in exercises else ""))
                               if f in numbers
                               else rows[name].get(f) or "" for f in fields]
@@ -689,16 +700,19 @@ def histogram_figure(totals: list[float]):
 
 
 def write_extras(out: Path, text: str, shard: tuple | None = None,
-                 everyone: list[str] | None = None) -> list[Path]:
+                 everyone: list[str] | None = None, results: Path | None = None) -> list[Path]:
     """Beside ``out``: the summary (``<stem>-summary.txt``) and histogram
     (``<stem>-histogram.png``) of a whole class, or, for a shard, the
-    ``.shard.json`` that ``merge_parts`` needs."""
+    ``.shard.json`` that ``merge_parts`` needs (and that ``part_results``
+    reads: where the shard's results JSONs are)."""
     from grader.report import write_private
 
     out = Path(out)
     if shard is not None:
         path = _shard_file(out)
-        write_private(path, json.dumps({"shard": list(shard), "everyone": everyone}))
+        write_private(path, json.dumps({"shard": list(shard), "everyone": everyone,
+                                        "results": str(Path(results).resolve())
+                                        if results is not None else None}))
         return [path]
     summary = out.with_name(out.stem + "-summary.txt")
     write_private(summary, class_summary(text))
@@ -707,3 +721,33 @@ def write_extras(out: Path, text: str, shard: tuple | None = None,
     if png is not None:
         written.append(png)
     return written
+
+
+def part_results(part: Path) -> Path:
+    """The results folder of a shard's CSV: the one its ``.shard.json`` names,
+    else ``results/`` beside it (batch's default)."""
+    try:
+        named = json.loads(_shard_file(part).read_text()).get("results")
+    except (OSError, ValueError, AttributeError):
+        named = None
+    if named and Path(named).is_dir():
+        return Path(named)
+    return Path(part).parent / "results"
+
+
+def merged_results(parts: list[Path], text: str) -> list[tuple[str, Path, dict]]:
+    """(label, results JSON's path, results JSON) of each submission of the
+    merged CSV ``text``, from the parts' results folders, in name order; a
+    submission whose result is not found has its row in the CSV only."""
+    wanted = {row["submission"] for row in csv.DictReader(io.StringIO(text))}
+    found: dict[str, tuple[str, Path, dict]] = {}
+    for part in parts:
+        for path in sorted(part_results(part).glob("*.json")):
+            try:
+                data = json.loads(path.read_text())
+                label = clean(str(data["extra_data"]["batch"]["submission"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if label in wanted and label not in found:
+                found[label] = (label, path, data)
+    return [found[label] for label in sorted(found)]

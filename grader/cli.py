@@ -149,13 +149,10 @@ def _run(path: Path, options: Options):
 def _html_page(report, artifacts: Path | None) -> str:
     """``grade --format html``: the student's page, with the PNGs (the ex04
     plot) the grading left in ``--artifacts``."""
-    from grader.html import student_page
+    from grader.html import pictures_in, student_page
 
-    pictures = {}
-    for png in sorted(Path(artifacts).glob("*.png")) if artifacts else []:
-        if png.is_file() and not png.is_symlink():
-            pictures[png.name] = png.read_bytes()
-    return student_page(fmt.to_gradescope(report), Path(report.submission).name, pictures)
+    return student_page(fmt.to_gradescope(report), Path(report.submission).name,
+                        pictures_in(artifacts))
 
 
 def _emit(report, out_format: str, out: Path | None, public_only: bool,
@@ -432,17 +429,19 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
                                  exercises=only, seed=seed, roster=ids, isolation=isolation,
                                  deduct_each=deduct_each, gpu_tier=gpu_tier,
                                  on_done=lambda o: bar.update(1, o))
-        # The whole class only (a shard sees its part): while Canvas's staged folders exist.
+        # Over the whole class (every shard discovers it all), while Canvas's staged
+        # folders exist; of the shards, the first writes it, and merge takes it.
         from grader import similarity
         pairs = similarity.class_pairs(everyone, exercises=only) \
-            if part is None and similarity.available() else None
+            if (part is None or part[0] == 1) and similarity.available() else None
         text = to_csv(outcomes, columns(outcomes))
         if late is not None:   # while Canvas's staged folders (and their metadata) exist
             from grader import late as late_work
             text = late_work.apply_to_csv(text, subs, *late)
     write_private(out, text)
     extras = write_extras(out, text, shard=part,
-                          everyone=[s.label for s in everyone] if part else None)
+                          everyone=[s.label for s in everyone] if part else None,
+                          results=results_dir)
     extras += _class_insight(out, text, outcomes, pairs, whole_class=part is None)
     rubric = rubric_of(out)   # beside grades.csv, for staff
     if any(o.manual for o in outcomes):
@@ -501,6 +500,8 @@ def _class_insight(out: Path, text: str, outcomes, pairs, *, whole_class: bool) 
     not made) and, for a whole class, report/index.html and its pages."""
     from grader import html, insight, similarity
 
+    from grader.batch import artifacts_of
+
     loaded = insight.read_outcomes(outcomes)
     mistakes = insight.class_rows([(label, data) for label, _, data in loaded])
     written = insight.write_mistakes(out, mistakes, whole_class=whole_class,
@@ -509,8 +510,10 @@ def _class_insight(out: Path, text: str, outcomes, pairs, *, whole_class: bool) 
         write_private(similarity.similarity_csv(out), similarity.to_csv(pairs))
         written.append(similarity.similarity_csv(out))
     if whole_class:
+        pictures = {o.submission.label: html.pictures_in(artifacts_of(o.result_path))
+                    for o in outcomes}
         written.append(html.write_class_report(out.parent / "report", text, loaded, mistakes,
-                                               pairs or []))
+                                               pairs or [], pictures=pictures))
     return written
 
 
@@ -563,11 +566,39 @@ def merge(parts, out, rubric_sheet, results_dir):
     if rubric is not None:
         write_private(rubric_of(out), rubric)
         extras.append(rubric_of(out))
+    extras += _merged_insight(list(parts), out, text, mistakes)
     rows = max(text.count("\n") - 1, 0)
     click.echo(f"merged {_plural(len(parts), 'part')} into {out}: "
                f"{_plural(rows, 'submission')}" + "".join(f"; wrote {p}" for p in extras))
     if rubric_sheet is not None:
         _apply_rubric(out, rubric_sheet, results_dir)
+
+
+def _merged_insight(parts: list[Path], out: Path, text: str, mistakes) -> list[Path]:
+    """What a whole class's batch writes beside grades.csv besides the sheets:
+    ``similarity.csv``, from the first shard (which compares the whole class),
+    and ``report/``, from the parts' results JSONs and artifacts."""
+    from grader import html, similarity
+    from grader.batch import artifacts_of, merged_results
+
+    written = []
+    pairs = []
+    for part in parts:
+        alike = similarity.similarity_csv(part)
+        if alike.is_file():
+            sheet = alike.read_text(encoding="utf-8", errors="replace")
+            pairs = similarity.read_csv(sheet)
+            write_private(similarity.similarity_csv(out), similarity.to_csv(pairs))
+            written.append(similarity.similarity_csv(out))
+            break
+    loaded = merged_results(parts, text)
+    if loaded:
+        pictures = {label: html.pictures_in(artifacts_of(path)) for label, path, _ in loaded}
+        written.append(html.write_class_report(
+            out.parent / "report", text, [(label, path.stem, data) for label, path, data
+                                          in loaded],
+            mistakes or [], pairs, pictures=pictures))
+    return written
 
 
 def _apply_rubric(out: Path, sheet: Path, results_dir: Path | None) -> None:

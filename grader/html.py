@@ -187,18 +187,32 @@ def pair_page(pair) -> str:
     return page(f"{pair.exercise}: {pair.a} and {pair.b}", body)
 
 
+def pictures_in(folder: Path | None) -> dict[str, bytes]:
+    """The PNGs a grading left in its artifacts folder (the ex04 plot), by
+    file name; links and anything else are not read."""
+    pictures = {}
+    if folder is None or not Path(folder).is_dir() or Path(folder).is_symlink():
+        return pictures
+    for png in sorted(Path(folder).glob("*.png")):
+        if png.is_file() and not png.is_symlink():
+            pictures[png.name] = png.read_bytes()
+    return pictures
+
+
 def write_class_report(folder: Path, grades_csv: str, results: list[tuple[str, str, dict]],
-                       mistakes: list[list], pairs: list, rubric: dict | None = None
-                       ) -> Path:
+                       mistakes: list[list], pairs: list, rubric: dict | None = None,
+                       pictures: dict[str, dict[str, bytes]] | None = None) -> Path:
     """``folder/index.html``, a page per student (``results``: (label, result
-    file stem, results JSON)) and one per similar pair; returns index.html."""
+    file stem, results JSON); ``pictures``: label -> that grading's PNGs) and
+    one per similar pair; returns index.html."""
     from grader.report import write_private
 
     folder = Path(folder)
     links = {}
     for label, key, data in results:
         links[label] = f"{key}.html"
-        write_private(folder / links[label], student_page(data, label))
+        write_private(folder / links[label],
+                      student_page(data, label, (pictures or {}).get(label)))
     for i, pair in enumerate(pairs):
         write_private(folder / f"pair-{i}.html", pair_page(pair))
     index = folder / "index.html"

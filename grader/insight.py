@@ -4,8 +4,10 @@ A diagnosis is a feedback line "This looks like: <text>." (``grader.feedback``).
 Its id is the reference's mistake key (``no_scale``, the key of
 ``grader.reference.secret.attention.MISTAKES`` and its siblings), found by its
 text, so that rewording a mistake's description changes no id and two
-exercises naming the same slip share one.  A diagnosis written in a suite
-without a key (a by-hand slip, a timing hint) gets ``unkeyed-<slug>-<hash>``
+exercises naming the same slip share one (exercise A's by-hand slips are
+``by_hand.MISTAKES``; a key another reference has already is qualified by its
+module: ``by_hand.no_scale``).  A diagnosis written in a suite without a key
+(an interview question's slip, a timing hint) gets ``unkeyed-<slug>-<hash>``
 of its text: stable as long as its wording is.
 
 ``annotate`` puts the ids into a Gradescope result (each test's
@@ -42,10 +44,11 @@ def _reference_tables() -> list[tuple[str, dict]]:
     The student edition ships no secret references: there every id is unkeyed."""
     tables = []
     try:
-        from grader.reference.secret import attention, flash, mla, roofline
+        from grader.reference.secret import attention, by_hand, flash, mla, roofline
     except Exception:   # noqa: BLE001 - the edition's stubs may raise anything: no keys
         return tables
     tables.append(("attention", attention.MISTAKES))
+    tables.append(("by_hand", by_hand.MISTAKES))
     tables.append(("flash", {k: v for k, v in flash.FLASH_MISTAKES.items() if v}))
     tables.append(("mla", mla.MISTAKES))
     tables.append(("roofline", roofline.MISTAKES))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from pathlib import Path
 from grader.safetext import clean, csv_text, csv_value
 
 LATE_COLUMNS = ["submitted_at", "late_units", "penalty", "final_total"]
+NUMBER_COLUMNS = ("late_units", "penalty", "final_total")   # written as numbers
 UNITS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
 
 
@@ -143,7 +143,7 @@ def apply_to_csv(text: str, subs, policy: Policy, due: datetime,
     from grader.registry import EXERCISES
 
     fields = header + LATE_COLUMNS
-    numbers = {*EXERCISES, *GRADES_NUMBERS, "late_units", "penalty", "final_total"}
+    numbers = {*EXERCISES, *GRADES_NUMBERS, *NUMBER_COLUMNS}
     return csv_text(fields, [[_number(r.get(f, "")) if f in numbers else r.get(f, "")
                               for f in fields] for r in rows])
 

@@ -107,3 +107,17 @@ def test_a_real_browser_reads_the_pages_without_console_errors(tmp_path):
         assert _console(run) == [], run.stderr[-2000:]
     assert "This looks like: the scores were not scaled" in \
         _chromium((tmp_path / "report" / "ben.html").as_uri(), tmp_path, "--dump-dom").stdout
+
+
+@pytest.mark.slow
+def test_a_batch_students_page_shows_the_ex04_plot(tmp_path):
+    cls = tmp_path / "class"
+    copy_solutions(cls / "ann", ["ex04_quadratic"])
+    out = tmp_path / "out" / "grades.csv"
+    result = CliRunner().invoke(main, ["batch", str(cls), "--out", str(out), "-e", "D"])
+    assert result.exit_code == 0, result.output
+    made = out.parent / "results" / "ann.artifacts" / "ex04_scaling.png"
+    assert made.read_bytes().startswith(b"\x89PNG")          # beside its result, grader-owned
+    page = (out.parent / "report" / "ann.html").read_text()
+    assert '<img alt="ex04_scaling.png" src="data:image/png;base64,' in page
+    assert not list(cls.rglob("*.png"))                       # nothing in the submission

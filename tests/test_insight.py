@@ -84,7 +84,7 @@ def test_batch_and_merge_write_the_class_mistakes(tmp_path):
     assert rows and rows[0]["exercise"] == "ex01_by_hand" and rows[0]["count"] == "2"
     assert rows[0]["students"] == "'=cat; ann"          # neutralised as every CSV cell is
     assert "1/sqrt(d_head) scale was forgotten" in rows[0]["text"]
-    assert rows[0]["mistake_id"].startswith("unkeyed-")
+    assert rows[0]["mistake_id"] == "by_hand.no_scale"   # the reference's key, qualified
     summary = out.with_name("grades-summary.txt").read_text()
     assert "Most common mistakes (of 3 submissions):" in summary
     assert "1/sqrt(d_head) scale was forgotten" in summary
@@ -105,3 +105,16 @@ def test_batch_and_merge_write_the_class_mistakes(tmp_path):
     assert merged.with_name("grades-mistakes.csv").read_text() == \
         out.with_name("grades-mistakes.csv").read_text()
     assert "Most common mistakes" in merged.with_name("grades-summary.txt").read_text()
+    # A sharded class gets what a whole one does: the first shard compares the
+    # whole class, merge takes its similarity.csv, and builds the class's pages
+    # from the parts' results.
+    from grader import similarity
+    if similarity.available():
+        assert similarity.similarity_csv(parts[1]).exists() is False
+        assert similarity.similarity_csv(merged).read_text() == \
+            similarity.similarity_csv(out).read_text()
+        assert "similarity.csv" in result.output
+    index = (merged.parent / "report" / "index.html").read_text()
+    assert "1/sqrt(d_head) scale was forgotten" in index and 'href="ann.html"' in index
+    assert "This looks like:" in (merged.parent / "report" / "ann.html").read_text()
+    assert "This looks like:" not in (merged.parent / "report" / "ben.html").read_text()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 from datetime import datetime, timezone
 
@@ -87,3 +88,25 @@ def test_batch_applies_the_policy_to_flags_and_staff_times_and_changes_nothing_w
     assert bad.exit_code == 2 and "none of P%/day" in bad.output
     alone = CliRunner().invoke(main, ["batch", str(cls), "--late-policy", "10%/day"])
     assert alone.exit_code == 2 and "go together" in alone.output
+
+
+def test_merge_keeps_the_late_columns_of_sharded_parts(tmp_path):
+    from grader.batch import merge_parts
+
+    header = ["submission", "ex01_by_hand", "total", "max_total", "needs_regrade",
+              "isolation", "error", "lms_user_id", "lms_submission_id", "late",
+              *late.LATE_COLUMNS]
+    parts = []
+    for k, (name, units) in enumerate((("ann", 0), ("ben", 2)), start=1):
+        part = tmp_path / f"p{k}" / "grades.csv"
+        part.parent.mkdir()
+        part.write_text(",".join(header) + "\n" + ",".join(
+            [name, "10", "10", "10", "0", "uid", "", "", "", "", "", str(units),
+             str(2 * units), str(10 - 2 * units)]) + "\n")
+        part.with_name("grades.shard.json").write_text(
+            json.dumps({"shard": [k, 2], "everyone": ["ann", "ben"]}))
+        parts.append(part)
+    rows = {r["submission"]: r for r in csv.DictReader(io.StringIO(merge_parts(parts)))}
+    assert rows["ben"]["penalty"] == "4" and rows["ben"]["final_total"] == "6"
+    assert rows["ann"]["late_units"] == "0" and rows["ann"]["final_total"] == "10"
+    assert list(rows["ann"])[-4:] == late.LATE_COLUMNS

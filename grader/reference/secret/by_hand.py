@@ -138,14 +138,45 @@ COLUMN_SOFTMAX = ("the softmax ran down each column (over the queries) instead o
                   "row (over the keys): rows are queries, and each row of weights sums to 1")
 
 
+# Each slip's key (its id in the class's mistakes table: grader.insight) and words.
+MISTAKES = {
+    "column_softmax": COLUMN_SOFTMAX,
+    "common_answers": ("these are the answers of the common exercise (the Q, K, V printed in "
+                       "the docstring), not of your own variant: print yours with `attn-grade "
+                       "variant YOUR_ID`"),
+    "scores_scaled_early": ("the scores were scaled already (SCORES is Q @ K.T, before the "
+                            "1/sqrt(d_head))"),
+    "no_scale": "the 1/sqrt(d_head) scale was forgotten",
+    "scale_by_d": "the scores were divided by d_head instead of sqrt(d_head)",
+    "scale_multiplied": "the scores were multiplied by sqrt(d_head) instead of divided",
+    "softmax_unscaled": "the softmax used the unscaled scores (1/sqrt(d_head) forgotten)",
+    "no_exp": "the scores were normalized without exp (x / sum x instead of softmax)",
+    "mask_where_none": "the causal mask was applied here too (this step has no mask)",
+    "weights_transposed": "the output used the transposed weights (weights.T @ V)",
+    "chapter_v": ("the output used the chapter's V ([[10, 0], [0, 10], [5, 5]]) instead of "
+                  "this exercise's V"),
+    "causal_weights_unmasked_step": "the causal weights were used (this step has no mask)",
+    "rounded_weights": ("the weights were rounded to two decimals before multiplying by V "
+                        "(carry three)"),
+    "wrong_triangle": "the mask is on the wrong triangle (query i may see keys 0..i, not i..2)",
+    "diagonal_masked": "the mask also hides the diagonal (a query must see its own key)",
+    "mask_after_softmax": ("the mask zeroed the full weights after the softmax without "
+                           "renormalizing (mask the scores with -inf before the softmax)"),
+    "no_mask": "no causal mask was applied",
+    "chapter_v_causal": "the output used the chapter's V instead of this exercise's V",
+    "unmasked_weights": "the full (unmasked) weights were used",
+    "rows_from_one": "the rows were counted from 1 (indices start at 0)",
+    "changed_rows_listed": ("rows whose output changes were listed, not the ones that stay the "
+                            "same"),
+}
+
+
 def slips(step: str, inputs: Inputs = COMMON) -> dict:
     """{description: the wrong answer it gives} for a step's common slips."""
     out = _own_slips(step, inputs)
     if inputs != COMMON and step != "ROWS_UNCHANGED_BY_MASK":
         # Named first: the answer of the published exercise, handed in for a variant.
-        out = {"these are the answers of the common exercise (the Q, K, V printed in the "
-               "docstring), not of your own variant: print yours with `attn-grade variant "
-               "YOUR_ID`": exact(COMMON)[step], **out}
+        out = {MISTAKES["common_answers"]: exact(COMMON)[step], **out}
     return out
 
 
@@ -155,49 +186,44 @@ def _own_slips(step: str, inputs: Inputs) -> dict:
     scores, scaled = e["SCORES"], e["SCALED"]
     tril_only = e["WEIGHTS_FULL"] * CAUSAL
     if step == "SCORES":
-        return {"the scores were scaled already (SCORES is Q @ K.T, before the "
-                "1/sqrt(d_head))": scaled}
+        return {MISTAKES["scores_scaled_early"]: scaled}
     if step == "SCALED":
-        return {"the 1/sqrt(d_head) scale was forgotten": scores,
-                "the scores were divided by d_head instead of sqrt(d_head)": scores / D_HEAD,
-                "the scores were multiplied by sqrt(d_head) instead of divided":
+        return {MISTAKES["no_scale"]: scores,
+                MISTAKES["scale_by_d"]: scores / D_HEAD,
+                MISTAKES["scale_multiplied"]:
                     scores * math.sqrt(D_HEAD)}
     if step == "WEIGHTS_FULL":
         return {COLUMN_SOFTMAX: softmax_rows(scaled.T).T,
-                "the softmax used the unscaled scores (1/sqrt(d_head) forgotten)":
+                MISTAKES["softmax_unscaled"]:
                     softmax_rows(scores),
-                "the scores were normalized without exp (x / sum x instead of softmax)":
+                MISTAKES["no_exp"]:
                     scaled / scaled.sum(axis=1, keepdims=True),
-                "the causal mask was applied here too (this step has no mask)":
+                MISTAKES["mask_where_none"]:
                     e["WEIGHTS_CAUSAL"]}
     if step == "OUT_FULL":
-        return {"the output used the transposed weights (weights.T @ V)":
+        return {MISTAKES["weights_transposed"]:
                     e["WEIGHTS_FULL"].T @ V,
-                "the output used the chapter's V ([[10, 0], [0, 10], [5, 5]]) instead of "
-                "this exercise's V": e["WEIGHTS_FULL"] @ V_SEED,
-                "the causal weights were used (this step has no mask)": e["WEIGHTS_CAUSAL"] @ V,
-                "the weights were rounded to two decimals before multiplying by V (carry "
-                "three)": np.round(e["WEIGHTS_FULL"], 2) @ V}
+                MISTAKES["chapter_v"]: e["WEIGHTS_FULL"] @ V_SEED,
+                MISTAKES["causal_weights_unmasked_step"]: e["WEIGHTS_CAUSAL"] @ V,
+                MISTAKES["rounded_weights"]: np.round(e["WEIGHTS_FULL"], 2) @ V}
     if step == "WEIGHTS_CAUSAL":
         upper = np.triu(np.ones((3, 3), dtype=bool))
-        return {"the mask is on the wrong triangle (query i may see keys 0..i, not i..2)":
+        return {MISTAKES["wrong_triangle"]:
                     softmax_rows(scaled, upper),
-                "the mask also hides the diagonal (a query must see its own key)":
+                MISTAKES["diagonal_masked"]:
                     softmax_rows(scaled, np.tril(np.ones((3, 3), dtype=bool), -1)),
-                "the mask zeroed the full weights after the softmax without renormalizing "
-                "(mask the scores with -inf before the softmax)": tril_only,
-                "no causal mask was applied": e["WEIGHTS_FULL"],
+                MISTAKES["mask_after_softmax"]: tril_only,
+                MISTAKES["no_mask"]: e["WEIGHTS_FULL"],
                 COLUMN_SOFTMAX: softmax_rows(scaled.T, CAUSAL.T).T}
     if step == "OUT_CAUSAL":
-        return {"the output used the transposed weights (weights.T @ V)":
+        return {MISTAKES["weights_transposed"]:
                     e["WEIGHTS_CAUSAL"].T @ V,
-                "the output used the chapter's V instead of this exercise's V":
+                MISTAKES["chapter_v_causal"]:
                     e["WEIGHTS_CAUSAL"] @ V_SEED,
-                "the full (unmasked) weights were used": e["OUT_FULL"],
-                "the weights were rounded to two decimals before multiplying by V (carry "
-                "three)": np.round(e["WEIGHTS_CAUSAL"], 2) @ V}
+                MISTAKES["unmasked_weights"]: e["OUT_FULL"],
+                MISTAKES["rounded_weights"]: np.round(e["WEIGHTS_CAUSAL"], 2) @ V}
     if step == "ROWS_UNCHANGED_BY_MASK":
-        return {"the rows were counted from 1 (indices start at 0)": (3,),
-                "rows whose output changes were listed, not the ones that stay the same":
+        return {MISTAKES["rows_from_one"]: (3,),
+                MISTAKES["changed_rows_listed"]:
                     (0, 1)}
     return {}
