@@ -779,11 +779,36 @@ def release(out, install, make_git, self_check):
                + (" (a git repository with a first commit)" if make_git else ""))
 
 
+def _readme_table(check_only: bool) -> bool:
+    """README.md's generated table of exercises (``grader.release``), written
+    anew unless ``check_only``; whether it was stale.  No README (a copy of
+    the solutions alone): nothing to do."""
+    from grader.release import NoTable, with_exercise_table
+
+    readme = REPO_DIR / "README.md"
+    if not readme.is_file():
+        return False
+    text = readme.read_text()
+    try:
+        fresh = with_exercise_table(text)
+    except NoTable as exc:
+        raise click.UsageError(str(exc)) from None
+    if fresh == text:
+        return False
+    if check_only:
+        click.echo("README.md's table of exercises differs from the registry's")
+    else:
+        readme.write_text(fresh)
+        click.echo("wrote README.md's table of exercises, from the registry")
+    return True
+
+
 @main.command()
 @click.option("--check", "check_only", is_flag=True,
-              help="Only report stubs that differ; exit 1 if any do.")
+              help="Only report stubs (and README.md's table) that differ; exit 1 if any do.")
 def stubs(check_only):
-    """Regenerate exercises/ from the solutions' BEGIN/END SOLUTION markers."""
+    """Regenerate exercises/ from the solutions' BEGIN/END SOLUTION markers,
+    and README.md's table of exercises from the registry."""
     from grader.stubs import derive_all, write_stubs
 
     solutions, exercises = SOLUTIONS_DIR, EXERCISES_DIR
@@ -796,7 +821,8 @@ def stubs(check_only):
                  or (exercises / f"{n}.py").read_text() != text]
         for name in stale:
             click.echo(f"exercises/{name}.py differs from its solution's stub")
-        sys.exit(1 if stale else 0)
+        table_stale = _readme_table(check_only=True)
+        sys.exit(1 if stale or table_stale else 0)
     written = write_stubs(solutions, exercises)
     for path in written:
         click.echo(f"wrote {path.relative_to(REPO_DIR)}")
@@ -806,6 +832,7 @@ def stubs(check_only):
                f"to date in {folder}" if written else
                f"all {total} stubs in {folder} are up to date with their solutions; "
                "nothing written")
+    _readme_table(check_only=False)
 
 
 try:  # an instructors' command: the student edition has no calibrate module
