@@ -19,6 +19,7 @@ in an accent) get distinct names; the CSV keeps the original ones.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import json
@@ -36,8 +37,10 @@ from pathlib import Path
 from typing import Callable
 
 from grader import safetext
-from grader.registry import EXERCISES
+from grader.core import Options
 from grader.paths import PACKAGE_DIR
+from grader.registry import EXERCISES
+from grader.report import exercise_scores_of
 from grader.safetext import (NAME_LIMIT, Entries, TextMap, clean, cleaner, csv_number, csv_text,
                              csv_value)
 from grader.sandbox.process import remove_stale_staging
@@ -265,43 +268,32 @@ def grader_version() -> str:
     return _grader_version
 
 
-def cache_key(sub: Submission, *, suite: str, exercises: list[str] | None,
-              timeout: float | None, isolation: str, seed: int | None = None,
-              student_id: str | None = None, deduct_each: bool = False,
-              gpu_tier: bool = False) -> dict:
-    """What a stored result must match to be reused (no seed given: any seed)."""
-    return {"content": content_hash(sub.path), "suite": suite,
-            "exercises": sorted(exercises) if exercises else "all",
-            "timeout": timeout, "isolation": isolation, "grader": grader_version(),
-            "seed": seed, "student_id": student_id, "deduct_each": deduct_each,
-            "gpu_tier": gpu_tier}
-
-
-def exercise_scores(result: dict) -> dict:
-    """Per-exercise (score, max) from a results JSON (names start 'exNN_...: ')."""
-    out: dict = {}
-    for test in result.get("tests", []):
-        exercise = str(test.get("name", "")).split(":", 1)[0]
-        got, total = out.get(exercise, (0.0, 0.0))
-        out[exercise] = (got + float(test.get("score", 0)), total + float(test.get("max_score", 0)))
-    return out
+def cache_key(sub: Submission, options: Options) -> dict:
+    """What a stored result must match to be reused (no seed given: any seed):
+    the submission's content, the grader's version and the options that can
+    change a grade (``Options.cache_key``)."""
+    return {"content": content_hash(sub.path), "grader": grader_version(),
+            **options.cache_key()}
 
 
 _maxima: dict[tuple, dict[str, float]] = {}
 _maxima_lock = threading.Lock()
 
 
-def class_maximum(suite: str, exercises: list[str] | None, gpu_tier: bool) -> dict[str, float]:
+def class_maximum(options: Options) -> dict[str, float]:
     """Each exercise's maximum for these options (``grader.core.maximum``, the
     one place it is fixed), found once per batch process, when a row that
     could not be graded first needs it."""
-    from grader.core import Options, maximum
+    from grader.core import maximum
 
-    key = (suite, tuple(exercises or ()), gpu_tier)
+    key = (options.suite, tuple(options.exercises or ()), options.gpu_tier, options.keyword,
+           options.markers)
     with _maxima_lock:      # one collection at a time: pytest's state is the process's
         if key not in _maxima:
-            _maxima[key] = maximum(Options(suite=suite, exercises=exercises or None,
-                                           gpu_tier=gpu_tier))
+            _maxima[key] = maximum(Options(suite=options.suite,
+                                           exercises=options.exercises or None,
+                                           gpu_tier=options.gpu_tier, keyword=options.keyword,
+                                           markers=options.markers))
         return _maxima[key]
 
 
@@ -311,7 +303,9 @@ def _failed_result(message: str, maxima: dict[str, float]) -> dict:
     tests = [{"name": f"{exercise}: not graded", "score": 0.0, "max_score": most,
               "status": "failed", "output": message, "visibility": "visible"}
              for exercise, most in maxima.items()]
-    return {"score": 0, "tests": tests, "output": message, "output_format": "text"}
+    scores = {exercise: {"score": 0.0, "max_score": most} for exercise, most in maxima.items()}
+    return {"score": 0, "tests": tests, "output": message, "output_format": "text",
+            "extra_data": {"exercise_scores": scores}}
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -338,8 +332,8 @@ def _not_graded(outcome: Outcome, batch: dict, maxima: Callable[[], dict]) -> Ou
     """The zero result of a submission that could not be graded, saying why:
     out of the class's maximum, as every row is."""
     data = _failed_result(f"not graded: {outcome.error}", maxima())
-    data["extra_data"] = {"batch_error": outcome.error, "batch": batch}
-    outcome.scores = exercise_scores(data)
+    data["extra_data"].update(batch_error=outcome.error, batch=batch)
+    outcome.scores = exercise_scores_of(data)
     _write_json(outcome.result_path, data)
     return outcome
 
@@ -397,7 +391,7 @@ def roster_by_name(roster: dict[str, str], subs: list[Submission]) -> dict[str, 
 def _read_extra(outcome: Outcome, data: dict) -> None:
     from grader.report import manual_from_gradescope
 
-    outcome.scores = exercise_scores(data)
+    outcome.scores = exercise_scores_of(data)
     outcome.manual = manual_from_gradescope(data)
     extra = _extra(data)
     outcome.needs_regrade = int(extra.get("needs_regrade", 0) or 0)
@@ -413,25 +407,27 @@ def artifacts_of(result_path: Path) -> Path:
     return Path(result_path).with_suffix(".artifacts")
 
 
-def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float | None,
-              submission_timeout: float, force: bool,
-              exercises: list[str] | None = None, seed: int | None = None,
-              student_id: str | None = None, isolation: str = "auto",
-              deduct_each: bool = False, gpu_tier: bool = False) -> Outcome:
+def grade_one(sub: Submission, results_dir: Path, options: Options | None = None, *,
+              submission_timeout: float = 1800.0, force: bool = False) -> Outcome:
+    """Grade ``sub`` with ``options`` in a fresh ``attn-grade grade`` process
+    (``Options.argv``), or reuse its stored result where the key matches."""
+    options = dataclasses.replace(
+        options or Options(),
+        # Within the overall limit, so that a grading that runs long still ends
+        # with its own result (the rest failed at once) rather than being killed.
+        grading_budget=max(1.0, submission_timeout * 0.9))
     result_path = results_dir / f"{sub.key or _safe(sub.name)}.json"
     outcome = Outcome(sub, result_path)
-    maxima = lambda: class_maximum(suite, exercises, gpu_tier)  # noqa: E731
+    maxima = lambda: class_maximum(options)  # noqa: E731
     if sub.error:   # refused at intake: its zero row, and nothing to grade or cache
         outcome.error = sub.error
         return _not_graded(outcome, _batch_info(sub), maxima)
-    key = cache_key(sub, suite=suite, exercises=exercises, timeout=timeout,
-                    isolation=isolation, seed=seed, student_id=student_id,
-                    deduct_each=deduct_each, gpu_tier=gpu_tier)
+    key = cache_key(sub, options)
     if not force and result_path.is_file():
         try:
             data = json.loads(result_path.read_text())
             stored = dict(_extra(data).get("batch", {}).get("key") or {})
-            if seed is None:
+            if options.seed is None:
                 stored["seed"] = None   # no seed asked for: the one it had will do
             if stored == key:
                 outcome.skipped = True
@@ -439,24 +435,9 @@ def grade_one(sub: Submission, results_dir: Path, *, suite: str, timeout: float 
                 return outcome
         except (OSError, ValueError, AttributeError, TypeError):
             pass  # unreadable or another key: grade again
-    cmd = [sys.executable, "-m", "grader.cli", "grade", str(sub.path), "--suite", suite,
-           "--format", "json", "--out", str(result_path), "--isolation", isolation,
+    cmd = [sys.executable, "-m", "grader.cli", "grade", str(sub.path), *options.argv(),
+           "--format", "json", "--out", str(result_path),
            "--artifacts", str(artifacts_of(result_path))]   # the ex04 plot, for its page
-    if timeout:
-        cmd += ["--timeout", str(timeout)]
-    # Within the overall limit, so that a grading that runs long still ends
-    # with its own result (the rest failed at once) rather than being killed.
-    cmd += ["--grading-budget", f"{max(1.0, submission_timeout * 0.9):g}"]
-    for ex in exercises or []:
-        cmd += ["--exercise", ex]
-    if seed is not None:
-        cmd += ["--seed", str(seed)]
-    if student_id is not None:
-        cmd += ["--student-id", student_id]
-    if deduct_each:
-        cmd.append("--deduct-each")
-    if gpu_tier:
-        cmd.append("--gpu-tier")
     start = time.monotonic()
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           stdin=subprocess.DEVNULL) as proc:
@@ -532,20 +513,19 @@ def to_rubric_csv(outcomes: list[Outcome]) -> str:
          "", ""] for question, name, e in sorted(rows, key=lambda r: (r[0], r[1]))])
 
 
-def run_batch(subs: list[Submission], results_dir: Path, *, jobs: int = 1, suite: str = "hidden",
-              timeout: float | None = None, submission_timeout: float = 1800.0,
-              force: bool = False, exercises: list[str] | None = None,
-              seed: int | None = None, roster: dict[str, str] | None = None,
-              isolation: str = "auto", deduct_each: bool = False, gpu_tier: bool = False,
+def run_batch(subs: list[Submission], results_dir: Path, options: Options | None = None, *,
+              jobs: int = 1, submission_timeout: float = 1800.0, force: bool = False,
+              roster: dict[str, str] | None = None,
               on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    """Grade ``subs`` with ``options``, ``jobs`` at a time; exercise A of each
+    submission on the roster for its student's identifier."""
+    options = options or Options()
     results_dir.mkdir(parents=True, exist_ok=True)
     outcomes = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(grade_one, s, results_dir, suite=suite, timeout=timeout,
-                               submission_timeout=submission_timeout, force=force,
-                               exercises=exercises, seed=seed,
-                               student_id=(roster or {}).get(s.name), isolation=isolation,
-                               deduct_each=deduct_each, gpu_tier=gpu_tier)
+        futures = [pool.submit(grade_one, s, results_dir,
+                               dataclasses.replace(options, student_id=(roster or {}).get(s.name)),
+                               submission_timeout=submission_timeout, force=force)
                    for s in subs]
         for future in as_completed(futures):
             outcome = future.result()

@@ -9,6 +9,8 @@ grader problem, a test that needs a regrade), after writing every result.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 import sys
 from pathlib import Path
@@ -115,6 +117,45 @@ def _student_id(value: str | None, param_hint: str) -> str | None:
     except BadStudentId as exc:
         raise click.BadParameter(f"{exc}.", param_hint=param_hint) from None
     return value
+
+
+# The options ``grade`` and ``batch`` share, written once.  Each is a field
+# of ``grader.core.Options`` (whose ``argv`` gives its flag back, for the
+# batch's grading processes), except --fail-on-lost-points, the exit status.
+GRADING_OPTIONS = (
+    click.option("--suite", type=click.Choice(["public", "hidden"]), default="hidden",
+                 show_default=True, help="public: the students' tests; hidden: the full grade."),
+    click.option("-e", "--exercise", "exercises", multiple=True,
+                 help="Grade only this exercise (repeatable)."),
+    click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
+                 help="Seconds allowed for each call into a submission."),
+    _gpu_tier_option(),
+    _isolation_option(),
+    click.option("--seed", type=SEED, default=None,
+                 help="Seed of the hidden suites' random cases, to reproduce a grade (each "
+                      "result records its seed; batch: one for every submission) [default: "
+                      "a fresh secret one per submission]."),
+    _deduct_option(),
+    click.option("--fail-on-lost-points", is_flag=True,
+                 help="Exit with status 1 when any point was lost, a test errored or a "
+                      "submission could not be graded (for CI jobs that grade the reference "
+                      "solution)."),
+)
+
+
+def grading_options(command):
+    """``GRADING_OPTIONS`` on ``command``, which gets them as one ``Options``
+    (``options=``) and ``fail_on_lost_points``."""
+    @functools.wraps(command)
+    def with_options(*args, suite, exercises, timeout, gpu_tier, isolation, seed, deduct_each,
+                     **rest):
+        options = Options(suite=suite, exercises=_exercise_names(exercises, "--exercise"),
+                          call_timeout=timeout, gpu_tier=gpu_tier, isolation=isolation,
+                          seed=seed, deduct_each=deduct_each)
+        return command(*args, options=options, **rest)
+    for option in reversed(GRADING_OPTIONS):
+        with_options = option(with_options)
+    return with_options
 
 
 def _unsupported(exercises: list[str] | None) -> list:
@@ -245,35 +286,21 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, gpu_tier, dedu
 
 @main.command(name="grade")
 @click.argument("path", type=click.Path(path_type=Path), metavar="SUBMISSION")
-@click.option("--suite", type=click.Choice(["public", "hidden"]), default="hidden",
-              show_default=True, help="public: the students' tests; hidden: the full grade.")
+@grading_options
 @click.option("--format", "out_format", type=click.Choice(["text", "json", "junit", "html"]),
               default="text", show_default=True,
               help="json: Gradescope's results.json; junit: JUnit XML for CI systems; "
                    "html: the student's page (static, offline; --artifacts' pictures in it).")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write the result to this file instead of the terminal.")
-@click.option("-e", "--exercise", "exercises", multiple=True,
-              help="Grade only this exercise (repeatable).")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
-              help="Seconds allowed for each call into the submission.")
-@_gpu_tier_option()
 @click.option("-k", "--keyword", default=None,
               help="Only the tests matching this pytest -k expression (e.g. 'softmax').")
 @click.option("--artifacts", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Folder for files made for the student (the ex04 plot) "
                    "[default: none kept].")
-@_isolation_option()
-@click.option("--seed", type=SEED, default=None,
-              help="Seed of the hidden suites' random cases, to reproduce a grade (its "
-                   "result records the seed) [default: a fresh secret one].")
 @click.option("--student-id", default=None,
               help="The roster's identifier for this submission: exercise A is graded for "
                    "it, and a different STUDENT_ID in the module earns nothing.")
-@click.option("--fail-on-lost-points", is_flag=True,
-              help="Exit with status 1 when any point was lost or a test errored "
-                   "(for CI jobs that grade the reference solution).")
-@_deduct_option()
 @click.option("--exercise-budget", type=click.FloatRange(min=1), default=None,
               help="Seconds all workers of one exercise may spend (starting, answering); "
                    "once spent, its remaining tests fail at once [default: 300, ex07 900].")
@@ -281,9 +308,8 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, gpu_tier, dedu
               show_default=True,
               help="Seconds the whole grading may take; once spent, every remaining call "
                    "fails at once, and the result is still written.")
-def grade_cmd(path, suite, out_format, out, exercises, timeout, gpu_tier, keyword, seed,
-              student_id, fail_on_lost_points, deduct_each, artifacts, isolation,
-              exercise_budget, grading_budget):
+def grade_cmd(path, options, fail_on_lost_points, out_format, out, keyword, student_id,
+              artifacts, exercise_budget, grading_budget):
     """Grade a submission: a folder of exercise modules, a notebook, or a zip.
 
     Exit status: 0 graded; 1 points lost, with --fail-on-lost-points; 2 bad
@@ -293,13 +319,12 @@ def grade_cmd(path, suite, out_format, out, exercises, timeout, gpu_tier, keywor
     exercise whose versions are unsupported here)."""
     if not path.exists():
         raise click.BadParameter(f"{path} does not exist.", param_hint="SUBMISSION")
-    options = Options(suite=suite, exercises=_exercise_names(exercises, "--exercise"),
-                      call_timeout=timeout, gpu_tier=gpu_tier, keyword=keyword,
-                      seed=seed, student_id=_student_id(student_id, "--student-id"),
-                      deduct_each=deduct_each, artifacts_dir=artifacts, isolation=isolation,
-                      exercise_budget=exercise_budget, grading_budget=grading_budget)
+    options = dataclasses.replace(
+        options, keyword=keyword, student_id=_student_id(student_id, "--student-id"),
+        artifacts_dir=artifacts, exercise_budget=exercise_budget, grading_budget=grading_budget)
     report, _ = _run(path, options)
-    _emit(report, out_format, out, public_only=suite == "public", artifacts=artifacts)
+    _emit(report, out_format, out, public_only=options.suite == "public",
+          artifacts=artifacts)
     if report.ungraded:   # before --fail-on-lost-points: not graded is the graver news
         click.echo(f"not fully graded: {len(report.errors)} grader problem(s), "
                    f"{report.needs_regrade} test(s) needing a regrade (exit status "
@@ -338,6 +363,7 @@ def _plural(n: int, word: str) -> str:
 
 @main.command()
 @click.argument("folder", type=click.Path(path_type=Path))
+@grading_options
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default="grades.csv",
               show_default=True, help="The class's CSV: points per exercise and total "
               "(free-text answers for staff go to NAME_rubric.csv beside it).")
@@ -346,29 +372,15 @@ def _plural(n: int, word: str) -> str:
               "[default: results/ beside --out].")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Submissions graded at once.")
-@click.option("--suite", type=click.Choice(["public", "hidden"]), default="hidden",
-              show_default=True)
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
-              help="Seconds allowed for each call into a submission.")
 @click.option("--submission-timeout", type=click.FloatRange(min=1), default=1800,
               show_default=True, help="Seconds allowed for grading one whole submission.")
-@click.option("-e", "--exercise", "exercises", multiple=True,
-              help="Grade only this exercise (repeatable).")
 @click.option("--force", is_flag=True, help="Grade again what an earlier run graded.")
 @click.option("--roster", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               default=None, help="CSV with columns submission,student_id: exercise A of "
               "each submission is graded for its student's identifier.")
-@click.option("--seed", type=SEED, default=None,
-              help="One seed for every submission's random hidden cases [default: a fresh "
-                   "secret one per submission, recorded in its result].")
 @click.option("--shard", default=None, metavar="K/N",
               help="Grade only the K-th of N equal parts of the class (for N machines; "
                    "join their CSVs with attn-grade merge).")
-@click.option("--fail-on-lost-points", is_flag=True,
-              help="Exit with status 1 when any submission lost a point or could not "
-                   "be graded.")
-@_deduct_option()
-@_gpu_tier_option()
 @click.option("--due", default=None, metavar="TIME",
               help="The due time (2026-12-15T23:59; UTC without a zone), for --late-policy.")
 @click.option("--late-policy", default=None, metavar="POLICY",
@@ -377,10 +389,8 @@ def _plural(n: int, word: str) -> str:
 @click.option("--submitted-times", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               default=None, help="A CSV of submission,submitted_at from the LMS, for "
                                  "--late-policy (never read from a submission's own files).")
-@_isolation_option()
-def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, exercises, force,
-          roster, seed, shard, fail_on_lost_points, deduct_each, gpu_tier, isolation, due=None,
-          late_policy=None, submitted_times=None):
+def batch(folder, options, fail_on_lost_points, out, results_dir, jobs, submission_timeout,
+          force, roster, shard, due=None, late_policy=None, submitted_times=None):
     """Grade every submission in FOLDER: each sub-folder, notebook and zip, or an
     LMS bulk download (Canvas's name_id_submissionid_file, grouped by student).
 
@@ -397,7 +407,7 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
     if not folder.is_dir():
         raise click.BadParameter(f"{folder} is not a folder of submissions.",
                                  param_hint="FOLDER")
-    only = _exercise_names(exercises, "--exercise")
+    only = options.exercises
     part = _shard(shard)
     late = _late(due, late_policy, submitted_times)
     ids = None
@@ -424,11 +434,9 @@ def batch(folder, out, results_dir, jobs, suite, timeout, submission_timeout, ex
         with click.progressbar(length=len(subs), label="grading", file=sys.stderr,
                                show_pos=True, item_show_func=lambda o: o.submission.label
                                if o else "") as bar:
-            outcomes = run_batch(subs, results_dir, jobs=jobs, suite=suite, timeout=timeout,
+            outcomes = run_batch(subs, results_dir, options, jobs=jobs,
                                  submission_timeout=submission_timeout, force=force,
-                                 exercises=only, seed=seed, roster=ids, isolation=isolation,
-                                 deduct_each=deduct_each, gpu_tier=gpu_tier,
-                                 on_done=lambda o: bar.update(1, o))
+                                 roster=ids, on_done=lambda o: bar.update(1, o))
         # Over the whole class (every shard discovers it all), while Canvas's staged
         # folders exist; of the shards, the first writes it, and merge takes it.
         from grader import similarity
@@ -802,11 +810,36 @@ def release(out, install, make_git, self_check):
                + (" (a git repository with a first commit)" if make_git else ""))
 
 
+def _readme_table(check_only: bool) -> bool:
+    """README.md's generated table of exercises (``grader.release``), written
+    anew unless ``check_only``; whether it was stale.  No README (a copy of
+    the solutions alone): nothing to do."""
+    from grader.release import NoTable, with_exercise_table
+
+    readme = REPO_DIR / "README.md"
+    if not readme.is_file():
+        return False
+    text = readme.read_text()
+    try:
+        fresh = with_exercise_table(text)
+    except NoTable as exc:
+        raise click.UsageError(str(exc)) from None
+    if fresh == text:
+        return False
+    if check_only:
+        click.echo("README.md's table of exercises differs from the registry's")
+    else:
+        readme.write_text(fresh)
+        click.echo("wrote README.md's table of exercises, from the registry")
+    return True
+
+
 @main.command()
 @click.option("--check", "check_only", is_flag=True,
-              help="Only report stubs that differ; exit 1 if any do.")
+              help="Only report stubs (and README.md's table) that differ; exit 1 if any do.")
 def stubs(check_only):
-    """Regenerate exercises/ from the solutions' BEGIN/END SOLUTION markers."""
+    """Regenerate exercises/ from the solutions' BEGIN/END SOLUTION markers,
+    and README.md's table of exercises from the registry."""
     from grader.stubs import derive_all, write_stubs
 
     solutions, exercises = SOLUTIONS_DIR, EXERCISES_DIR
@@ -819,7 +852,8 @@ def stubs(check_only):
                  or (exercises / f"{n}.py").read_text() != text]
         for name in stale:
             click.echo(f"exercises/{name}.py differs from its solution's stub")
-        sys.exit(1 if stale else 0)
+        table_stale = _readme_table(check_only=True)
+        sys.exit(1 if stale or table_stale else 0)
     written = write_stubs(solutions, exercises)
     for path in written:
         click.echo(f"wrote {path.relative_to(REPO_DIR)}")
@@ -829,6 +863,7 @@ def stubs(check_only):
                f"to date in {folder}" if written else
                f"all {total} stubs in {folder} are up to date with their solutions; "
                "nothing written")
+    _readme_table(check_only=False)
 
 
 try:  # an instructors' command: the student edition has no calibrate module

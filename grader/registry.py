@@ -11,10 +11,11 @@ per call (``call_timeout``) and what its worker's environment gets
 (``worker_env``).
 
 Everything else that lists exercises or their facts reads them from here
-(the CLI's letters, the notebooks, the student edition's README) or is held
-to them by ``tests/test_manifest.py`` (the README's table, the suites'
-imports of secret references and probes, the solutions' imports, the probe
-files).  Names are the public contract (``grader/contract.json``, a copy of
+(the CLI's letters, the notebooks, both READMEs' table of exercises:
+``grader.release.exercise_table``, which ``attn-grade stubs`` writes into
+README.md) or is held to them by ``tests/test_manifest.py`` (README.md's
+table and count, the suites' imports of secret references and probes, the
+solutions' imports, the probe files).  Names are the public contract (``grader/contract.json``, a copy of
 the curriculum's).  One module more is graded like an exercise but is not in
 the contract (``in_contract=False``): ``questions``, the interview questions
 (numbers and letters graded here, free text collected for staff).  Being in

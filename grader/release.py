@@ -112,8 +112,6 @@ states its task, shapes and conventions in its docstrings, and raises
 goes. Prefer notebooks? `notebooks/` has one per exercise, with a self-check
 cell. {colab}
 
-| module | exercise | needs |
-| --- | --- | --- |
 {table}
 
 ## Checking yourself
@@ -349,6 +347,38 @@ def exercise_count(names: list[str] | None = None) -> str:
     return NUMBER_WORDS[n] if n < len(NUMBER_WORDS) else str(n)
 
 
+def exercise_table(names: list[str] | None = None) -> str:
+    """The READMEs' table of the exercises ``names`` (default: all registered),
+    from the registry, in its order: module, label, what it needs."""
+    from grader.registry import EXERCISES
+
+    rows = [f"| `{e.name}` | {e.label} | {e.needs_text} |" for e in EXERCISES.values()
+            if names is None or e.name in names]
+    return "\n".join(["| module | exercise | needs |", "| --- | --- | --- |", *rows])
+
+
+# Where the instructors' README.md holds its generated table (``attn-grade stubs``).
+TABLE_BEGIN = ("<!-- The table of exercises is generated from grader/registry.py: "
+               "`attn-grade stubs` writes it. -->")
+TABLE_END = "<!-- end of the generated table -->"
+
+
+class NoTable(ValueError):
+    """A README without the generated table's markers; the text is one sentence."""
+
+
+def with_exercise_table(readme: str) -> str:
+    """``readme`` with the table between ``TABLE_BEGIN`` and ``TABLE_END``
+    generated anew from the registry (``exercise_table``)."""
+    if readme.count(TABLE_BEGIN) != 1 or readme.count(TABLE_END) != 1 or \
+            readme.index(TABLE_BEGIN) > readme.index(TABLE_END):
+        raise NoTable(f"README.md needs the lines {TABLE_BEGIN!r} and {TABLE_END!r}, once "
+                      "each, in that order, around its table of exercises")
+    head, rest = readme.split(TABLE_BEGIN, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    return f"{head}{TABLE_BEGIN}\n{exercise_table()}\n{TABLE_END}{tail}"
+
+
 def student_readme(names: list[str], install: str | None = None,
                    self_check: str = "fail") -> str:
     """The edition's README for the exercises ``names``, from the registry;
@@ -356,7 +386,7 @@ def student_readme(names: list[str], install: str | None = None,
     from grader.registry import EXERCISES
 
     shipped = [e for e in EXERCISES.values() if e.name in names]
-    table = "\n".join(f"| `{e.name}` | {e.label} | {e.needs_text} |" for e in shipped)
+    table = exercise_table(names)
     where = (f"In Colab, the first code cell installs the checker from `{install}`."
              if install else "The notebooks were made without an install address: in "
              "Colab, `pip install` this repository first (its git URL).")

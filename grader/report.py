@@ -247,7 +247,10 @@ def to_gradescope(report: Report) -> dict:
             entry["extra_data"] = {"needs_regrade": True}
         tests.append(entry)
     extra = {"isolation": report.isolation, "needs_regrade": report.needs_regrade,
-             "import_errors": dict(report.import_errors), "errors": list(report.errors)}
+             "import_errors": dict(report.import_errors), "errors": list(report.errors),
+             # what each exercise scored, out of what: read back by ``exercise_scores_of``
+             "exercise_scores": {e: {"score": got, "max_score": most}
+                                 for e, (got, most) in report.exercise_scores().items()}}
     out = {"score": report.score, "tests": tests, "output_format": "text",
            "visibility": "visible", "execution_time": round(report.seconds, 3),
            "extra_data": extra}
@@ -303,6 +306,14 @@ def manual_from_gradescope(data: dict) -> list[dict]:
             entry["answer"] = "" if answer == "(none)" else answer
         out.append(entry)
     return out
+
+
+def exercise_scores_of(data: dict) -> dict[str, tuple[float, float]]:
+    """``Report.exercise_scores()`` from a results JSON of ``to_gradescope``
+    (``extra_data.exercise_scores``): exercise -> (score, max)."""
+    stored = (data.get("extra_data") or {}).get("exercise_scores") or {}
+    return {str(e): (float(s.get("score", 0)), float(s.get("max_score", 0)))
+            for e, s in stored.items() if isinstance(s, dict)}
 
 
 def to_json(report: Report) -> str:

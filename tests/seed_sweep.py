@@ -201,9 +201,6 @@ class Spy:
         _named((args, kwargs), self._touched)
         return self._student.call(name, *args, **kwargs)
 
-    def with_timeout(self, seconds: float) -> "Spy":
-        return Spy(self._student.with_timeout(seconds), self._touched, self._functions)
-
     def probe(self, name: str, *args, **kwargs):
         self._touched |= probe_reads(name)
         _named((args, kwargs), self._touched)
@@ -390,12 +387,11 @@ class Run:
     text: str = ""
 
 
-def run(item: Item, student: StudentModule, seed: int, reads: SeedReads,
-        functions: set[str]) -> Run:
-    """One test under one seed, as the grading plugin would judge it."""
+def run(item: Item, worker, seed: int, reads: SeedReads, functions: set[str]) -> Run:
+    """One test under one seed, as the grading plugin would judge it: with
+    its own ``StudentModule`` of ``worker``, under its ``timeout_s`` if any."""
     touched: set[str] = set()
-    spy = Spy(student if item.timeout is None else student.with_timeout(item.timeout),
-              touched, functions)
+    spy = Spy(StudentModule(worker, item.timeout), touched, functions)
     kwargs = dict(item.params)
     wants = inspect.signature(item.function).parameters
     if "student" in wants:
@@ -497,15 +493,14 @@ class Sweep:
         if self.fork_server is not None:
             self.fork_server.close()
 
-    def _student(self, folder: Path):
-        worker = self.launcher.worker(folder, self.exercise, call_timeout=self.ex.call_timeout,
-                                      env=self.ex.worker_env, fork_from=self.fork_server)
-        return worker, StudentModule(worker)
+    def _worker(self, folder: Path):
+        return self.launcher.worker(folder, self.exercise, call_timeout=self.ex.call_timeout,
+                                    env=self.ex.worker_env, fork_from=self.fork_server)
 
     def _grade(self, name: str, folder: Path, plan) -> tuple[Verdict, dict]:
         """``plan(item)``: the seeds to run it under (None: as the solution)."""
         start = time.perf_counter()
-        worker, student = self._student(folder)
+        worker = self._worker(folder)
         functions: set[str] = set()
         verdict = Verdict(name, {}, {}, {i.name: i.points for i in self.items}, self.seeds)
         runs: dict[str, dict[int, Run]] = {}
@@ -521,7 +516,7 @@ class Sweep:
                     continue
                 runs[item.name] = {}
                 for seed in todo:
-                    r = run(item, student, seed, self.reads, functions)
+                    r = run(item, worker, seed, self.reads, functions)
                     verdict.runs += 1
                     runs[item.name][seed] = r
                     if r.status != "passed":

@@ -530,6 +530,7 @@ def test_colliding_batch_names_each_get_their_own_grade(tmp_path, isolation):
     import zipfile
 
     from grader.batch import columns, discover, run_batch, to_csv
+    from grader.core import Options
     root = tmp_path / "class"
     copy_solutions(root / "s1", ["ex01_by_hand"])
     (root / "s1" / "ex01_by_hand.py").write_text("SCORES = None\n")       # no points
@@ -540,8 +541,8 @@ def test_colliding_batch_names_each_get_their_own_grade(tmp_path, isolation):
     copy_solutions(root / "Jos\u00e8", ["ex01_by_hand"])
     subs = discover(root)
     assert len({s.key for s in subs}) == 4
-    outcomes = run_batch(subs, tmp_path / "results", suite="hidden",
-                         exercises=["ex01_by_hand"], isolation=isolation)
+    outcomes = run_batch(subs, tmp_path / "results",
+                         Options(suite="hidden", exercises=["ex01_by_hand"], isolation=isolation))
     assert not any(o.skipped for o in outcomes)
     rows = {r["submission"]: r for r in csv.DictReader(to_csv(outcomes, columns(outcomes))
                                                        .splitlines())}

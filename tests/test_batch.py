@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
 
-from grader.batch import Submission, grade_one
+from grader.batch import Submission, cache_key, grade_one
+from grader.core import Options
 from grader.cli import main
 from tests.conftest import copy_solutions
 
@@ -73,9 +75,9 @@ def test_a_submission_that_outlasts_its_limit_costs_only_its_row(tmp_path):
     sub = copy_solutions(tmp_path / "slow", ["ex01_by_hand"])
     (sub / "ex01_by_hand.py").write_text("import time\ntime.sleep(60)\n")
     before = set(stale_staging(min_age_s=0))
-    outcome = grade_one(Submission("slow", sub), tmp_path / "results", suite="hidden",
-                        timeout=None, submission_timeout=3, force=False,
-                        exercises=["ex01_by_hand"])
+    outcome = grade_one(Submission("slow", sub), tmp_path / "results",
+                        Options(suite="hidden", exercises=["ex01_by_hand"]),
+                        submission_timeout=3, force=False)
     assert "longer than 3 s" in outcome.error
     # The killed grading's workers' folders went with it (other tests' may be live).
     left = set(stale_staging(min_age_s=0)) - before
@@ -222,15 +224,18 @@ def test_the_cache_is_keyed_on_the_options_that_change_scores(tmp_path):
     (content, suite, exercises, grader version) is recorded in the result."""
     sub = copy_solutions(tmp_path / "a", ["ex01_by_hand"])
     results = tmp_path / "results"
-    kwargs = dict(timeout=None, submission_timeout=300, force=False,
-                  exercises=["ex01_by_hand"])
-    first = grade_one(Submission("a", sub, "a"), results, suite="public", **kwargs)
+    kwargs = dict(submission_timeout=300, force=False)
+    public = Options(suite="public", exercises=["ex01_by_hand"])
+    first = grade_one(Submission("a", sub, "a"), results, public, **kwargs)
     assert not first.skipped and not first.error
     key = json.loads(first.result_path.read_text())["extra_data"]["batch"]["key"]
     assert key["suite"] == "public" and key["content"] and key["grader"]
-    again = grade_one(Submission("a", sub, "a"), results, suite="public", **kwargs)
+    # the options as graded: the budget within --submission-timeout's
+    assert key == cache_key(Submission("a", sub, "a"), replace(public, grading_budget=270.0))
+    again = grade_one(Submission("a", sub, "a"), results, public, **kwargs)
     assert again.skipped
-    hidden = grade_one(Submission("a", sub, "a"), results, suite="hidden", **kwargs)
+    hidden = grade_one(Submission("a", sub, "a"), results, replace(public, suite="hidden"),
+                       **kwargs)
     assert not hidden.skipped
     assert json.loads(hidden.result_path.read_text())["extra_data"]["batch"]["key"]["suite"] == \
         "hidden"

@@ -1,9 +1,11 @@
 """The registry (``grader/registry.py``) is the one manifest of each exercise.
 
-What is generated from it (the student edition's README, the notebooks, the
-CLI's letters) cannot drift; what is written by hand or is a fact of the code
-(the README's table, the probe files, the suites' imports of secret
-references and probes, the solutions' imports) is held to it here, in both
+What is generated from it (the student edition's README, README.md's table
+of exercises, the notebooks, the CLI's letters) cannot drift, and README.md's
+table is held to what would be generated; what is written by hand or is a
+fact of the code (README.md's count of exercises, the probe files, the
+suites' imports of secret references and probes, the solutions' imports) is
+held to it here, in both
 directions: a row, file or import the registry does not know fails, and so
 does a registered one that is missing."""
 from __future__ import annotations
@@ -17,7 +19,8 @@ import pytest
 from grader.registry import EXERCISES, NEEDS, SHARED_PROBES, by_letter, suite_files
 from grader.paths import PROBES_DIR, SECRET_REFERENCE_DIR
 from grader.notebooks import BEFORE_STUB, dependencies
-from grader.release import exercise_count, student_readme
+from grader.release import (TABLE_END, NoTable, exercise_count, exercise_table,
+                            student_readme, with_exercise_table)
 from tests.conftest import REPO, SOLUTIONS
 
 # What a module's import means for its "needs" (other imports need nothing extra).
@@ -168,50 +171,53 @@ def test_notebook_extras_are_for_registered_exercises():
     assert set(BEFORE_STUB) <= set(EXERCISES), sorted(set(BEFORE_STUB) - set(EXERCISES))
 
 
-def _readme_table(text: str) -> list[list[str]]:
-    section = text.split("\n## The exercises\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
-    return [[cell.strip() for cell in row.strip().strip("|").split(" | ")] for row in rows]
-
-
-def _readme_problems(text: str) -> list[str]:
-    """How README.md's table of exercises disagrees with the registry."""
-    rows = _readme_table(text)
-    modules = [row[0].strip("`") for row in rows]
-    problems = [f"no row for {n}" for n in EXERCISES if n not in modules]
-    problems += [f"a row for {m}, which the registry does not know" for m in modules
-                 if m not in EXERCISES]
-    if not problems and modules != list(EXERCISES):
-        problems.append("the rows are not in the registry's order")
-    for row in rows:
-        ex = EXERCISES.get(row[0].strip("`"))
-        if ex is None:
-            continue
-        if len(row) != 3:
-            problems.append(f"{ex.name}: the row needs three cells, module | exercise | needs")
-            continue
-        if not row[1].startswith(ex.label):
-            problems.append(f"{ex.name} is called {row[1]!r}; the registry: {ex.label!r}")
-        if row[2] != ex.needs_text:
-            problems.append(f"{ex.name} needs {row[2]!r}; the registry: {ex.needs_text!r}")
-    if f"{exercise_count()} exercises on attention" not in text:
-        problems.append(f"it does not say {exercise_count()} exercises")
-    return problems
-
-
 def test_readme_table_is_the_registry():
-    problems = _readme_problems((REPO / "README.md").read_text())
-    assert not problems, "README.md's exercise table: " + "; ".join(problems)
+    """README.md's table is generated (``attn-grade stubs`` writes it): it is
+    the registry's, and the count of exercises beside it is too."""
+    readme = (REPO / "README.md").read_text()
+    assert with_exercise_table(readme) == readme, (
+        "README.md's table of exercises is not the registry's: run `attn-grade stubs`")
+    assert exercise_table() in readme
+    assert f"{exercise_count()} exercises on attention" in readme, (
+        f"README.md does not say {exercise_count()} exercises")
 
 
-def test_readme_check_notices_a_missing_row_an_unknown_one_and_a_wrong_need():
+def test_readme_table_notices_a_missing_row_an_unknown_one_and_a_wrong_need():
     readme = (REPO / "README.md").read_text()
     row = next(line for line in readme.splitlines() if line.startswith("| `ex03_gqa` |"))
-    assert _readme_problems(readme.replace(row + "\n", "")) == ["no row for ex03_gqa"]
-    unknown = readme.replace(row, row + "\n" + row.replace("ex03_gqa", "ex09_extra"))
-    assert _readme_problems(unknown) == ["a row for ex09_extra, which the registry does not know"]
-    wrong = readme.replace(row, row.replace("| NumPy |", "| PyTorch |"))
-    assert _readme_problems(wrong) == ["ex03_gqa needs 'PyTorch'; the registry: 'NumPy'"]
+    for stale in (readme.replace(row + "\n", ""),
+                  readme.replace(row, row + "\n" + row.replace("ex03_gqa", "ex09_extra")),
+                  readme.replace(row, row.replace("| NumPy |", "| PyTorch |"))):
+        assert stale != readme and with_exercise_table(stale) == readme
+    for name in EXERCISES.values():
+        assert f"| `{name.name}` | {name.label} | {name.needs_text} |" in exercise_table()
+
+
+def test_readme_without_the_tables_markers_is_refused_in_one_sentence():
+    readme = (REPO / "README.md").read_text()
+    with pytest.raises(NoTable, match="README.md needs the lines"):
+        with_exercise_table(readme.replace(TABLE_END, ""))
+
+
+def test_the_stubs_command_rewrites_and_checks_the_readme_table(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from grader import cli
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    readme = (REPO / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `ex02_mha` |"))
+    (tmp_path / "README.md").write_text(readme.replace(row + "\n", ""))
+    for name, value in (("REPO_DIR", tmp_path), ("SOLUTIONS_DIR", tmp_path / "solutions"),
+                        ("EXERCISES_DIR", tmp_path / "exercises")):
+        monkeypatch.setattr(cli, name, value)
+    check = CliRunner().invoke(cli.main, ["stubs", "--check"])
+    assert check.exit_code == 1 and "README.md's table of exercises differs" in check.output
+    wrote = CliRunner().invoke(cli.main, ["stubs"])
+    assert wrote.exit_code == 0, wrote.output
+    assert "wrote README.md's table of exercises" in wrote.output
+    assert (tmp_path / "README.md").read_text() == readme
+    assert CliRunner().invoke(cli.main, ["stubs", "--check"]).exit_code == 0
 
 
 def test_student_readme_lists_every_exercise_from_the_registry():

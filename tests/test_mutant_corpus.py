@@ -4,7 +4,8 @@
 names it, in a diagnosis line unless the mutant says otherwise; this file
 counts: at least 95 % of the corpus is named by a diagnosis line, and the
 corpus covers every function and constant of the contract
-(``grader/contract.json``: an exercise added there needs its mutants).
+(``grader/contract.json``: an exercise added there needs its mutants), and
+every registered exercise has its mutants file.
 """
 from __future__ import annotations
 
@@ -12,12 +13,19 @@ from collections import Counter
 
 import pytest
 
-from grader.registry import contract
+from grader.paths import TESTS_DIR
+from grader.registry import EXERCISES, contract
 from tests.conftest import SOLUTIONS
 from tests.mutants import all_mutants, covered
 
 MUTANTS = all_mutants()
 NAMED_SHARE = 0.95
+# Registered modules without a mutants file, and why: each other exercise has
+# tests/mutants/<exercise>.py, with at least one mutant.
+WITHOUT_MUTANTS = {
+    "questions": "answers, not code: tests/test_questions.py grades wrong numbers and "
+                 "letters and checks the feedback names the slip",
+}
 
 
 def test_at_least_95_percent_of_the_corpus_is_named_by_a_diagnosis_line():
@@ -26,6 +34,22 @@ def test_at_least_95_percent_of_the_corpus_is_named_by_a_diagnosis_line():
     others = sorted(f"{m.file}:{m.name}" for m in MUTANTS if not m.diagnosis)
     assert share >= NAMED_SHARE, (f"{len(named)} of {len(MUTANTS)} mutants ({share:.1%}) are "
                                   f"named by a diagnosis line; the others: {others}")
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_every_registered_exercise_has_its_mutants_file(name):
+    path = TESTS_DIR / "mutants" / f"{name}.py"
+    if name in WITHOUT_MUTANTS:
+        assert not path.exists(), f"{path.name} exists: take {name} out of WITHOUT_MUTANTS"
+        return
+    assert path.is_file(), (f"{name} has no tests/mutants/{name}.py: one realistic mistake "
+                            "per mutant, that its hidden suite must catch and name "
+                            "(docs/AUTHORING.md, \"Mutants\")")
+    assert any(m.file == name for m in MUTANTS), f"tests/mutants/{name}.py holds no MUTANTS"
+
+
+def test_every_exception_is_registered():
+    assert set(WITHOUT_MUTANTS) <= set(EXERCISES)
 
 
 @pytest.mark.parametrize("module", sorted(contract()["modules"]))

@@ -251,14 +251,15 @@ def test_softmax_axis_the_first_failure_names_it_first_and_nothing_is_said_twice
 
 def test_deduct_each_and_the_gpu_tier_are_wired_through_check_grade_and_batch(
         tmp_path, monkeypatch):
-    """The options reach ``Options`` (check, grade) and ``run_batch``;
+    """The options reach ``Options`` (check, grade, and batch's ``run_batch``);
     --deduct-once, the old flag, is the default by its name; --require-gpu is
     --gpu-tier."""
     from grader import batch, cli
     seen = []
     monkeypatch.setattr(cli, "_run", lambda path, options: seen.append(options) or
                         (Report(submission=str(path), suite=options.suite), []))
-    monkeypatch.setattr(batch, "run_batch", lambda subs, results, **kw: seen.append(kw) or [])
+    monkeypatch.setattr(batch, "run_batch",
+                        lambda subs, results, options, **kw: seen.append(options) or [])
     (tmp_path / "class" / "alice").mkdir(parents=True)
     runner = CliRunner()
     for args in ([], ["--deduct-once"], ["--deduct-each"], ["--gpu-tier"], ["--require-gpu"]):
@@ -267,10 +268,8 @@ def test_deduct_each_and_the_gpu_tier_are_wired_through_check_grade_and_batch(
             result = runner.invoke(main, [*command, *args], catch_exceptions=False)
             assert result.exit_code == 0, (command, args, result.output)
             got = seen.pop()
-            get = got.get if isinstance(got, dict) else lambda name: getattr(got, name)
-            assert get("deduct_each") == (args == ["--deduct-each"]), (command, args)
-            assert get("gpu_tier") == (args in (["--gpu-tier"], ["--require-gpu"])), (command,
-                                                                                       args)
+            assert got.deduct_each == (args == ["--deduct-each"]), (command, args)
+            assert got.gpu_tier == (args in (["--gpu-tier"], ["--require-gpu"])), (command, args)
 
 
 def test_a_batch_rerun_with_deduct_each_grades_again_with_the_old_count(tmp_path):

@@ -530,9 +530,9 @@ class StudentModule:
     """What a suite calls: ``student.softmax(x)``, ``student.SCORES``.
 
     Each attribute access or call is a request to the worker.  Values come
-    back decoded from plain data.  ``student.with_timeout(60)`` gives a view
-    with another time limit; ``student.probe(name, ...)`` runs a trusted probe
-    on the module inside the worker."""
+    back decoded from plain data, each call under ``timeout`` (a test's
+    ``timeout_s`` marker; None: the worker's own limit).  ``student.probe(name,
+    ...)`` runs a trusted probe on the module inside the worker."""
 
     def __init__(self, worker: Worker, timeout: float | None = None,
                  called: list[str] | None = None, answers: list | None = None):
@@ -543,13 +543,6 @@ class StudentModule:
         # What came back to the test (``grader.fault`` tells by them whether an
         # exception in the grader's code was raised by a malformed answer).
         self.answers: list = [] if answers is None else answers
-
-    @property
-    def module_name(self) -> str:
-        return self._worker.module
-
-    def with_timeout(self, seconds: float) -> "StudentModule":
-        return StudentModule(self._worker, seconds, self.called, self.answers)
 
     def __getattr__(self, name: str):
         if name.startswith("__"):

@@ -15,6 +15,8 @@ import math
 import numpy as np
 import torch
 
+from grader.reference.mistakes import mistakes_of  # noqa: F401  (suites call ref.mistakes_of)
+
 # Mistake ids -> what the feedback says.
 MISTAKES = {
     "no_scale": "the scores were not scaled by 1/sqrt(d_head)",
@@ -239,13 +241,3 @@ def gqa(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads=None, *, causal=True, positio
         return out
     return out @ t64(w_o).T
 
-
-def mistakes_of(fn, names, *args, **kwargs) -> dict:
-    """``{description: fn(*args, mistake=name, **kwargs)}`` for the named mistakes."""
-    out = {}
-    for name in names:
-        try:
-            out[MISTAKES[name]] = fn(*args, mistake=name, **kwargs)
-        except (RuntimeError, ValueError):  # a mistake that cannot apply to these shapes
-            pass
-    return out

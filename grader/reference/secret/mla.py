@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from grader.reference.mistakes import mistakes_of  # noqa: F401  (suites call ref.mistakes_of)
 from grader.reference.secret import attention as ref
 
 MISTAKES = {
@@ -65,21 +66,6 @@ MISTAKES = {
                             "was ignored): q_rope must be rotated at the query's own position, "
                             "like k_rope at the key's, so that q . k sees their distance",
 }
-
-
-def _m(name):
-    return MISTAKES[name]
-
-
-def mistakes_of(fn, names, *args, **kwargs) -> dict:
-    """``{description: fn(*args, mistake=name, **kwargs)}``; skips ones that cannot apply."""
-    out = {}
-    for name in names:
-        try:
-            out[MISTAKES[name]] = fn(*args, mistake=name, **kwargs)
-        except (RuntimeError, ValueError, ZeroDivisionError):
-            pass
-    return out
 
 
 def _pos(positions, s):

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import torch
 
+from grader.reference.mistakes import mistakes_of  # noqa: F401  (suites call ref.mistakes_of)
 from grader.reference.secret import attention as ref
 
 MISTAKES = {
@@ -85,21 +86,6 @@ MISTAKES = {
     # ex05's decode_with_cache: the GQA grouping (the words of ex02/ex03's)
     "kv_tile": ref.MISTAKES["kv_tile"],
 }
-
-
-def _m(name: str) -> str:
-    return MISTAKES[name]
-
-
-def mistakes_of(fn, names, *args, **kwargs) -> dict:
-    """``{description: fn(*args, mistake=name, **kwargs)}``; skips ones that cannot apply."""
-    out = {}
-    for name in names:
-        try:
-            out[MISTAKES[name]] = fn(*args, mistake=name, **kwargs)
-        except (RuntimeError, ValueError, ZeroDivisionError):
-            pass
-    return out
 
 
 # -- counting ---------------------------------------------------------------

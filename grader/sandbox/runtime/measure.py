@@ -60,12 +60,6 @@ class Timing:
     median: float          # seconds
     times: tuple           # every timed repeat, in order
 
-    @property
-    def spread(self) -> float:
-        """max / min of the repeats: 1.0 on a quiet machine."""
-        lo = min(self.times)
-        return max(self.times) / lo if lo > 0 else float("inf")
-
 
 def time_call(fn, *args, warmup: int = 2, repeats: int = 5, device=None, clock=None,
               **kwargs) -> Timing:

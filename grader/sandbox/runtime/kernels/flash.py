@@ -288,7 +288,7 @@ def flash_attention(q, k, v, *, causal=True, sm_scale=None, config=None, variant
     if not HAS_TRITON:
         raise RuntimeError(f"the reference kernel {NEEDS_TRITON}")
     batch, n_heads, s_q, d_head = q.shape
-    n_kv, s_k = k.shape[1], k.shape[2]
+    n_kv = k.shape[1]
     if d_head not in SUPPORTED_D_HEAD:
         raise ValueError(f"d_head={d_head} is not supported; use one of {SUPPORTED_D_HEAD}")
     if n_heads % n_kv or k.shape != v.shape:
