@@ -167,6 +167,21 @@ def check_close(got, expected, *, what: str, atol: float, rtol: float,
     raise _explained(lines, got, mistakes, atol, rtol, hint)
 
 
+def check_responds(before, after, *, what: str, changed: str) -> None:
+    """Raise ``Feedback`` unless ``after`` differs from ``before``: a property
+    (causality, shift invariance) says what must stay the same, and an answer
+    that ignores its inputs (all zeros, a constant) keeps it for nothing.
+    ``changed``: what was changed between the two calls."""
+    a = to_numpy(before, what).astype(np.float64)
+    b = to_numpy(after, what).astype(np.float64)
+    if a.shape == b.shape and not np.allclose(a, b, atol=1e-12, rtol=1e-9, equal_nan=True):
+        return
+    flat = "all zeros" if not np.any(a) else "the same"
+    raise Feedback(f"{what} did not change when {changed} ({flat} both times): the "
+                   "output does not depend on its inputs, so this property holds for "
+                   "nothing; it is graded once the function computes attention.")
+
+
 def _non_finite_lines(got: np.ndarray, exp: np.ndarray) -> list[str]:
     """"k values are NaN" / "k values are infinite" where finite ones were expected."""
     out = []

@@ -8,7 +8,8 @@ a known mistake fails on a fixed case, so it costs the same under every seed.
 import numpy as np
 import pytest
 
-from grader.feedback import TOLERANCES, Feedback, check_close, expect_raises, named_mistake
+from grader.feedback import TOLERANCES, Feedback, check_close, check_responds, expect_raises, \
+    named_mistake
 from grader.reference.secret import attention as ref
 from grader.reference.cases import fixed_rng, heads, mha_case, mha_data, on_case, rng_for
 
@@ -170,6 +171,13 @@ def test_rope_depends_only_on_relative_position(student):
     p_q, p_k = np.array([3, 9, 10, 20, 21, 40]), np.array([0, 1, 5, 8, 30, 33])
 
     def check(q, k, drawn):
+        rotated = np.asarray(student.rope(q, p_q), dtype=np.float64)
+        on_case(f"q of shape {q.shape}", lambda: check_close(
+            np.linalg.norm(rotated, axis=-1), np.linalg.norm(q, axis=-1),
+            what="the length of each vector after rope", atol=1e-8, rtol=1e-6,
+            hint="RoPE rotates pairs of coordinates: a rotation keeps each vector's "
+                 "length (an output of zeros keeps q.k's shift invariance for nothing)."),
+            drawn=drawn)
         base_scores = student.rope(q, p_q) @ np.swapaxes(student.rope(k, p_k), -1, -2)
         for shift in (1, 7, 1000):
             shifted = student.rope(q, p_q + shift) @ np.swapaxes(
@@ -367,11 +375,14 @@ def test_mha_is_causal(student):
         a = student.multi_head_attention(*args)
         b = student.multi_head_attention(x2, *args[1:])
         on_case(c.shape_text + f", tokens {t}.. changed", lambda: direct_before_property(
-            lambda: check_close(
+            lambda: (check_close(
                 np.asarray(b)[:, :t], np.asarray(a)[:, :t],
                 what=f"outputs at positions 0..{t - 1}", atol=1e-10, rtol=1e-8,
                 hint="Earlier outputs changed when later tokens did: the causal mask is "
                      "missing or lets queries see later keys."),
+                check_responds(np.asarray(a)[:, t:], np.asarray(b)[:, t:],
+                               what=f"outputs at positions {t}..",
+                               changed=f"tokens {t}.. did")),
             lambda: check_close(a, ref.gqa(*args), what="multi_head_attention", atol=1e-8,
                                 rtol=1e-6, mistakes=lambda: ref.mistakes_of(
                                     ref.gqa, MHA_MISTAKES, *args)),
@@ -386,11 +397,15 @@ def test_mha_shift_invariance(student):
         s = c.x.shape[1]
         base = student.multi_head_attention(*args)
         shifted = student.multi_head_attention(*args, positions=np.arange(s) + 37)
+        other = student.multi_head_attention(-c.x, *args[1:])
         on_case(c.shape_text, lambda: direct_before_property(
-            lambda: check_close(shifted, base, what="output with positions 37..", atol=1e-8,
-                                rtol=1e-6, hint="With RoPE, attention depends only on "
-                                "relative positions, so a common shift must not change the "
-                                "output. Is RoPE applied to both q and k (and not to v)?"),
+            lambda: (check_close(shifted, base, what="output with positions 37..", atol=1e-8,
+                                 rtol=1e-6, hint="With RoPE, attention depends only on "
+                                 "relative positions, so a common shift must not change "
+                                 "the output. Is RoPE applied to both q and k (and not to "
+                                 "v)?"),
+                     check_responds(base, other, what="multi_head_attention's output",
+                                    changed="x became -x")),
             lambda: check_close(base, ref.gqa(*args), what="multi_head_attention", atol=1e-8,
                                 rtol=1e-6,
                                 mistakes=lambda: ref.mistakes_of(ref.gqa, MHA_MISTAKES, *args)),

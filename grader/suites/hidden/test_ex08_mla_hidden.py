@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from grader.feedback import TOLERANCES, Feedback, check_close, check_equal, expect_raises
+from grader.feedback import TOLERANCES, Feedback, check_close, check_equal, check_responds, \
+    expect_raises
 from grader.reference.secret import mla as ref
 from grader.reference import mla_trace
 from grader.reference.cases import fixed_seed, on_case, rng_for
@@ -180,6 +181,8 @@ def test_causality(student):
     check_close(b[:, :7], a[:, :7], what="mla_attention's first 7 outputs after changing "
                 "tokens 7..11", atol=1e-10, rtol=1e-8,
                 hint="a query must not see later keys: apply the causal mask")
+    check_responds(a[:, 7:], b[:, 7:], what="mla_attention's outputs 7..11",
+                   changed="tokens 7..11 did")
 
 
 @pytest.mark.points(2)
@@ -188,6 +191,8 @@ def test_relative_positions(student):
     args = mla_inputs(fixed_seed("mla-shift"), 2, 10, 16, 3, 8, 6, 6, 4)
     pos = torch.tensor([0, 1, 2, 4, 7, 8, 9, 13, 14, 20])
     base = student.mla_attention(*args, 3, positions=pos)
+    check_responds(base, student.mla_attention(-args[0], *args[1:], 3, positions=pos),
+                   what="mla_attention's output", changed="x became -x")
     for shift in (5, 1000):
         shifted = student.mla_attention(*args, 3, positions=pos + shift)
         wrong = ref.attention(*args, 3, positions=pos + shift, mistake="rope_on_latent")
