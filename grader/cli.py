@@ -120,8 +120,10 @@ def _student_id(value: str | None, param_hint: str) -> str | None:
 
 
 # The options ``grade`` and ``batch`` share, written once.  Each is a field
-# of ``grader.core.Options`` (whose ``argv`` gives its flag back, for the
-# batch's grading processes), except --fail-on-lost-points, the exit status.
+# of ``grader.core.Options`` under its flag there (``Options.argv`` gives the
+# flag back, for the batch's grading processes), except
+# --fail-on-lost-points, the exit status.  An option of ``grade`` alone is a
+# click option there, under its field's flag: ``grading_options`` reads both.
 GRADING_OPTIONS = (
     click.option("--suite", type=click.Choice(["public", "hidden"]), default="hidden",
                  show_default=True, help="public: the students' tests; hidden: the full grade."),
@@ -143,16 +145,27 @@ GRADING_OPTIONS = (
 )
 
 
+# Each option of ``Options`` by its flag, and how a command-line value becomes
+# its value where it is not the value itself.
+_FIELD_OF_FLAG = {f.metadata["flag"]: f.name for f in dataclasses.fields(Options)
+                  if f.metadata["flag"]}
+_READ = {"exercises": lambda names: _exercise_names(names, "--exercise"),
+         "student_id": lambda value: _student_id(value, "--student-id")}
+
+
 def grading_options(command):
-    """``GRADING_OPTIONS`` on ``command``, which gets them as one ``Options``
-    (``options=``) and ``fail_on_lost_points``."""
+    """``GRADING_OPTIONS`` on ``command``, which gets every option of its own
+    that is a field of ``Options`` (by that field's flag) as one ``Options``
+    (``options=``), and the rest as they are (``fail_on_lost_points``...)."""
     @functools.wraps(command)
-    def with_options(*args, suite, exercises, timeout, gpu_tier, isolation, seed, deduct_each,
-                     **rest):
-        options = Options(suite=suite, exercises=_exercise_names(exercises, "--exercise"),
-                          call_timeout=timeout, gpu_tier=gpu_tier, isolation=isolation,
-                          seed=seed, deduct_each=deduct_each)
-        return command(*args, options=options, **rest)
+    def with_options(*args, **kwargs):
+        given = {}
+        for param in click.get_current_context().command.params:
+            field = next((_FIELD_OF_FLAG[o] for o in param.opts if o in _FIELD_OF_FLAG), None)
+            if field is not None:
+                value = kwargs.pop(param.name)
+                given[field] = _READ[field](value) if field in _READ else value
+        return command(*args, options=Options(**given), **kwargs)
     for option in reversed(GRADING_OPTIONS):
         with_options = option(with_options)
     return with_options
@@ -308,8 +321,7 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, gpu_tier, dedu
               show_default=True,
               help="Seconds the whole grading may take; once spent, every remaining call "
                    "fails at once, and the result is still written.")
-def grade_cmd(path, options, fail_on_lost_points, out_format, out, keyword, student_id,
-              artifacts, exercise_budget, grading_budget):
+def grade_cmd(path, options, fail_on_lost_points, out_format, out):
     """Grade a submission: a folder of exercise modules, a notebook, or a zip.
 
     Exit status: 0 graded; 1 points lost, with --fail-on-lost-points; 2 bad
@@ -319,12 +331,9 @@ def grade_cmd(path, options, fail_on_lost_points, out_format, out, keyword, stud
     exercise whose versions are unsupported here)."""
     if not path.exists():
         raise click.BadParameter(f"{path} does not exist.", param_hint="SUBMISSION")
-    options = dataclasses.replace(
-        options, keyword=keyword, student_id=_student_id(student_id, "--student-id"),
-        artifacts_dir=artifacts, exercise_budget=exercise_budget, grading_budget=grading_budget)
     report, _ = _run(path, options)
     _emit(report, out_format, out, public_only=options.suite == "public",
-          artifacts=artifacts)
+          artifacts=options.artifacts_dir)
     if report.ungraded:   # before --fail-on-lost-points: not graded is the graver news
         click.echo(f"not fully graded: {len(report.errors)} grader problem(s), "
                    f"{report.needs_regrade} test(s) needing a regrade (exit status "
