@@ -435,9 +435,10 @@ def grade_one(sub: Submission, results_dir: Path, options: Options | None = None
                 return outcome
         except (OSError, ValueError, AttributeError, TypeError):
             pass  # unreadable or another key: grade again
-    cmd = [sys.executable, "-m", "grader.cli", "grade", str(sub.path), *options.argv(),
-           "--format", "json", "--out", str(result_path),
-           "--artifacts", str(artifacts_of(result_path))]   # the ex04 plot, for its page
+    # The files the grading makes (the ex04 plot) go beside its result, for its page.
+    graded = dataclasses.replace(options, artifacts_dir=artifacts_of(result_path))
+    cmd = [sys.executable, "-m", "grader.cli", "grade", str(sub.path), *graded.argv(),
+           "--format", "json", "--out", str(result_path)]
     start = time.monotonic()
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           stdin=subprocess.DEVNULL) as proc:
