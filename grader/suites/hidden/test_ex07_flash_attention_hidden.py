@@ -337,7 +337,7 @@ BLOCK_CASES = {  # id: (S_q, S_k, d_head, causal, sm_scale)
 }
 
 
-def _block_check(student, key, q, k, v, causal, sm_scale, text):
+def _block_check(student, q, k, v, causal, sm_scale, text):
     res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=causal,
                         sm_scale=sm_scale, entry="query_block_attention")
     what = f"query_block_attention(q, k, v, causal={causal}, sm_scale={sm_scale})"
@@ -355,7 +355,7 @@ def test_query_block(student, case):
     """tile_update and tile_finish in the given kernel match exact attention"""
     s_q, s_k, d, causal, sm_scale = BLOCK_CASES[case]
     q, k, v = (x[0, 0] for x in _heads(("block", case), 1, 1, 1, s_q, s_k, d))
-    _block_check(student, case, q, k, v, causal, sm_scale, f"{case}: S_q={s_q}, S_k={s_k}, "
+    _block_check(student, q, k, v, causal, sm_scale, f"{case}: S_q={s_q}, S_k={s_k}, "
                  f"d_head={d}")
 
 
@@ -374,5 +374,5 @@ def test_query_block_large_scores(student):
     k[16:32, 0] -= 5.0
     v = torch.from_numpy(rng.standard_normal((40, d)).astype(np.float32))
     q = q + torch.from_numpy(rng.standard_normal((16, d)).astype(np.float32)) * 0.1
-    _block_check(student, "large", q, k, v, False, 1.0,
+    _block_check(student, q, k, v, False, 1.0,
                  "scores near +50, then near -50, then near 0 (S_q=16, S_k=40)")
