@@ -14,11 +14,26 @@ that factor, as long as the kernel does not copy K/V once per query head.
 3. ``measure_intensity``: the intensity your ``gqa_decode_attention``
    actually has, counted from the operations it executes.
 4. ``intensity_table``: measured intensity for several ``h_kv``.
+5. What the cache costs a server (chapter 1, sections 7 and 9), from the
+   formulas: ``kv_bytes_per_token``, ``kv_cache_over_weights`` (at 128k
+   the cache of Llama-3-8B is larger than its weights: 17.2 GB against
+   16 GB), ``gqa_bytes_saved`` (what GQA saves over MHA, in bytes) and
+   ``attention_ffn_crossover`` (below about 30k tokens the FFN, not
+   attention, does most of a layer's FLOPs).
 
 Conventions: ``q`` is ``(B, h, 1, d_head)``; caches are
 ``(B, h_kv, S, d_head)``; query head ``i`` uses KV head ``i // (h // h_kv)``
 (the grouping of ``repeat_interleave``, not of ``tile``).  Scores are
 scaled by ``1/sqrt(d_head)``; one decode query sees the whole cache.
+
+Conventions of the counting functions (part 5): sizes are bytes, decimal
+where they are spoken of (1 GB = 1e9 bytes, never GiB); the cache holds a K
+and a V row of ``d_head`` elements per KV head, layer and token; integers
+come back as ``int``.  A weight costs 2 FLOPs per token (a multiply and an
+add); a (query, key) pair of one head costs ``4 * d_head`` FLOPs.
+Llama-3-8B: 32 layers, ``d_model`` 4096, FFN width ``d_ff`` 14336, 32
+query heads, 8 KV heads, ``d_head`` 128, 16 GB of fp16 weights.
+Llama-3-70B: 80 layers, 64 query heads, 8 KV heads, ``d_head`` 128.
 
 Run the public tests with ``attn-grade check ex06``.
 """
@@ -100,3 +115,54 @@ def intensity_table(n_heads=32, kv_heads=(1, 8, 32), seq_len=4096, d_head=128):
     (``measure_intensity`` at batch 1 on the CPU).  The intensity rises with
     ``n_heads / h_kv``."""
     raise NotImplementedError("ex06_gqa_intensity.intensity_table: your code here")
+
+
+def kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem=2):
+    """Bytes of KV cache one token adds (an ``int``): a K row and a V row of
+    ``d_head`` elements for each of the ``n_kv_heads`` KV heads of each of
+    the ``n_layers`` layers, ``bytes_per_elem`` bytes each.  Llama-3-8B in
+    fp16: ``kv_bytes_per_token(32, 8, 128) == 131072`` (128 KiB).
+    """
+    raise NotImplementedError("ex06_gqa_intensity.kv_bytes_per_token: your code here")
+
+
+def kv_cache_over_weights(n_layers, n_kv_heads, d_head, seq_len, weight_bytes, batch=1,
+                          bytes_per_elem=2):
+    """How many times the weights the KV cache is (a ``float``): the cache of
+    ``batch`` sequences of ``seq_len`` tokens, in bytes, over
+    ``weight_bytes`` (bytes, decimal: 16 GB is ``16e9``).  Above 1 the cache
+    is bigger than the model.  Llama-3-8B at 128k tokens (``seq_len``
+    131072, fp16, 16e9 bytes of weights): 17.18e9 / 16e9, about 1.07.
+    """
+    raise NotImplementedError("ex06_gqa_intensity.kv_cache_over_weights: your code here")
+
+
+def gqa_bytes_saved(n_layers, n_heads, n_kv_heads, d_head, seq_len=1, batch=1,
+                    bytes_per_elem=2):
+    """Bytes of KV cache that GQA with ``n_kv_heads`` KV heads saves over MHA
+    (one K/V head per query head, ``n_heads``) for ``batch`` sequences of
+    ``seq_len`` tokens (an ``int``; ``seq_len=1``: per token).  Llama-3-70B
+    in fp16: 2,293,760 bytes per token (MHA's 2,621,440 less GQA's
+    327,680), about 300.6 GB per sequence of 131,072 tokens.
+    """
+    raise NotImplementedError("ex06_gqa_intensity.gqa_bytes_saved: your code here")
+
+
+def attention_ffn_crossover(d_model, d_ff, n_heads, n_kv_heads, d_head):
+    """The smallest prompt length ``n`` (an ``int``) at which one layer's
+    attention does more FLOPs than its FFN in a causal prefill of ``n``
+    tokens.
+
+    * FFN (SwiGLU: gate, up and down matrices of ``d_model * d_ff``
+      weights): ``2 * 3 * d_model * d_ff * n``.
+    * attention: its projections (``w_q`` and ``w_o`` of ``d_model *
+      n_heads * d_head`` weights, ``w_k`` and ``w_v`` of ``d_model *
+      n_kv_heads * d_head``), 2 FLOPs per weight per token, plus the core:
+      ``4 * d_head`` FLOPs per head for each of the ``n * (n + 1) / 2``
+      (query, key) pairs the causal mask keeps.
+
+    Returns the smallest ``n >= 1`` with attention's FLOPs strictly above
+    the FFN's.  Llama-3-8B (4096, 14336, 32, 8, 128): 32768, the chapter's
+    "below about 30k context the FFN dominates FLOPs".
+    """
+    raise NotImplementedError("ex06_gqa_intensity.attention_ffn_crossover: your code here")

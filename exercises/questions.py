@@ -110,3 +110,64 @@ Q13_ATTENTION_PASSES_WEIGHTS_AT = None  # TODO: your answer
 # a prompt of n = 8,192 tokens, what fraction of all prefill FLOPs (weights
 # plus attention) is attention?  Graded to 3 %.
 Q14_ATTENTION_SHARE_AT_8K = None  # TODO: your answer
+
+# Q15 (number, tokens).  Where a layer's FLOPs go: attention or the FFN?
+# Llama-3-8B: d_model 4096, a SwiGLU FFN of width 14,336 (three matrices of
+# 4096 x 14,336: gate, up and down), 32 query heads and 8 KV heads of d_head
+# 128.  In a causal prefill of n tokens, count attention as its four
+# projections (w_q and w_o of 4096 x 4096, w_k and w_v of 4096 x 1024; 2
+# FLOPs per weight per token) plus 4 * d_head FLOPs per head for each of the
+# n (n + 1) / 2 (query, key) pairs the mask keeps, and the FFN as 2 FLOPs per
+# weight per token.  From which n on does attention do more FLOPs than the
+# FFN?  Graded to 2 %.
+Q15_ATTENTION_PASSES_FFN_AT = None  # TODO: your answer
+
+# Q16 (number, GB).  Llama-3-8B's KV cache (fp16) for one sequence of
+# 131,072 tokens (a 128k context).  Graded to 1 %.
+Q16_KV_CACHE_128K_GB = None  # TODO: your answer
+
+# Q17 (number, a ratio).  The same cache over Llama-3-8B's weights (16 GB in
+# fp16, 16e9 bytes): how many times the weights is it?  Graded to 2 %.
+Q17_KV_128K_OVER_WEIGHTS = None  # TODO: your answer
+
+# Q18 (number, tokens).  At what S does memory stop a naive implementation?
+# One layer's (B, h, S, S) score tensor in fp16, batch 8, 32 heads, on a GPU
+# with 80 GB (80e9 bytes), counting nothing else: the largest S whose scores
+# fit.  Graded to 1 %.
+Q18_NAIVE_MAX_SEQ_LEN_80GB = None  # TODO: your answer
+
+# Q19 (number, MB per token).  Llama-3-70B (80 layers, 64 query heads, 8 KV
+# heads, d_head 128, fp16 cache): how many MB (1e6 bytes) of KV cache per
+# token does GQA save over MHA (a K/V head for every query head)?  Graded to 2 %.
+Q19_GQA_SAVES_MB_PER_TOKEN = None  # TODO: your answer
+
+# Q20 (number, GB).  The same saving for one sequence of 131,072 tokens.
+# Graded to 1 %.
+Q20_GQA_SAVES_GB_PER_128K = None  # TODO: your answer
+
+# Q21 (multiple choice).  A server's fast attention kernel supports d_head up
+# to 128, fp16 and bf16, and sequence lengths up to 64k.  A new model has
+# d_head 256.  What is most likely to happen, and what should you do?
+#   A. The model fails to load with a clear error, so nothing needs checking.
+#   B. The framework quietly dispatches to a slower path (an unfused or
+#      generic kernel, often several times slower, maybe materializing the
+#      scores): check the kernel's support matrix against the model's shapes
+#      and dtypes, log which kernel actually runs, and benchmark at the
+#      production shapes.
+#   C. The fast kernel pads d_head to 128 and runs at the same speed.
+#   D. Nothing changes: attention's speed does not depend on d_head.
+Q21_KERNEL_FALLBACK = None  # TODO: your answer
+
+# Q22 (multiple choice).  Llama-3-8B serves a 128k-token request and an
+# 8k-token one.  Which is right?
+#   A. The 128k request costs 16 times the 8k one: everything is linear in
+#      the number of tokens.
+#   B. Its KV cache is 16 times larger (17.2 GB against 1.07 GB), held for the
+#      whole generation, so fewer other sequences fit beside it; each decode
+#      step reads 16 times the bytes; and its prefill's attention FLOPs grow
+#      with n^2 (256 times): it costs many times an 8k request, so long
+#      context is priced and capped.
+#   C. It costs about the same per token: GQA makes long context free.
+#   D. Only its prefill costs more; every decode step costs the same as the
+#      8k request's.
+Q22_LONG_CONTEXT_COST = None  # TODO: your answer

@@ -417,6 +417,25 @@ def measure_intensity(n_heads, n_kv_heads, seq_len, d_head, batch=1, device="cpu
 
 def intensity_table(n_heads=32, kv_heads=(1, 8, 32), seq_len=4096, d_head=128):
     return {kv: measure_intensity(n_heads, kv, seq_len, d_head)["intensity"] for kv in kv_heads}
+
+def kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem=2):
+    return n_layers * n_kv_heads * d_head * bytes_per_elem * 2
+
+def kv_cache_over_weights(n_layers, n_kv_heads, d_head, seq_len, weight_bytes, batch=1,
+                          bytes_per_elem=2):
+    return kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem) * (
+        seq_len * batch) / weight_bytes
+
+def gqa_bytes_saved(n_layers, n_heads, n_kv_heads, d_head, seq_len=1, batch=1,
+                    bytes_per_elem=2):
+    return kv_bytes_per_token(n_layers, n_heads - n_kv_heads, d_head, bytes_per_elem) * (
+        seq_len * batch)
+
+def attention_ffn_crossover(d_model, d_ff, n_heads, n_kv_heads, d_head):
+    n = torch.arange(1, 1 << 20, dtype=torch.float64)
+    attention = 2 * d_model * d_head * (2 * n_heads + 2 * n_kv_heads) * n \
+        + 2 * d_head * n_heads * n * (n + 1)
+    return int(n[attention > 6 * d_model * d_ff * n][0])
 '''
 
 

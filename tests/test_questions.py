@@ -18,6 +18,10 @@ from grader.report import manual_from_gradescope, to_gradescope, to_text
 from tests.conftest import EXERCISES_DIR, SOLUTIONS, failures, grade_dir
 
 
+# 2 points a number, 1 a letter: the hidden suite's markers (text earns staff points only).
+FULL = sum({qref.NUMBER: 2, qref.CHOICE: 1}.get(f["kind"], 0) for f in qref.FORMS.values())
+
+
 def constants(path) -> dict:
     tree = ast.parse(path.read_text())
     return {t.id: n.value for n in tree.body if isinstance(n, ast.Assign)
@@ -59,6 +63,26 @@ def test_the_project_s_own_numbers():
     assert 31 < mqa < 32    # about h / h_kv = 32, a little less for q and the output
 
 
+def test_the_chapter_s_numbers_behind_issue_29_s_questions():
+    """The seed's figures, from first principles: ~30k, 17.2 GB against 16 GB, 34.4 GB."""
+    n = qref.key("Q15_ATTENTION_PASSES_FFN_AT")["answer"]
+    ffn = lambda n: 2 * 3 * 4096 * 14336 * n                                  # noqa: E731
+    attention = lambda n: 2 * 4096 * (4096 + 1024 + 1024 + 4096) * n \
+        + 4 * 128 * 32 * n * (n + 1) // 2                                     # noqa: E731
+    assert attention(n) > ffn(n) and attention(n - 1) <= ffn(n - 1)
+    assert n == 32768 and abs(n - 30000) / 30000 < 0.1     # the chapter's "about 30k"
+    cache = qref.key("Q16_KV_CACHE_128K_GB")["answer"]
+    assert round(cache, 1) == 17.2 and cache * 1e9 > 16e9  # bigger than the weights
+    assert qref.key("Q17_KV_128K_OVER_WEIGHTS")["answer"] == pytest.approx(cache / 16)
+    s = qref.key("Q18_NAIVE_MAX_SEQ_LEN_80GB")["answer"]
+    assert 8 * 32 * s * s * 2 <= 80e9 < 8 * 32 * (s + 1) ** 2 * 2
+    assert round(8 * 32 * 8192 ** 2 * 2 / 1e9, 1) == 34.4   # the chapter's case fits below
+    per_token = qref.key("Q19_GQA_SAVES_MB_PER_TOKEN")["answer"] * 1e6
+    assert per_token == 2 * 80 * (64 - 8) * 128 * 2
+    assert qref.key("Q20_GQA_SAVES_GB_PER_128K")["answer"] * 1e9 == \
+        pytest.approx(per_token * 131072)
+
+
 def submit(tmp_path, **answers):
     """The reference questions.py with some answers replaced."""
     lines = (SOLUTIONS / "questions.py").read_text().splitlines()
@@ -79,7 +103,7 @@ def submit(tmp_path, **answers):
 def test_the_reference_answers_earn_everything_and_reach_staff(tmp_path):
     report = grade_dir(submit(tmp_path), ["questions"])
     got, total = report.exercise_scores()["questions"]
-    assert got == total == 16 and not report.errors
+    assert got == total == FULL and not report.errors
     assert [e["question"] for e in report.manual] == \
         [n for n, f in qref.FORMS.items() if f["kind"] == qref.TEXT]
     data = to_gradescope(report)
@@ -87,7 +111,7 @@ def test_the_reference_answers_earn_everything_and_reach_staff(tmp_path):
     staff = [t for t in data["tests"] if "(staff grade" in t["name"]]
     assert len(staff) == 4 and {t["visibility"] for t in staff} == {"hidden"}
     assert all(t["max_score"] == 0 and "Rubric:" in t["output"] for t in staff)
-    assert data["score"] == 16 and manual_from_gradescope(data) == report.manual
+    assert data["score"] == FULL and manual_from_gradescope(data) == report.manual
     answers = [e["answer"] for e in report.manual]
     assert all(json.dumps(data).count(json.dumps(a)[1:-1]) == 1 for a in answers)  # once
     assert "4 free-text answers (12 points) for staff" in to_text(report)
@@ -105,6 +129,19 @@ def test_the_reference_answers_earn_everything_and_reach_staff(tmp_path):
     ("Q10_PREFILL_VS_DECODE", "C", "the other way round"),
     ("Q04_CAUSAL_MASK_AND_CACHE", "E", "must be one letter"),
     ("Q09_SCORES_GB", float("nan"), "finite number"),
+    # issue 29's lessons: each slip named, then the worked How:
+    ("Q15_ATTENTION_PASSES_FFN_AT", 43008, "projections (w_q, w_k, w_v, w_o) were left out"),
+    ("Q15_ATTENTION_PASSES_FFN_AT", 18432, "SwiGLU FFN has 3"),
+    ("Q16_KV_CACHE_128K_GB", 16.0, "GiB"),
+    ("Q16_KV_CACHE_128K_GB", 16.78, "128,000 tokens"),
+    ("Q17_KV_128K_OVER_WEIGHTS", 0.931, "inverted"),
+    ("Q18_NAIVE_MAX_SEQ_LEN_80GB", 35355, "batch was left out"),
+    ("Q18_NAIVE_MAX_SEQ_LEN_80GB", 12952, "80 GiB"),
+    ("Q19_GQA_SAVES_MB_PER_TOKEN", 0.328, "GQA's cache per token"),
+    ("Q19_GQA_SAVES_MB_PER_TOKEN", 2.1875, "MiB"),
+    ("Q20_GQA_SAVES_GB_PER_128K", 343.6, "MHA's cache"),
+    ("Q21_KERNEL_FALLBACK", "A", "slower backend"),
+    ("Q22_LONG_CONTEXT_COST", "A", "n^2, not n"),
 ])
 def test_a_wrong_answer_loses_its_points_and_is_explained(tmp_path, name, value, phrase):
     report = grade_dir(submit(tmp_path, **{name: value}), ["questions"], suite="hidden")
@@ -112,7 +149,7 @@ def test_a_wrong_answer_loses_its_points_and_is_explained(tmp_path, name, value,
     assert len(failed) in (1, 2), [t.name for t in failed]   # public form check may fail too
     text = "\n".join(t.output for t in failed)
     assert phrase in text, text
-    assert report.exercise_scores()["questions"][0] < 16
+    assert report.exercise_scores()["questions"][0] < FULL
     graded = [t for t in failed if t.hidden]
     assert graded and ("How:" in graded[0].output or "The answer is" in graded[0].output
                        or "must be" in graded[0].output)
@@ -120,12 +157,12 @@ def test_a_wrong_answer_loses_its_points_and_is_explained(tmp_path, name, value,
 
 def test_a_letter_is_read_leniently(tmp_path):
     report = grade_dir(submit(tmp_path, Q03_WHY_SCALE=" b "), ["questions"])
-    assert report.exercise_scores()["questions"] == (16, 16)
+    assert report.exercise_scores()["questions"] == (FULL, FULL)
 
 
 def test_empty_free_text_is_flagged_but_costs_no_autograder_points(tmp_path):
     report = grade_dir(submit(tmp_path, Q12_MLA="no idea"), ["questions"])
-    assert report.exercise_scores()["questions"] == (16, 16)
+    assert report.exercise_scores()["questions"] == (FULL, FULL)
     flagged = failures(report, "questions")
     assert flagged and "Q12_MLA has 2 words" in flagged[-1].output
     entry = next(e for e in report.manual if e["question"] == "Q12_MLA")
@@ -149,7 +186,7 @@ def test_batch_writes_the_rubric_sheet_beside_the_grades(tmp_path):
     assert "latent" in ann["answer"] and "low-rank" in ann["rubric"]
     assert ann["points_possible"] == "3" and ann["points"] == ""
     grades = {r["submission"]: r for r in csv.DictReader(out.open())}
-    assert float(grades["ann"]["questions"]) == 16 and float(grades["bo"]["questions"]) == 0
+    assert float(grades["ann"]["questions"]) == FULL and float(grades["bo"]["questions"]) == 0
     json.loads((tmp_path / "results" / "ann.json").read_text())["extra_data"]["manual_grading"]
 
 

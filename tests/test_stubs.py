@@ -16,11 +16,51 @@ SOLVED = sorted(p.stem for p in SOLUTIONS.glob("*.py"))
 CONTRACT_SOLVED = [n for n in SOLVED if n in contract()["modules"]]
 
 
+def contract_gaps(shared: dict, ours: dict) -> list[str]:
+    """What of the shared contract ``ours`` lacks or changes (empty: a superset).
+
+    The project's contract extends the shared one with graded tasks of its own
+    (additions only): every shared module, function (with its parameters, in
+    order, defaults included) and constant must be there unchanged; new
+    modules, functions and constants may be added."""
+    gaps = []
+    for name, spec in shared["modules"].items():
+        mine = ours["modules"].get(name)
+        if mine is None:
+            gaps.append(f"module {name} is missing")
+            continue
+        for fname, params in spec["functions"].items():
+            if fname not in mine["functions"]:
+                gaps.append(f"{name}.{fname} is missing")
+            elif mine["functions"][fname] != params:
+                gaps.append(f"{name}.{fname}: parameters differ from the shared contract")
+        gaps += [f"{name}.{c} is missing" for c in spec["constants"]
+                 if c not in mine["constants"]]
+    return gaps
+
+
 def test_contract_copy_matches_the_curriculum():
+    """The shared contract is a subset of the project's (which only adds)."""
     shared = REPO.parent / "shared" / "contract.json"
     if not shared.exists():
         pytest.skip("no ../shared/contract.json beside this checkout")
-    assert json.loads(shared.read_text()) == json.loads(CONTRACT_PATH.read_text())
+    assert not contract_gaps(json.loads(shared.read_text()),
+                             json.loads(CONTRACT_PATH.read_text()))
+
+
+def test_contract_subset_rule_catches_a_removal_or_a_change():
+    ours = json.loads(CONTRACT_PATH.read_text())
+    assert not contract_gaps(ours, ours)
+    bigger = json.loads(CONTRACT_PATH.read_text())
+    bigger["modules"]["ex06_gqa_intensity"]["functions"]["extra_task"] = []
+    assert not contract_gaps(ours, bigger)              # an addition is fine
+    assert contract_gaps(bigger, ours) == ["ex06_gqa_intensity.extra_task is missing"]
+    changed = json.loads(CONTRACT_PATH.read_text())
+    changed["modules"]["ex03_gqa"]["functions"]["kv_cache_saving"][0]["name"] = "h"
+    assert contract_gaps(ours, changed) == [
+        "ex03_gqa.kv_cache_saving: parameters differ from the shared contract"]
+    del changed["modules"]["ex01_by_hand"]["constants"][0]
+    assert "ex01_by_hand.SCORES is missing" in contract_gaps(ours, changed)
 
 
 def test_every_contract_module_is_an_exercise():

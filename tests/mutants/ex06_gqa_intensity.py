@@ -98,3 +98,48 @@ MUTANTS += [
            "over the query heads of a group"),
 ]
 ONLY["softmax_over_group"] = "gqa_decode_small or gqa_decode_every_grouping"
+
+# -- what the cache costs a server (issue 29): the slips of the counts
+_KV = "return 2 * n_layers * n_kv_heads * d_head * bytes_per_elem    # K and V"
+_RATIO = "return cache / weight_bytes"
+_SAVED = "per_token = kv_bytes_per_token(n_layers, n_heads - n_kv_heads, d_head, bytes_per_elem)"
+_CROSS = "return max(1, (ffn - projections) // core)"
+MUTANTS += [
+    Mutant("kv_one_of_k_v", _KV, "return n_layers * n_kv_heads * d_head * bytes_per_elem",
+           "only one of K and V"),
+    Mutant("kv_no_layers", _KV, "return 2 * n_kv_heads * d_head * bytes_per_elem",
+           "one layer was counted"),
+    Mutant("kv_fixed_2_bytes", _KV, "return 2 * n_layers * n_kv_heads * d_head * 2",
+           "bytes_per_elem was ignored"),
+    Mutant("ratio_inverted", _RATIO, "return weight_bytes / cache", "inverted"),
+    Mutant("ratio_gib", _RATIO, "return cache / 2**30 / weight_bytes", "GiB"),
+    Mutant("ratio_no_batch",
+           "cache = batch * seq_len * kv_bytes_per_token(",
+           "cache = seq_len * kv_bytes_per_token(", "batch was left out"),
+    Mutant("saving_is_gqa_cache", _SAVED, _SAVED.replace("n_heads - n_kv_heads", "n_kv_heads"),
+           "this is GQA's cache"),
+    Mutant("saving_is_mha_cache", _SAVED, _SAVED.replace("n_heads - n_kv_heads", "n_heads"),
+           "MHA's whole cache"),
+    Mutant("crossover_no_projections",
+           "projections = 2 * d_model * d_head * (2 * n_heads + 2 * n_kv_heads)",
+           "projections = 0 * d_model * d_head * (2 * n_heads + 2 * n_kv_heads)",
+           "projections (w_q, w_k, w_v, w_o) were left out"),
+    Mutant("crossover_two_ffn_matrices", "ffn = 2 * 3 * d_model * d_ff",
+           "ffn = 2 * 2 * d_model * d_ff", "has 3 (gate, up and down)"),
+    Mutant("crossover_kv_all_heads", "(2 * n_heads + 2 * n_kv_heads)   # q, o; k, v",
+           "(2 * n_heads + 2 * n_heads)   # q, o; k, v", "they have n_kv_heads (GQA)"),
+    Mutant("crossover_all_pairs", _CROSS, "return max(1, (ffn - projections) // (2 * core) + 1)",
+           "all n^2 (query, key) pairs were counted"),
+    Mutant("crossover_pair_2_flops", "core = 2 * d_head * n_heads ",
+           "core = d_head * n_heads ", "it costs 4 * d_head"),
+    Mutant("crossover_last_below", _CROSS, "return max(1, (ffn - projections) // core - 1)",
+           "one more"),
+]
+ONLY.update({name: "kv_cache_costs or kv_bytes_per_token or kv_cache_over_weights or "
+                   "gqa_bytes_saved or crossover"
+             for name in ("kv_one_of_k_v", "kv_no_layers", "kv_fixed_2_bytes",
+                          "ratio_inverted", "ratio_gib", "ratio_no_batch",
+                          "saving_is_gqa_cache", "saving_is_mha_cache",
+                          "crossover_no_projections", "crossover_two_ffn_matrices",
+                          "crossover_kv_all_heads", "crossover_all_pairs",
+                          "crossover_pair_2_flops", "crossover_last_below")})

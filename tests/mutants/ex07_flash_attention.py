@@ -147,3 +147,41 @@ MUTANTS += [
 ]
 ONLY.update({"blockwise_no_final_divide": "blockwise",
              "numpy_rescale_acc_only_public": "online_softmax_step_two_tiles"})
+
+# -- the step before the kernel (issue 29): slips of tile_update and tile_finish
+MUTANTS += [
+    Mutant("block_no_rescale",
+           "acc_new = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)",
+           "acc_new = acc + tl.dot(p.to(v.dtype), v)", "does not rescale the accumulator"),
+    Mutant("block_no_rescale_l", "l_new = l_i * alpha + tl.sum(p, 1)",
+           "l_new = l_i + tl.sum(p, 1)", "rescales acc but not l"),
+    Mutant("block_max_not_running", "m_new = tl.maximum(m_i, tl.max(s, 1))                      #",
+           "m_new = tl.max(s, 1)  #", "running maximum was replaced"),
+    Mutant("block_nan_masked_rows",
+           'm_safe = tl.where(m_new == float("-inf"), 0.0, m_new)',
+           "m_safe = m_new", "fully masked tile"),
+    Mutant("block_exp2_without_log2e",
+           "alpha = tl.exp(m_i - m_safe)                               # rescales the past\n"
+           "    p = tl.exp(s - m_safe[:, None])",
+           "alpha = tl.exp2(m_i - m_safe)\n    p = tl.exp2(s - m_safe[:, None])",
+           "exp2 (2**x) without multiplying by log2(e)"),
+    Mutant("block_no_final_divide",
+           "    denom = tl.where(l_i > 0.0, l_i, 1.0)                     # no key seen: 0 / 1\n"
+           "    return acc / denom[:, None]",
+           "    return acc", "never normalized"),
+    Mutant("block_finish_no_guard",
+           "    denom = tl.where(l_i > 0.0, l_i, 1.0)                     # no key seen: 0 / 1\n"
+           "    return acc / denom[:, None]",
+           "    return acc / l_i[:, None]", "divided by l = 0"),
+]
+ONLY.update({name: "query_block" for name in (
+    "block_no_rescale", "block_no_rescale_l", "block_max_not_running", "block_nan_masked_rows",
+    "block_exp2_without_log2e", "block_no_final_divide", "block_finish_no_guard")})
+# The given wrapper's one decision (a student may rewrite it): sm_scale honoured.
+MUTANTS.append(Mutant(
+    "block_sm_scale_ignored",
+    "    scale = 1.0 / math.sqrt(d_head) if sm_scale is None else float(sm_scale)\n"
+    "    grid = (triton.cdiv(s_q, QUERY_BLOCK),)",
+    "    scale = 1.0 / math.sqrt(d_head)\n    grid = (triton.cdiv(s_q, QUERY_BLOCK),)",
+    "sm_scale argument was ignored"))
+ONLY["block_sm_scale_ignored"] = "query_block"

@@ -54,6 +54,13 @@ FLASH_MISTAKES = {
     "no_final_divide": "the output was never normalized: after the last tile, divide acc by "
                        "l (acc / l is the attention output; acc alone is a sum of "
                        "exp(score - m) * v)",
+    # the step before the kernel (tile_update, tile_finish): issue 29
+    "max_not_running": "the running maximum was replaced by this tile's own maximum: m_new "
+                       "must be the larger of the running m and the tile's max (with the "
+                       "tile's alone, a tile of low or masked scores after high ones rescales "
+                       "the past by a huge exp(m_old - m_new), or wipes it)",
+    "finish_no_guard": "the rows that see no key were divided by l = 0 and came out NaN: "
+                       "their output is zeros (divide by 1 where l is 0)",
 }
 # Key-tile widths tried when naming the no-rescale mistake of a kernel whose
 # tile size is unknown.
@@ -183,14 +190,16 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
 
 
 # -- one online-softmax step ---------------------------------------------------
-def step_reference(m, l, acc, scores, v, mistake=None):
-    """The exact update of ``(m, l, acc)`` by one tile, in float64 NumPy."""
-    m, l, acc = (np.asarray(x, dtype=np.float64) for x in (m, l, acc))
-    scores, v = np.asarray(scores, dtype=np.float64), np.asarray(v, dtype=np.float64)
-    m_new = np.maximum(m, scores.max(axis=-1))
+def step_reference(m, l, acc, scores, v, mistake=None, dtype=np.float64):
+    """The exact update of ``(m, l, acc)`` by one tile, in float64 NumPy
+    (``dtype=np.float32``: as a float32 kernel overflows)."""
+    m, l, acc = (np.asarray(x, dtype=dtype) for x in (m, l, acc))
+    scores, v = np.asarray(scores, dtype=dtype), np.asarray(v, dtype=dtype)
+    m_new = scores.max(axis=-1) if mistake == "max_not_running" else \
+        np.maximum(m, scores.max(axis=-1))
     shift = m_new if mistake == "nan_masked_tile" else np.where(np.isinf(m_new), 0.0, m_new)
     exp = np.exp2 if mistake == "exp2_no_log2e" else np.exp
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         alpha = exp(m - shift)
         p = exp(scores - shift[..., None])
     l_new = (l if mistake == "no_rescale_l" else alpha * l) + p.sum(-1)
@@ -236,6 +245,48 @@ def blockwise_mistakes(q, k, v, block_size: int, causal: bool = True) -> dict:
     if causal:
         names.append("tile_local_cols")
     return {describe(n): blockwise_reference(q, k, v, block_size, causal, n) for n in names}
+
+
+# -- the step before the kernel: query_block_attention with the student's tile_update --
+QUERY_BLOCK = 16        # the given kernel's tile of keys (and of query rows)
+BLOCK_MISTAKES = ("no_rescale", "no_rescale_l", "exp2_no_log2e", "max_not_running",
+                  "nan_masked_tile", "no_final_divide", "finish_no_guard")
+
+
+def query_block_reference(q, k, v, causal=False, sm_scale=None, mistake=None):
+    """``query_block_attention`` (``q`` ``(S_q, d)``, ``k``/``v`` ``(S_k, d)``)
+    done right in float64, or with one mistake of ``tile_update`` /
+    ``tile_finish`` as the given kernel would make it: tiles of 16 keys, a
+    guarded finish that divides NaN by 1 (a NaN row stays NaN), and the
+    running-maximum slip in float32, where its exp overflows."""
+    q, k, v = (_t64(x).numpy() for x in (q, k, v))
+    s_q, s_k, d_head = q.shape[0], k.shape[0], q.shape[1]
+    scale = 1.0 / math.sqrt(d_head) if sm_scale is None else float(sm_scale)
+    dtype = np.float32 if mistake == "max_not_running" else np.float64
+    m, l, acc = np.full(s_q, -np.inf), np.zeros(s_q), np.zeros((s_q, d_head))
+    rows = (s_k - s_q + np.arange(s_q))[:, None]                     # absolute positions
+    for start in range(0, s_k, QUERY_BLOCK):
+        stop = min(start + QUERY_BLOCK, s_k)
+        scores = (q @ k[start:stop].T) * scale                       # (S_q, n)
+        if causal:
+            scores = np.where(np.arange(start, stop)[None, :] <= rows, scores, -np.inf)
+        m, l, acc = step_reference(m, l, acc, scores, v[start:stop], mistake, dtype=dtype)
+    if mistake == "no_final_divide":
+        return acc
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if mistake == "finish_no_guard":
+            return acc / l[:, None]
+        return acc / np.where(l > 0, l, 1.0)[:, None]
+
+
+def query_block_mistakes(q, k, v, causal=False, sm_scale=None) -> dict:
+    """``{description: wrong answer}`` of ``query_block_attention`` for the
+    slips of ``tile_update`` and ``tile_finish``."""
+    out = {describe(n): query_block_reference(q, k, v, causal, sm_scale, n)
+           for n in BLOCK_MISTAKES}
+    if sm_scale is not None:
+        out[describe("sm_scale_ignored")] = query_block_reference(q, k, v, causal)
+    return out
 
 
 # -- FLOPs -----------------------------------------------------------------------

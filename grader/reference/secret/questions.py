@@ -37,6 +37,14 @@ FORMS = {
     "Q12_MLA": {"kind": TEXT, "points": 0, "staff_points": 3},
     "Q13_ATTENTION_PASSES_WEIGHTS_AT": {"kind": NUMBER, "points": 2},
     "Q14_ATTENTION_SHARE_AT_8K": {"kind": NUMBER, "points": 2},
+    "Q15_ATTENTION_PASSES_FFN_AT": {"kind": NUMBER, "points": 2},
+    "Q16_KV_CACHE_128K_GB": {"kind": NUMBER, "points": 2},
+    "Q17_KV_128K_OVER_WEIGHTS": {"kind": NUMBER, "points": 2},
+    "Q18_NAIVE_MAX_SEQ_LEN_80GB": {"kind": NUMBER, "points": 2},
+    "Q19_GQA_SAVES_MB_PER_TOKEN": {"kind": NUMBER, "points": 2},
+    "Q20_GQA_SAVES_GB_PER_128K": {"kind": NUMBER, "points": 2},
+    "Q21_KERNEL_FALLBACK": {"kind": CHOICE, "points": 1},
+    "Q22_LONG_CONTEXT_COST": {"kind": CHOICE, "points": 1},
 }
 
 # -- the models the questions use (also written out in the questions) -----
@@ -94,6 +102,51 @@ def _share(n, **kw):
 
 _GB = 1e9
 _GIB = 2**30
+_MB = 1e6
+_MIB = 2**20
+
+# Questions 15-22 (issue 29): the FFN against attention, the 128k cache, the naive
+# memory wall, Llama-3-70B's saving in bytes.
+_LLAMA3_8B_FFN = dict(d_model=4096, d_ff=14336, heads=32, kv_heads=8, d_head=128)
+_LLAMA3_70B = dict(layers=80, heads=64, kv_heads=8, d_head=128)
+_128K = 131072
+_WEIGHTS_8B = 16e9
+
+
+def _layer_flops(n, *, d_model, d_ff, heads, kv_heads, d_head, ffn_matrices=3,
+                 projections=True, causal=True, flops_per_pair=4, flops_per_weight=2):
+    """(attention, FFN) FLOPs of one layer in a prefill of n tokens."""
+    ffn = flops_per_weight * ffn_matrices * d_model * d_ff * n
+    proj = flops_per_weight * d_model * d_head * (2 * heads + 2 * kv_heads) * n
+    pairs = n * (n + 1) // 2 if causal else n * n
+    return (proj if projections else 0) + flops_per_pair * d_head * heads * pairs, ffn
+
+
+def _ffn_crossing(**kw) -> int:
+    """Smallest n with attention's FLOPs > the FFN's (bisect)."""
+    model = {**_LLAMA3_8B_FFN, **{k: kw.pop(k) for k in list(kw) if k in _LLAMA3_8B_FFN}}
+    lo, hi = 1, 10**8
+    while lo < hi:
+        mid = (lo + hi) // 2
+        attention, ffn = _layer_flops(mid, **model, **kw)
+        if attention > ffn:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _naive_max_len(memory, *, batch=8, heads=32, bytes_per_elem=_FP16, copies=1):
+    """Largest S with copies * batch * heads * S^2 * bytes <= memory (exact)."""
+    per = copies * batch * heads * bytes_per_elem
+    return math.isqrt(int(memory // per))
+
+
+def _saved(tokens, *, layers=80, heads=64, kv_heads=8, d_head=128, bytes_per_elem=_FP16):
+    return (_kv_bytes(tokens, layers=layers, kv_heads=heads, d_head=d_head,
+                      bytes_per_elem=bytes_per_elem)
+            - _kv_bytes(tokens, layers=layers, kv_heads=kv_heads, d_head=d_head,
+                        bytes_per_elem=bytes_per_elem))
 
 _KEY = {
     "Q01_ATTENTION_IN_WORDS": {
@@ -258,6 +311,154 @@ _KEY = {
             "all n^2 pairs were counted; the causal mask keeps n(n+1)/2":
                 _share(8192, causal=False),
         },
+    },
+    "Q15_ATTENTION_PASSES_FFN_AT": {
+        "answer": _ffn_crossing(),
+        "rtol": 0.02,
+        "how": "per token the FFN does 2 x 3 x 4096 x 14,336 = 352,321,536 FLOPs and "
+               "attention's projections 2 x 4096 x (4096 + 1024 + 1024 + 4096) = 83,886,080; "
+               "the core adds 4 x 128 x 32 FLOPs per kept pair, 8,192 x n (n + 1) in all; "
+               "attention passes the FFN when 8,192 x (n + 1) > 268,435,456, from n = "
+               "32,768 on: the chapter's 'below about 30k context the FFN dominates'",
+        "mistakes": {
+            "attention's projections (w_q, w_k, w_v, w_o) were left out: they are "
+            "attention's FLOPs too": _ffn_crossing(projections=False),
+            "half the answer: all n^2 pairs were counted (the causal mask keeps "
+            "n (n + 1) / 2), or 1 FLOP per weight instead of 2":
+                _ffn_crossing(causal=False),
+            "the FFN was counted with 2 matrices; Llama's SwiGLU FFN has 3 (gate, up and "
+            "down)": _ffn_crossing(ffn_matrices=2),
+            "w_k and w_v were counted with 32 heads; they have 8 (GQA)":
+                _ffn_crossing(kv_heads=32),
+            "twice the answer: 2 FLOPs per (query, key) pair and head dimension were "
+            "counted; there are 4 (q.k, and the weighted sum of v)":
+                _ffn_crossing(flops_per_pair=2),
+        },
+    },
+    "Q16_KV_CACHE_128K_GB": {
+        "answer": _kv_bytes(_128K, **_LLAMA3_8B) / _GB,
+        "rtol": 0.01,
+        "how": "2 (K and V) x 32 layers x 8 KV heads x 128 (d_head) x 2 bytes = 131,072 "
+               "bytes per token; x 131,072 tokens = 17,179,869,184 bytes, about 17.2 GB: "
+               "more than the model's 16 GB of weights",
+        "mistakes": {
+            "the answer is in GiB (16 GiB: 2^34 bytes); the question asks for GB (1e9 "
+            "bytes), and in GB the cache is larger than the 16 GB of weights":
+                _kv_bytes(_128K, **_LLAMA3_8B) / _GIB,
+            "only K or only V was counted (the cache holds both)":
+                _kv_bytes(_128K, **_LLAMA3_8B) / 2 / _GB,
+            "all 32 query heads were cached (that is MHA; Llama-3-8B has 8 KV heads)":
+                _kv_bytes(_128K, **{**_LLAMA3_8B, "kv_heads": 32}) / _GB,
+            "4 bytes per element were used (the cache is fp16: 2 bytes)":
+                _kv_bytes(_128K, **_LLAMA3_8B, bytes_per_elem=4) / _GB,
+            "128k was taken as 128,000 tokens; a 128k context is 131,072 (2^17)":
+                _kv_bytes(128000, **_LLAMA3_8B) / _GB,
+            "one layer was counted (every one of the 32 layers has its own cache)":
+                _kv_bytes(_128K, **{**_LLAMA3_8B, "layers": 1}) / _GB,
+        },
+    },
+    "Q17_KV_128K_OVER_WEIGHTS": {
+        "answer": _kv_bytes(_128K, **_LLAMA3_8B) / _WEIGHTS_8B,
+        "rtol": 0.02,
+        "how": "the cache is 17,179,869,184 bytes (2 x 32 x 8 x 128 x 2 bytes per token, x "
+               "131,072 tokens); over 16e9 bytes of weights: about 1.07. The cache is "
+               "bigger than the model",
+        "mistakes": {
+            "the ratio is inverted: weights over cache":
+                _WEIGHTS_8B / _kv_bytes(_128K, **_LLAMA3_8B),
+            "one side was in GiB and the other in GB (16 GiB of cache against 16 GB of "
+            "weights, or the reverse): keep both in bytes":
+                _kv_bytes(_128K, **_LLAMA3_8B) / _GIB / 16,
+            "all 32 query heads were cached (MHA); Llama-3-8B has 8 KV heads":
+                _kv_bytes(_128K, **{**_LLAMA3_8B, "kv_heads": 32}) / _WEIGHTS_8B,
+            "only K or only V was counted (the cache holds both)":
+                _kv_bytes(_128K, **_LLAMA3_8B) / 2 / _WEIGHTS_8B,
+        },
+    },
+    "Q18_NAIVE_MAX_SEQ_LEN_80GB": {
+        "answer": _naive_max_len(80e9),
+        "rtol": 0.01,
+        "how": "the scores take batch 8 x 32 heads x S^2 x 2 bytes = 512 S^2 bytes; "
+               "512 S^2 <= 80e9 gives S^2 <= 156,250,000, S = 12,500 (and the chapter's "
+               "S = 8192 already takes 34.4 GB)",
+        "mistakes": {
+            "the batch was left out: all 8 sequences' scores exist at once":
+                _naive_max_len(80e9, batch=1),
+            "4 bytes per score were used (fp16 is 2), or two copies of the scores":
+                _naive_max_len(80e9, bytes_per_elem=4),
+            "the memory was taken as 80 GiB (80 x 2^30 bytes); it is 80e9 bytes":
+                _naive_max_len(80 * _GIB),
+            "only the causal half was counted (a naive implementation stores the full "
+            "S x S tensor)": _naive_max_len(160e9),
+            "one head was counted (all 32 heads' scores exist at once)":
+                _naive_max_len(80e9, heads=1),
+        },
+    },
+    "Q19_GQA_SAVES_MB_PER_TOKEN": {
+        "answer": _saved(1) / _MB,
+        "rtol": 0.02,
+        "how": "per token MHA caches 2 (K and V) x 80 layers x 64 heads x 128 x 2 bytes = "
+               "2,621,440 bytes and GQA 2 x 80 x 8 x 128 x 2 = 327,680; GQA saves "
+               "2,293,760 bytes, about 2.29 MB per token (the ratio 8 is MHA's over GQA's)",
+        "mistakes": {
+            "the answer is in MiB (2^20 bytes); the question asks for MB (1e6 bytes)":
+                _saved(1) / _MIB,
+            "only K or only V was counted (the cache holds both)": _saved(1) / 2 / _MB,
+            "this is GQA's cache per token, not what it saves (MHA's less GQA's)":
+                _kv_bytes(1, **_LLAMA3_70B) / _MB,
+            "this is MHA's cache per token, not what GQA saves (subtract GQA's)":
+                _kv_bytes(1, **{**_LLAMA3_70B, "kv_heads": 64}) / _MB,
+            "4 bytes per element were used (the cache is fp16: 2 bytes)":
+                _saved(1, bytes_per_elem=4) / _MB,
+            "one layer was counted (all 80 layers keep a cache)": _saved(1, layers=1) / _MB,
+        },
+    },
+    "Q20_GQA_SAVES_GB_PER_128K": {
+        "answer": _saved(_128K) / _GB,
+        "rtol": 0.01,
+        "how": "2,293,760 bytes saved per token (MHA's 2,621,440 less GQA's 327,680) x "
+               "131,072 tokens = 300,647,710,720 bytes, about 300.6 GB per sequence: MHA "
+               "would need 343.6 GB for one 128k sequence, GQA needs 42.9 GB",
+        "mistakes": {
+            "the answer is in GiB (2^30 bytes); the question asks for GB (1e9 bytes)":
+                _saved(_128K) / _GIB,
+            "128k was taken as 128,000 tokens; a 128k context is 131,072 (2^17)":
+                _saved(128000) / _GB,
+            "only K or only V was counted (the cache holds both)": _saved(_128K) / 2 / _GB,
+            "this is MHA's cache, not what GQA saves (subtract GQA's)":
+                _kv_bytes(_128K, **{**_LLAMA3_70B, "kv_heads": 64}) / _GB,
+            "this is GQA's cache, not what it saves (MHA's less GQA's)":
+                _kv_bytes(_128K, **_LLAMA3_70B) / _GB,
+            "4 bytes per element were used (the cache is fp16: 2 bytes)":
+                _saved(_128K, bytes_per_elem=4) / _GB,
+        },
+    },
+    "Q21_KERNEL_FALLBACK": {
+        "answer": "B",
+        "why": "a fast attention kernel is built for a support matrix (head dims, dtypes, "
+               "lengths, GPUs); outside it most frameworks pick a slower backend without an "
+               "error (the chapter: perhaps 5x slower). Check the support matrix against "
+               "the model, log which kernel runs, and benchmark at the production shapes",
+        "wrong": {"A": "most frameworks do not fail: they dispatch to another, slower "
+                       "backend, and say so in a debug log at most",
+                  "C": "the fast kernel's tiles are fixed when it is built; it is not "
+                       "chosen for an unsupported d_head, and padding would cost work anyway",
+                  "D": "d_head sets the tile shapes, the registers and shared memory, and "
+                       "whether the fast kernel applies at all"},
+    },
+    "Q22_LONG_CONTEXT_COST": {
+        "answer": "B",
+        "why": "the cache grows with the context (16 x: 17.2 GB against 1.07 GB) and is held "
+               "for the whole generation, crowding out other sequences; every decode step "
+               "reads all of it (16 x the bytes); prefill attention grows with n^2 (256 x "
+               "for its core): the chapter puts a 128k request at about 20 times the "
+               "resources of an 8k one",
+        "wrong": {"A": "prefill attention grows with n^2, not n, and the held cache crowds "
+                       "out other requests: not everything is linear",
+                  "C": "GQA shrinks the cache by h / h_kv, but it still grows with every "
+                       "token of context",
+                  "D": "each decode step reads the whole cache: at 128k, 16 times the bytes "
+                       "of the 8k request's step"},
     },
 }
 

@@ -83,6 +83,37 @@ MISTAKES = {
     "softmax_over_group": "the softmax ran over the query heads of a group (dim -2 of the "
                           "grouped (B, h_kv, h/h_kv, S) scores) instead of over the cached "
                           "keys (dim -1)",
+    # ex06: what the cache costs a server (issue 29)
+    "kv_one_of_k_v": "only one of K and V was counted: the cache holds a K row and a V row "
+                     "per KV head, layer and token (the factor 2)",
+    "kv_no_layers": "one layer was counted: every layer keeps its own K and V (multiply by "
+                    "n_layers)",
+    "kv_fixed_2_bytes": "bytes_per_elem was ignored: the count always used 2 bytes per "
+                        "element (multiply by the bytes_per_elem given)",
+    "kv_no_batch": "the batch was left out (each sequence keeps its own cache)",
+    "kv_gib": "the cache was taken in GiB (2^30 bytes) against weights in bytes: keep both "
+              "in bytes",
+    "ratio_inverted": "the ratio is inverted: weights over cache instead of cache over "
+                      "weights",
+    "saving_is_gqa_cache": "this is GQA's cache, not what it saves: the saving is MHA's "
+                           "cache (n_heads K/V heads) less GQA's (n_kv_heads)",
+    "saving_is_mha_cache": "this is MHA's whole cache, not what GQA saves: subtract GQA's "
+                           "cache (n_kv_heads K/V heads)",
+    "saving_is_ratio": "this is the ratio n_heads / n_kv_heads, not a number of bytes",
+    "crossover_no_projections": "attention's projections (w_q, w_k, w_v, w_o) were left "
+                                "out: they are attention's FLOPs too, 2 per weight per token",
+    "crossover_all_pairs": "all n^2 (query, key) pairs were counted: the causal mask keeps "
+                           "n (n + 1) / 2",
+    "crossover_two_ffn_matrices": "the FFN was counted with 2 matrices: Llama's SwiGLU FFN "
+                                  "has 3 (gate, up and down), 2 * 3 * d_model * d_ff FLOPs "
+                                  "per token",
+    "crossover_kv_all_heads": "w_k and w_v were counted with n_heads heads: they have "
+                              "n_kv_heads (GQA)",
+    "crossover_pair_2_flops": "a (query, key) pair was counted as 2 * d_head FLOPs: it costs "
+                              "4 * d_head (q.k, and the weighted sum of v)",
+    "crossover_last_below": "this is the last length at which attention does not yet pass "
+                            "the FFN (ties included); the answer is the first length at "
+                            "which it does, one more",
     # ex05's decode_with_cache: the GQA grouping (the words of ex02/ex03's)
     "kv_tile": ref.MISTAKES["kv_tile"],
 }
@@ -282,6 +313,116 @@ def attention_mistakes(names, q, k, v, *, causal=True) -> dict:
                 wrong[..., empty, :] = float("nan")
         out[ref.MISTAKES[name]] = wrong
     return out
+
+# -- ex06: what the cache costs a server (closed forms and an integer search) ----
+
+def kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem=2, mistake=None) -> int:
+    kv = 1 if mistake == "kv_one_of_k_v" else 2
+    layers = 1 if mistake == "kv_no_layers" else n_layers
+    width = 2 if mistake == "kv_fixed_2_bytes" else bytes_per_elem
+    return kv * layers * n_kv_heads * d_head * width
+
+
+def kv_cache_over_weights(n_layers, n_kv_heads, d_head, seq_len, weight_bytes, batch=1,
+                          bytes_per_elem=2, mistake=None) -> float:
+    rows = (1 if mistake == "kv_no_batch" else batch) * seq_len
+    cache = rows * kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem, mistake)
+    if mistake == "kv_gib":
+        cache = cache / 2**30
+    if mistake == "ratio_inverted":
+        return weight_bytes / cache
+    return cache / weight_bytes
+
+
+def gqa_bytes_saved(n_layers, n_heads, n_kv_heads, d_head, seq_len=1, batch=1,
+                    bytes_per_elem=2, mistake=None) -> int:
+    def cache(heads):
+        return batch * seq_len * kv_bytes_per_token(n_layers, heads, d_head, bytes_per_elem,
+                                                    mistake)
+    if mistake == "saving_is_gqa_cache":
+        return cache(n_kv_heads)
+    if mistake == "saving_is_mha_cache":
+        return cache(n_heads)
+    if mistake == "saving_is_ratio":
+        return n_heads // n_kv_heads
+    if mistake == "kv_no_batch":
+        return seq_len * (kv_bytes_per_token(n_layers, n_heads, d_head, bytes_per_elem)
+                          - kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem))
+    return cache(n_heads) - cache(n_kv_heads)
+
+
+def layer_prefill_flops(n, d_model, d_ff, n_heads, n_kv_heads, d_head, mistake=None):
+    """(attention, FFN) FLOPs of one layer in a causal prefill of ``n`` tokens."""
+    ffn = 2 * (2 if mistake == "crossover_two_ffn_matrices" else 3) * d_model * d_ff * n
+    kv = n_heads if mistake == "crossover_kv_all_heads" else n_kv_heads
+    weights = d_model * d_head * (n_heads + kv + kv + n_heads)          # w_q, w_k, w_v, w_o
+    projections = 0 if mistake == "crossover_no_projections" else 2 * weights * n
+    pairs = n * n if mistake == "crossover_all_pairs" else n * (n + 1) // 2
+    per_pair = (2 if mistake == "crossover_pair_2_flops" else 4) * d_head
+    return projections + per_pair * n_heads * pairs, ffn
+
+
+def attention_ffn_crossover(d_model, d_ff, n_heads, n_kv_heads, d_head, mistake=None) -> int:
+    """Smallest n >= 1 with attention FLOPs > FFN FLOPs (their difference
+    grows with n once positive: an integer bisection, no closed form)."""
+    def passes(n):
+        attention, ffn = layer_prefill_flops(n, d_model, d_ff, n_heads, n_kv_heads, d_head,
+                                             mistake)
+        return attention > ffn
+    lo, hi = 1, 1
+    while not passes(hi):
+        hi *= 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if passes(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo - 1 if mistake == "crossover_last_below" else lo
+
+
+KV_SLIPS = ["kv_one_of_k_v", "kv_no_layers", "kv_fixed_2_bytes"]
+RATIO_SLIPS = KV_SLIPS + ["kv_no_batch", "kv_gib", "ratio_inverted"]
+SAVING_SLIPS = KV_SLIPS + ["kv_no_batch", "saving_is_gqa_cache", "saving_is_mha_cache",
+                           "saving_is_ratio"]
+CROSSOVER_SLIPS = ["crossover_no_projections", "crossover_all_pairs",
+                   "crossover_two_ffn_matrices", "crossover_kv_all_heads",
+                   "crossover_pair_2_flops", "crossover_last_below"]
+
+
+def how(name: str, *args) -> str:
+    """The worked method of one of ex06's cache counts, with the case's numbers."""
+    if name == "kv_bytes_per_token":
+        layers, kv, d, width = (list(args) + [2])[:4]
+        return (f"2 (K and V) x {layers} layers x {kv} KV heads x {d} (d_head) x {width} "
+                f"bytes = {kv_bytes_per_token(layers, kv, d, width):,} bytes per token")
+    if name == "kv_cache_over_weights":
+        layers, kv, d, seq, weights, batch, width = (list(args) + [1, 2][len(args) - 5:])[:7]
+        per = kv_bytes_per_token(layers, kv, d, width)
+        cache = batch * seq * per
+        return (f"the cache is batch {batch} x {seq:,} tokens x {per:,} bytes per token "
+                f"(2 x {layers} layers x {kv} KV heads x {d} x {width} bytes) = {cache:,} "
+                f"bytes ({cache / 1e9:.4g} GB); over {weights:.4g} bytes of weights: "
+                f"{cache / weights:.4g}")
+    if name == "gqa_bytes_saved":
+        layers, h, kv, d, seq, batch, width = (list(args) + [1, 1, 2][len(args) - 4:])[:7]
+        mha, gqa = (kv_bytes_per_token(layers, n, d, width) for n in (h, kv))
+        return (f"per token MHA caches 2 x {layers} layers x {h} heads x {d} x {width} bytes "
+                f"= {mha:,} bytes and GQA 2 x {layers} x {kv} KV heads x {d} x {width} = "
+                f"{gqa:,}; GQA saves {mha - gqa:,} bytes per token, x {batch} x {seq:,} "
+                f"tokens = {(mha - gqa) * batch * seq:,} bytes")
+    if name == "attention_ffn_crossover":
+        d_model, d_ff, h, kv, d = args
+        ffn = 2 * 3 * d_model * d_ff
+        proj = 2 * d_model * d * (2 * h + 2 * kv)
+        return (f"per token the FFN does 2 x 3 x {d_model} x {d_ff} = {ffn:,} FLOPs and "
+                f"attention's projections 2 x {d_model} x {d} x (2 x {h} + 2 x {kv}) = "
+                f"{proj:,}; the core adds 4 x {d} x {h} FLOPs per kept pair, "
+                f"{2 * d * h:,} x n (n + 1) for a causal prefill of n; attention passes the "
+                f"FFN when {2 * d * h:,} x (n + 1) > {ffn:,} - {proj:,}, first at n = "
+                f"{attention_ffn_crossover(*args):,}")
+    raise KeyError(name)
+
 
 # ex06's trace reading is shared with the student edition: grader/reference/traces.py
 from grader.reference.traces import NO_COPY_OPS, materialized, read_bytes  # noqa: E402,F401

@@ -6,7 +6,7 @@ grading; a known mistake fails on it under every seed), then on a random
 one (``grader/reference/cases.py``)."""
 import pytest
 
-from grader.feedback import Feedback, check_close, expect_raises
+from grader.feedback import Feedback, check_close, check_equal, expect_raises
 from grader.reference.secret import roofline as rl
 from grader.reference.cases import case_seed, fixed_seed, on_case, rng_for
 from grader.reference.ex06_checks import check_gqa_decode, check_table, decode_inputs, \
@@ -117,3 +117,51 @@ def test_decode_intensity_hidden(student):
                                                      "bytes_kv_all_heads",
                                                      "intensity_float_bytes", "intensity_no_q_o",
                                                      "bytes_half", "bytes_no_output"], *args))
+
+
+# -- what the cache costs a server (issue 29): hidden models, element widths, batches ----
+def _count_check(got, want, *, what, mistakes, how):
+    """An exact count (or ratio) with the slip named, then how it is found."""
+    try:
+        check_equal(got, want, what=what, mistakes=mistakes)
+    except Feedback as exc:
+        raise Feedback(f"{exc}\nHow: {how}") from None
+
+
+def _counts(student, name, cases, slips):
+    for args in cases:
+        _count_check(getattr(student, name)(*args), getattr(rl, name)(*args),
+                     what=f"{name}{args}",
+                     mistakes=lambda: rl.mistakes_of(getattr(rl, name), slips, *args),
+                     how=rl.how(name, *args))
+
+
+@pytest.mark.points(1)
+def test_kv_bytes_per_token_hidden(student):
+    """kv_bytes_per_token for other models and element widths"""
+    _counts(student, "kv_bytes_per_token",
+            [(80, 8, 128, 2), (28, 4, 128, 1), (4, 2, 64, 4), (1, 1, 16, 2)], rl.KV_SLIPS)
+
+
+@pytest.mark.points(1)
+def test_kv_cache_over_weights_hidden(student):
+    """kv_cache_over_weights: batches, fp8 caches, other models"""
+    _counts(student, "kv_cache_over_weights",
+            [(32, 8, 128, 131072, 16e9, 1, 1), (80, 8, 128, 32768, 140e9, 4, 2),
+             (32, 8, 128, 8192, 8e9, 3, 4), (16, 16, 64, 2048, 2.5e9, 1, 2)], rl.RATIO_SLIPS)
+
+
+@pytest.mark.points(1)
+def test_gqa_bytes_saved_hidden(student):
+    """gqa_bytes_saved: per token and per sequence, batches, element widths, MHA saves nothing"""
+    _counts(student, "gqa_bytes_saved",
+            [(80, 64, 8, 128, 131072, 1, 2), (32, 32, 8, 128, 4096, 2, 2),
+             (28, 28, 4, 128, 1000, 3, 1), (16, 16, 16, 64, 100, 1, 2)], rl.SAVING_SLIPS)
+
+
+@pytest.mark.points(1)
+def test_attention_ffn_crossover_hidden(student):
+    """attention_ffn_crossover for other models (Llama-3-70B, MHA, a small model, tiny FFNs)"""
+    _counts(student, "attention_ffn_crossover",
+            [(8192, 28672, 64, 8, 128), (2048, 5632, 16, 16, 128), (768, 3072, 12, 12, 64),
+             (256, 1000, 4, 1, 64), (64, 16, 4, 4, 16)], rl.CROSSOVER_SLIPS)

@@ -327,3 +327,55 @@ def test_flash_fresh_inputs(student):
             hint="An earlier call's output came back? Compute every output from its own "
                  "inputs; cache nothing between calls."))
         flash.check_authentic(res, q, k, v, what=f"flash_attention ({what})")
+
+
+# -- the step before the kernel: tile_update and tile_finish in the given kernel ----------
+BLOCK_CASES = {  # id: (S_q, S_k, d_head, causal, sm_scale)
+    # rows whose later key tiles are all masked: a maximum that is not kept is lost there
+    "causal, S_q = S_k = 48": (48, 48, 16, True, None),
+    "decode, S_q = 1, S_k = 77": (1, 77, 64, True, None),
+    "not causal, sm_scale = 0.3, S_k = 100": (33, 100, 32, False, 0.3),
+    "causal, S_q < S_k, d_head = 128": (20, 75, 128, True, None),
+    "causal, S_q > S_k": (37, 21, 16, True, None),          # 16 rows see no key
+}
+
+
+def _block_check(student, q, k, v, causal, sm_scale, text):
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=causal,
+                        sm_scale=sm_scale, entry="query_block_attention")
+    what = f"query_block_attention(q, k, v, causal={causal}, sm_scale={sm_scale})"
+    on_case(text, lambda: flash.check_output(
+        res, q, flash.query_block_reference(q, k, v, causal, sm_scale), what=what,
+        mistakes=lambda: flash.query_block_mistakes(q, k, v, causal, sm_scale),
+        hint="Check tile_update against online_softmax_step: the same update, in Triton ops."))
+    on_case(text, lambda: flash.check_authentic(res, q, k, v, what=what))
+
+
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(240)
+@pytest.mark.parametrize("case", list(BLOCK_CASES), ids=list(BLOCK_CASES))
+def test_query_block(student, case):
+    """tile_update and tile_finish in the given kernel match exact attention"""
+    s_q, s_k, d, causal, sm_scale = BLOCK_CASES[case]
+    q, k, v = (x[0, 0] for x in _heads(("block", case), 1, 1, 1, s_q, s_k, d))
+    _block_check(student, q, k, v, causal, sm_scale, f"{case}: S_q={s_q}, S_k={s_k}, "
+                 f"d_head={d}")
+
+
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(240)
+def test_query_block_large_scores(student):
+    """tile_update keeps the running maximum: high scores, then a tile of much lower ones"""
+    # Scores near +50 on the first 16 keys and near -50 on the next 16 (sm_scale 1): a
+    # maximum taken from each tile alone rescales by exp(100), past float32's range.
+    rng = fixed_rng("ex07-hidden", "block-large")
+    d = 16
+    q = torch.zeros(16, d)
+    q[:, 0] = 10.0
+    k = torch.from_numpy(rng.standard_normal((40, d)).astype(np.float32)) * 0.1
+    k[:16, 0] += 5.0
+    k[16:32, 0] -= 5.0
+    v = torch.from_numpy(rng.standard_normal((40, d)).astype(np.float32))
+    q = q + torch.from_numpy(rng.standard_normal((16, d)).astype(np.float32)) * 0.1
+    _block_check(student, q, k, v, False, 1.0,
+                 "scores near +50, then near -50, then near 0 (S_q=16, S_k=40)")

@@ -2,7 +2,7 @@
 intensity next to the ideal one."""
 import pytest
 
-from grader.feedback import check_close
+from grader.feedback import Feedback, check_close, check_equal
 from grader.reference.secret import roofline as rl
 from grader.reference.ex06_checks import check_gqa_decode, check_table, decode_inputs
 
@@ -54,3 +54,43 @@ def test_intensity_table_measured(student, request):
         f"h_kv={h_kv}. With few KV heads the cache is small, so these round trips weigh "
         "most. A fused kernel (FlashAttention) keeps them on chip.")
     request.node.feedback_on_pass = "\n".join(lines)
+
+
+# -- what the cache costs a server (issue 29) ------------------------------------------
+def _count_check(got, want, *, what, mistakes, how):
+    """An exact count (or ratio) with the slip named, then how it is found."""
+    try:
+        check_equal(got, want, what=what, mistakes=mistakes)
+    except Feedback as exc:
+        raise Feedback(f"{exc}\nHow: {how}") from None
+
+
+@pytest.mark.points(1)
+def test_kv_cache_costs_llama(student):
+    """kv_bytes_per_token, kv_cache_over_weights and gqa_bytes_saved for Llama-3"""
+    _count_check(student.kv_bytes_per_token(32, 8, 128), rl.kv_bytes_per_token(32, 8, 128),
+                 what="kv_bytes_per_token(32, 8, 128)",
+                 mistakes=lambda: rl.mistakes_of(rl.kv_bytes_per_token, rl.KV_SLIPS, 32, 8, 128),
+                 how=rl.how("kv_bytes_per_token", 32, 8, 128))
+    args = (32, 8, 128, 131072, 16e9)
+    _count_check(student.kv_cache_over_weights(*args), rl.kv_cache_over_weights(*args),
+                 what="kv_cache_over_weights(32, 8, 128, 131072, 16e9)",
+                 mistakes=lambda: rl.mistakes_of(rl.kv_cache_over_weights, rl.RATIO_SLIPS,
+                                                 *args),
+                 how=rl.how("kv_cache_over_weights", *args))
+    _count_check(student.gqa_bytes_saved(80, 64, 8, 128), rl.gqa_bytes_saved(80, 64, 8, 128),
+                 what="gqa_bytes_saved(80, 64, 8, 128)",
+                 mistakes=lambda: rl.mistakes_of(rl.gqa_bytes_saved, rl.SAVING_SLIPS,
+                                                 80, 64, 8, 128),
+                 how=rl.how("gqa_bytes_saved", 80, 64, 8, 128))
+
+
+@pytest.mark.points(1)
+def test_attention_ffn_crossover_llama(student):
+    """attention_ffn_crossover for Llama-3-8B: the chapter's "about 30k" (32768)"""
+    args = (4096, 14336, 32, 8, 128)
+    _count_check(student.attention_ffn_crossover(*args), rl.attention_ffn_crossover(*args),
+                 what=f"attention_ffn_crossover{args}",
+                 mistakes=lambda: rl.mistakes_of(rl.attention_ffn_crossover,
+                                                 rl.CROSSOVER_SLIPS, *args),
+                 how=rl.how("attention_ffn_crossover", *args))

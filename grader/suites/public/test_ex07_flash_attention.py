@@ -119,3 +119,36 @@ def test_kernel_compiles_for_sm80_and_sm90(request, submission_dir, launch_worke
         request.node.feedback_on_pass = flash_judge.judge_compile(res) + kept
     except Feedback as exc:
         raise Feedback(f"{exc}{kept}") from None
+
+
+# -- the step before the kernel: your tile_update and tile_finish in the given kernel ----
+def _block(key, s_q, s_k, d_head):
+    rng = fixed_rng("ex07-public", "block", *key)
+    make = lambda *shape: torch.from_numpy(rng.standard_normal(shape).astype(np.float32))  # noqa
+    return make(s_q, d_head), make(s_k, d_head), make(s_k, d_head)
+
+
+@needs_triton
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(180)
+def test_query_block_small(student):
+    """tile_update in the given kernel: query_block_attention, not causal, S_q=24, S_k=40"""
+    q, k, v = _block(("small",), 24, 40, 16)
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=False,
+                        entry="query_block_attention")
+    flash.check_output(res, q, flash.query_block_reference(q, k, v, False),
+                       what="query_block_attention(q, k, v, causal=False)",
+                       mistakes=lambda: flash.query_block_mistakes(q, k, v, False))
+
+
+@needs_triton
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(180)
+def test_query_block_rows_that_see_nothing(student):
+    """tile_update and tile_finish: causal, S_q=40 > S_k=30 (10 rows see no key: zeros)"""
+    q, k, v = _block(("nothing",), 40, 30, 32)
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True,
+                        entry="query_block_attention")
+    flash.check_output(res, q, flash.query_block_reference(q, k, v, True),
+                       what="query_block_attention(q, k, v, causal=True) with S_q=40, S_k=30",
+                       mistakes=lambda: flash.query_block_mistakes(q, k, v, True))

@@ -140,3 +140,36 @@ def intensity_table(n_heads=32, kv_heads=(1, 8, 32), seq_len=4096, d_head=128):
     ``n_heads / h_kv``."""
     return {int(h_kv): measure_intensity(n_heads, h_kv, seq_len, d_head)["intensity"]
             for h_kv in kv_heads}
+
+
+def kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem=2):
+    """K and V rows of every KV head of every layer, for one token."""
+    return n_layers * (2 * n_kv_heads * d_head) * bytes_per_elem
+
+
+def kv_cache_over_weights(n_layers, n_kv_heads, d_head, seq_len, weight_bytes, batch=1,
+                          bytes_per_elem=2):
+    tokens = batch * seq_len
+    return (tokens * kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem)) \
+        / weight_bytes
+
+
+def gqa_bytes_saved(n_layers, n_heads, n_kv_heads, d_head, seq_len=1, batch=1,
+                    bytes_per_elem=2):
+    caches = [batch * seq_len * kv_bytes_per_token(n_layers, heads, d_head, bytes_per_elem)
+              for heads in (n_heads, n_kv_heads)]
+    return caches[0] - caches[1]
+
+
+def attention_ffn_crossover(d_model, d_ff, n_heads, n_kv_heads, d_head):
+    # Solve core * (n + 1) > ffn - projections for the smallest whole n >= 1,
+    # with a float guess corrected by exact integer checks.
+    ffn = 6 * d_model * d_ff
+    projections = 2 * d_model * d_head * 2 * (n_heads + n_kv_heads)
+    core = 2 * d_head * n_heads
+    n = max(1, math.floor((ffn - projections) / core))
+    while n > 1 and core * n > ffn - projections:        # n - 1 would pass too
+        n -= 1
+    while core * (n + 1) <= ffn - projections:
+        n += 1
+    return int(n)

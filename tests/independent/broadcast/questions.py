@@ -162,3 +162,13 @@ Q13_ATTENTION_PASSES_WEIGHTS_AT = 53405  # 262144 * n * (n + 1) > 1.4e10 * n  <=
 # a prompt of n = 8,192 tokens, what fraction of all prefill FLOPs (weights
 # plus attention) is attention?  Graded to 3 %.
 Q14_ATTENTION_SHARE_AT_8K = 0.133  # A = 262144 * 8192 * 8193, W = 1.4e10 * 8192: A / (A + W)
+
+# Q15-Q22: the FFN against attention, the 128k cache, the naive wall, 70B's saving.
+Q15_ATTENTION_PASSES_FFN_AT = (6 * 4096 * 14336 - 2 * 4096 * 128 * 80) // (2 * 128 * 32)
+Q16_KV_CACHE_128K_GB = 2 * 32 * 8 * 128 * 2 * 131072 / 1e9
+Q17_KV_128K_OVER_WEIGHTS = Q16_KV_CACHE_128K_GB / 16
+Q18_NAIVE_MAX_SEQ_LEN_80GB = int((80e9 / (8 * 32 * 2)) ** 0.5)
+Q19_GQA_SAVES_MB_PER_TOKEN = 2 * 80 * 128 * 2 * (64 - 8) / 1e6
+Q20_GQA_SAVES_GB_PER_128K = Q19_GQA_SAVES_MB_PER_TOKEN * 1e6 * 131072 / 1e9
+Q21_KERNEL_FALLBACK = "b"
+Q22_LONG_CONTEXT_COST = "B"

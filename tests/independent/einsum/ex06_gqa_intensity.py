@@ -54,3 +54,27 @@ def measure_intensity(n_heads, n_kv_heads, seq_len, d_head, batch=1, device="cpu
 
 def intensity_table(n_heads=32, kv_heads=(1, 8, 32), seq_len=4096, d_head=128):
     return {hk: measure_intensity(n_heads, hk, seq_len, d_head)["intensity"] for hk in kv_heads}
+
+
+def kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem=2):
+    return 2 * n_layers * n_kv_heads * d_head * bytes_per_elem
+
+
+def kv_cache_over_weights(n_layers, n_kv_heads, d_head, seq_len, weight_bytes, batch=1,
+                          bytes_per_elem=2):
+    return batch * seq_len * kv_bytes_per_token(n_layers, n_kv_heads, d_head,
+                                                bytes_per_elem) / weight_bytes
+
+
+def gqa_bytes_saved(n_layers, n_heads, n_kv_heads, d_head, seq_len=1, batch=1,
+                    bytes_per_elem=2):
+    per = 2 * n_layers * d_head * bytes_per_elem * (n_heads - n_kv_heads)
+    return per * seq_len * batch
+
+
+def attention_ffn_crossover(d_model, d_ff, n_heads, n_kv_heads, d_head):
+    # attention(n) - ffn(n) = n * (2*d_head*h*(n+1) - (ffn - proj)) > 0
+    gap = 6 * d_model * d_ff - 4 * d_model * d_head * (n_heads + n_kv_heads)
+    per = 2 * d_head * n_heads
+    n = gap // per          # first n with per * (n + 1) > gap
+    return n if n >= 1 else 1

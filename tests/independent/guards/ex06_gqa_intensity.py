@@ -198,3 +198,59 @@ def intensity_table(n_heads=32, kv_heads=(1, 8, 32), seq_len=4096, d_head=128):
         h_kv: measure_intensity(n_heads, h_kv, seq_len, d_head, batch=1, device="cpu")["intensity"]
         for h_kv in kv_list
     }
+
+
+def kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem=2):
+    """Bytes of K and V that one token adds to the cache, over every layer."""
+    n_layers = _as_int(n_layers, "n_layers")
+    n_kv_heads = _as_int(n_kv_heads, "n_kv_heads")
+    d_head = _as_int(d_head, "d_head")
+    bytes_per_elem = _as_int(bytes_per_elem, "bytes_per_elem")
+    return 2 * n_layers * n_kv_heads * d_head * bytes_per_elem
+
+
+def kv_cache_over_weights(n_layers, n_kv_heads, d_head, seq_len, weight_bytes, batch=1,
+                          bytes_per_elem=2):
+    """The KV cache of ``batch`` sequences of ``seq_len`` tokens over the weights' bytes."""
+    seq_len = _as_int(seq_len, "seq_len")
+    batch = _as_int(batch, "batch")
+    if isinstance(weight_bytes, bool) or not weight_bytes > 0:
+        raise ValueError(f"weight_bytes must be positive, got {weight_bytes!r}")
+    cache = batch * seq_len * kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem)
+    return cache / float(weight_bytes)
+
+
+def gqa_bytes_saved(n_layers, n_heads, n_kv_heads, d_head, seq_len=1, batch=1,
+                    bytes_per_elem=2):
+    """Bytes of cache GQA saves over MHA for ``batch`` sequences of ``seq_len`` tokens."""
+    n_heads = _as_int(n_heads, "n_heads")
+    n_kv_heads = _as_int(n_kv_heads, "n_kv_heads")
+    if n_kv_heads > n_heads:
+        raise ValueError(f"n_kv_heads={n_kv_heads} is more than n_heads={n_heads}")
+    tokens = _as_int(seq_len, "seq_len") * _as_int(batch, "batch")
+    mha = kv_bytes_per_token(n_layers, n_heads, d_head, bytes_per_elem)
+    gqa = kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem)
+    return tokens * (mha - gqa)
+
+
+def attention_ffn_crossover(d_model, d_ff, n_heads, n_kv_heads, d_head):
+    """First causal prefill length at which a layer's attention out-FLOPs its SwiGLU FFN."""
+    d_model, d_ff = _as_int(d_model, "d_model"), _as_int(d_ff, "d_ff")
+    n_heads, n_kv_heads = _as_int(n_heads, "n_heads"), _as_int(n_kv_heads, "n_kv_heads")
+    d_head = _as_int(d_head, "d_head")
+
+    def excess(n):            # attention FLOPs minus FFN FLOPs at length n
+        proj = 2 * d_model * d_head * (2 * n_heads + 2 * n_kv_heads) * n
+        core = 4 * d_head * n_heads * (n * (n + 1) // 2)
+        return proj + core - 6 * d_model * d_ff * n
+
+    lo, hi = 1, 1
+    while excess(hi) <= 0:
+        lo, hi = hi + 1, hi * 2
+    while lo < hi:            # smallest n in [lo, hi] with excess > 0
+        mid = (lo + hi) // 2
+        if excess(mid) > 0:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

@@ -161,3 +161,14 @@ Q13_ATTENTION_PASSES_WEIGHTS_AT = 53405  # 262144 * n * (n + 1) > 1.4e10 * n  <=
 # a prompt of n = 8,192 tokens, what fraction of all prefill FLOPs (weights
 # plus attention) is attention?  Graded to 3 %.
 Q14_ATTENTION_SHARE_AT_8K = 0.1330  # 1.7594e13 attention / (1.7594e13 + 1.1469e14) total
+
+# Q15: FFN 2 * 3 * 4096 * 14336 = 352,321,536 per token; projections 2 * 4096 * 10240 =
+# 83,886,080; core 8192 * n (n + 1): 8192 (n + 1) > 268,435,456 from n = 32768.
+Q15_ATTENTION_PASSES_FFN_AT = 32768
+Q16_KV_CACHE_128K_GB = 17.18  # 131072 bytes per token * 131072 tokens = 1.718e10 bytes
+Q17_KV_128K_OVER_WEIGHTS = 1.0737  # 1.718e10 / 1.6e10
+Q18_NAIVE_MAX_SEQ_LEN_80GB = 12500  # 8 * 32 * 2 * S^2 <= 8e10  <=>  S^2 <= 1.5625e8
+Q19_GQA_SAVES_MB_PER_TOKEN = 2.29376  # 2 * 80 * (64 - 8) * 128 * 2 bytes
+Q20_GQA_SAVES_GB_PER_128K = 300.65  # 2,293,760 * 131072 bytes
+Q21_KERNEL_FALLBACK = "B"
+Q22_LONG_CONTEXT_COST = "B"

@@ -158,3 +158,44 @@ def intensity_table(n_heads=32, kv_heads=(1, 8, 32), seq_len=4096, d_head=128):
         measured = measure_intensity(n_heads, h_kv, seq_len, d_head, batch=1, device="cpu")
         table[h_kv] = measured["intensity"]
     return table
+
+
+def kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem=2):
+    total = 0
+    for _layer in range(n_layers):
+        for _head in range(n_kv_heads):
+            for _tensor in ("k", "v"):
+                total += d_head * bytes_per_elem
+    return total
+
+
+def kv_cache_over_weights(n_layers, n_kv_heads, d_head, seq_len, weight_bytes, batch=1,
+                          bytes_per_elem=2):
+    per_token = kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem)
+    cache = 0
+    for _seq in range(batch):
+        cache += per_token * seq_len
+    return cache / weight_bytes
+
+
+def gqa_bytes_saved(n_layers, n_heads, n_kv_heads, d_head, seq_len=1, batch=1,
+                    bytes_per_elem=2):
+    saved = 0
+    for _seq in range(batch):
+        mha = kv_bytes_per_token(n_layers, n_heads, d_head, bytes_per_elem) * seq_len
+        gqa = kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem) * seq_len
+        saved += mha - gqa
+    return saved
+
+
+def attention_ffn_crossover(d_model, d_ff, n_heads, n_kv_heads, d_head):
+    # Walk n up, adding each new token's FLOPs: the n-th token's core sees n keys.
+    ffn = attention = 0
+    weights = d_model * d_head * (n_heads + n_kv_heads + n_kv_heads + n_heads)
+    n = 0
+    while True:
+        n += 1
+        ffn += 2 * 3 * d_model * d_ff
+        attention += 2 * weights + 4 * d_head * n_heads * n
+        if attention > ffn:
+            return n

@@ -193,3 +193,33 @@ _Q14_N = 8192
 _Q14_ATTN = _Q13_ATTN_PER_PAIR * _Q14_N * (_Q14_N + 1) / 2
 _Q14_WEIGHTS = _Q13_WEIGHT_PER_TOKEN * _Q14_N
 Q14_ATTENTION_SHARE_AT_8K = _Q14_ATTN / (_Q14_ATTN + _Q14_WEIGHTS)
+
+# Q15: add the per-token FLOPs of the FFN and of attention one token at a time.
+_Q15_FFN_TOKEN = 2 * 3 * 4096 * 14336
+_Q15_PROJ_TOKEN = 2 * 4096 * (32 * 128 + 8 * 128 + 8 * 128 + 32 * 128)
+_q15_ffn = _q15_attn = 0
+_q15_n = 0
+while _q15_attn <= _q15_ffn:
+    _q15_n += 1
+    _q15_ffn += _Q15_FFN_TOKEN
+    _q15_attn += _Q15_PROJ_TOKEN + 4 * 128 * 32 * _q15_n   # token n sees n keys
+Q15_ATTENTION_PASSES_FFN_AT = _q15_n
+
+_Q16_BYTES = 0
+for _layer in range(32):
+    _Q16_BYTES += 2 * 8 * 128 * 2 * 131072          # K and V of 8 KV heads, 131072 tokens
+Q16_KV_CACHE_128K_GB = _Q16_BYTES / 1e9
+Q17_KV_128K_OVER_WEIGHTS = _Q16_BYTES / 16e9
+
+_q18 = 0
+while 8 * 32 * (_q18 + 1) ** 2 * 2 <= 80e9:
+    _q18 += 1
+Q18_NAIVE_MAX_SEQ_LEN_80GB = _q18
+
+_Q19_BYTES = 0
+for _layer in range(80):
+    _Q19_BYTES += 2 * (64 - 8) * 128 * 2            # the K/V heads GQA does not keep
+Q19_GQA_SAVES_MB_PER_TOKEN = _Q19_BYTES / 1e6
+Q20_GQA_SAVES_GB_PER_128K = _Q19_BYTES * 131072 / 1e9
+Q21_KERNEL_FALLBACK = "B"
+Q22_LONG_CONTEXT_COST = "B"

@@ -59,3 +59,34 @@ def intensity_table(n_heads=32, kv_heads=(1, 8, 32), seq_len=4096, d_head=128):
     for hk in kv_heads:
         table[hk] = measure_intensity(n_heads, hk, seq_len, d_head)["intensity"]
     return table
+
+
+def kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem=2):
+    k_bytes = n_layers * n_kv_heads * d_head * bytes_per_elem
+    v_bytes = n_layers * n_kv_heads * d_head * bytes_per_elem
+    return int(k_bytes + v_bytes)
+
+
+def kv_cache_over_weights(n_layers, n_kv_heads, d_head, seq_len, weight_bytes, batch=1,
+                          bytes_per_elem=2):
+    total = kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem) * seq_len * batch
+    return float(total) / float(weight_bytes)
+
+
+def gqa_bytes_saved(n_layers, n_heads, n_kv_heads, d_head, seq_len=1, batch=1,
+                    bytes_per_elem=2):
+    mha = kv_bytes_per_token(n_layers, n_heads, d_head, bytes_per_elem) * seq_len * batch
+    gqa = kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem) * seq_len * batch
+    return int(mha - gqa)
+
+
+def attention_ffn_crossover(d_model, d_ff, n_heads, n_kv_heads, d_head):
+    # Per-token linear costs, then the first n where the quadratic core tips it.
+    ffn_per_token = 2 * 3 * d_model * d_ff
+    proj_per_token = 2 * (2 * d_model * n_heads * d_head + 2 * d_model * n_kv_heads * d_head)
+    n = 1
+    while True:
+        attn = proj_per_token * n + 4 * d_head * n_heads * (n * (n + 1) // 2)
+        if attn > ffn_per_token * n:
+            return n
+        n += 1

@@ -159,3 +159,43 @@ def intensity_table(n_heads=32, kv_heads=(1, 8, 32), seq_len=4096, d_head=128):
     return {int(h_kv): measure_intensity(n_heads, h_kv, seq_len, d_head, batch=1,
                                          device="cpu")["intensity"]
             for h_kv in kv_heads}
+
+
+@dataclass(frozen=True)
+class _CacheShape:
+    n_layers: int
+    n_kv_heads: int
+    d_head: int
+    bytes_per_elem: int = 2
+
+    @property
+    def per_token(self) -> int:
+        return int(torch.tensor([2, self.n_layers, self.n_kv_heads, self.d_head,
+                                 self.bytes_per_elem], dtype=torch.int64).prod())
+
+
+def kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem=2):
+    return _CacheShape(n_layers, n_kv_heads, d_head, bytes_per_elem).per_token
+
+
+def kv_cache_over_weights(n_layers, n_kv_heads, d_head, seq_len, weight_bytes, batch=1,
+                          bytes_per_elem=2):
+    shape = _CacheShape(n_layers, n_kv_heads, d_head, bytes_per_elem)
+    return shape.per_token * seq_len * batch / weight_bytes
+
+
+def gqa_bytes_saved(n_layers, n_heads, n_kv_heads, d_head, seq_len=1, batch=1,
+                    bytes_per_elem=2):
+    mha = _CacheShape(n_layers, n_heads, d_head, bytes_per_elem).per_token
+    gqa = _CacheShape(n_layers, n_kv_heads, d_head, bytes_per_elem).per_token
+    return (mha - gqa) * seq_len * batch
+
+
+def attention_ffn_crossover(d_model, d_ff, n_heads, n_kv_heads, d_head):
+    # All lengths up to a bound at once, in int64: the first where attention wins.
+    ffn_tok = 6 * d_model * d_ff
+    proj_tok = 4 * d_model * d_head * (n_heads + n_kv_heads)
+    bound = max(2, ffn_tok // (2 * d_head * n_heads) + 2)
+    n = torch.arange(1, bound + 1, dtype=torch.int64)
+    attn = proj_tok * n + 2 * d_head * n_heads * n * (n + 1)
+    return int(torch.nonzero(attn > ffn_tok * n)[0, 0]) + 1

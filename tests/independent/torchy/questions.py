@@ -167,3 +167,12 @@ Q13_ATTENTION_PASSES_WEIGHTS_AT = 53405  # 262144 * n * (n + 1) > 1.4e10 * n  <=
 # a prompt of n = 8,192 tokens, what fraction of all prefill FLOPs (weights
 # plus attention) is attention?  Graded to 3 %.
 Q14_ATTENTION_SHARE_AT_8K = 0.133  # 262144 * 8193 / (262144 * 8193 + 1.4e10)
+
+Q15_ATTENTION_PASSES_FFN_AT = 32768  # 8192 * (n + 1) > 352321536 - 83886080
+Q16_KV_CACHE_128K_GB = 17.2  # 17,179,869,184 bytes
+Q17_KV_128K_OVER_WEIGHTS = 1.07  # 17.18 GB of cache over 16 GB of weights
+Q18_NAIVE_MAX_SEQ_LEN_80GB = 12_500  # 512 bytes * S^2 <= 80e9
+Q19_GQA_SAVES_MB_PER_TOKEN = 2.29  # 2.62 MB (MHA) - 0.33 MB (GQA)
+Q20_GQA_SAVES_GB_PER_128K = 300.6  # 343.6 GB (MHA) - 42.9 GB (GQA)
+Q21_KERNEL_FALLBACK = " B "
+Q22_LONG_CONTEXT_COST = "B"

@@ -252,12 +252,14 @@ def _type_name(value) -> str:
 
 
 def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=True,
-                pass_causal=True, on=None):
+                pass_causal=True, on=None, entry="flash_attention"):
     """Call ``module.flash_attention`` once under watch; return what happened.
 
     ``q``, ``k``, ``v`` arrive as CPU tensors and are moved to ``on`` (default:
     CUDA if present, else the CPU).  ``pass_sm_scale=False`` / ``pass_causal=False``
-    leave those arguments out so that the defaults are used.
+    leave those arguments out so that the defaults are used.  ``entry`` names
+    the module's function to call instead (``query_block_attention``: the
+    given kernel around the student's ``tile_update`` and ``tile_finish``).
     """
     dev = torch.device(on) if on else device()
     q, k, v = (x.to(dev) for x in (q, k, v))
@@ -272,7 +274,7 @@ def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=Tr
         trace = _Trace((q, k, v), launcher)
         start = time.perf_counter()
         with trace:
-            out = module.flash_attention(q, k, v, **kwargs)
+            out = getattr(module, entry)(q, k, v, **kwargs)
         sync()
         seconds = time.perf_counter() - start
     result = {
