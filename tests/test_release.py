@@ -86,6 +86,7 @@ def public_by_design(edition) -> str:
     return "\n".join(p.read_text() for p in paths)
 
 
+@pytest.mark.author
 def test_no_solution_or_reference_code_in_the_edition(edition):
     texts = edition_text(edition)
     public = public_by_design(edition)
@@ -100,6 +101,7 @@ def test_no_solution_or_reference_code_in_the_edition(edition):
     assert checked > 200  # the search had something to look for
 
 
+@pytest.mark.author
 def test_no_hidden_test_names_in_the_edition(edition):
     hidden = set()
     for path in (PACKAGE_DIR / "suites" / "hidden").glob("test_*.py"):
@@ -271,6 +273,7 @@ def _edition_code(edition):
     return out
 
 
+@pytest.mark.author
 def test_the_task_detectors_find_the_solutions():
     """Each detector recognises its task's solution (else the search below
     would pass for nothing)."""
@@ -285,6 +288,7 @@ def test_the_task_detectors_find_the_solutions():
     assert "ex04_quadratic.loglog_slope" in found["loglog_slope (the log-log fit)"]
 
 
+@pytest.mark.author
 def test_no_working_logic_of_a_task_in_the_edition(edition):
     """No function anywhere in the edition (grader code included: its timer,
     its slope, its probes) does what a student task asks."""

@@ -40,6 +40,7 @@ def test_extras_beyond_the_contract_are_declared_and_solved():
         assert name in SOLVED and suite_files(name, "hidden")
 
 
+@pytest.mark.author
 @pytest.mark.parametrize("name", SOLVED)
 def test_committed_stub_is_the_derived_one(name):
     want = derive_stub((SOLUTIONS / f"{name}.py").read_text(), name)
@@ -74,6 +75,7 @@ def _default_text(node):
     return list(value) if isinstance(value, tuple) else value
 
 
+@pytest.mark.author
 @pytest.mark.parametrize("folder", ["solutions", "exercises"])
 @pytest.mark.parametrize("name", CONTRACT_SOLVED)
 def test_module_follows_the_contract(folder, name):
