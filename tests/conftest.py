@@ -67,7 +67,18 @@ def pytest_ignore_collect(collection_path, config):
 def pytest_configure(config):
     if _tier(config) == QUICK:
         import sys
+
+        from grader.sandbox.launch import Launcher
         sys.meta_path.insert(0, _NoTorch())
+        Launcher.worker = _no_worker
+
+
+def _no_worker(*args, **kwargs):
+    """The quick tier's other guard: no worker starts, so nothing is graded
+    in the test process (a grading in a subprocess is not seen here; the
+    tier's minute is)."""
+    raise RuntimeError("the quick tier (-m quick) grades nothing: mark this test slow, "
+                       "not quick")
 
 
 class _NoTorch:

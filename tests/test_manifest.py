@@ -23,6 +23,9 @@ from grader.release import (TABLE_END, NoTable, exercise_count, exercise_table,
                             student_readme, with_exercise_table)
 from tests.conftest import REPO, SOLUTIONS
 
+# The quick tier (tests/conftest.py): no PyTorch import, no grading.
+pytestmark = pytest.mark.quick
+
 # What a module's import means for its "needs" (other imports need nothing extra).
 IMPORT_NEEDS = {"numpy": "NumPy", "torch": "PyTorch", "triton": "Triton"}
 # A probe named in code or docs: student.probe("mod.fn"), Func("probe:mod.fn"),

@@ -18,6 +18,9 @@ from grader.registry import EXERCISES, contract
 from tests.conftest import SOLUTIONS
 from tests.mutants import all_mutants, covered
 
+# The quick tier (tests/conftest.py): no PyTorch import, no grading.
+pytestmark = pytest.mark.quick
+
 MUTANTS = all_mutants()
 NAMED_SHARE = 0.95
 # Registered modules without a mutants file, and why: each other exercise has

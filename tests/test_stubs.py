@@ -12,6 +12,9 @@ from grader.paths import CONTRACT_PATH
 from grader.stubs import StubError, derive_stub
 from tests.conftest import EXERCISES_DIR, REPO, SOLUTIONS
 
+# The quick tier (tests/conftest.py): no PyTorch import, no grading.
+pytestmark = pytest.mark.quick
+
 SOLVED = sorted(p.stem for p in SOLUTIONS.glob("*.py"))
 CONTRACT_SOLVED = [n for n in SOLVED if n in contract()["modules"]]
 
