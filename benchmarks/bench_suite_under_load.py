@@ -7,7 +7,11 @@ core (plain CPU-bound processes, started and stopped here), and runs
 and the load average seen; exits with pytest's status.  The suite must pass
 like this: no test may depend on the machine being quiet.
 
-    python benchmarks/bench_suite_under_load.py [--per-core 2] [--venv PATH]
+    python benchmarks/bench_suite_under_load.py [--per-core 2] [--venv PATH] [-- PYTEST_ARGS]
+
+With ``--venv`` an existing environment is reused (nothing is downloaded):
+the clone gets one of its own on top of it.  What follows ``--`` goes to
+pytest (a few tests under the same load, say); without it, the whole suite.
 
 A benchmark, not a test: it keeps every core busy for as long as the suite
 takes (about 20 minutes on 2 cores at two loops per core).
@@ -71,6 +75,9 @@ def main() -> int:
                         help="an environment with the package's dev extra already installed "
                              "(e.g. a checkout's .venv): the clone gets an environment of its "
                              "own on top of it, and this one is left as it is")
+    parser.add_argument("pytest_args", nargs="*",
+                        help="after --: what pytest is given besides -q (default: nothing, "
+                             "the README's whole suite), e.g. -- tests/test_budget.py -n 0")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="suite-under-load-"))
     clone = work / "clone"
@@ -94,7 +101,8 @@ def main() -> int:
     try:
         # The clone's own code only: a PYTHONPATH of the caller's checkout would win.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        proc = subprocess.Popen([str(python), "-m", "pytest", "-q"], cwd=clone, env=env,
+        proc = subprocess.Popen([str(python), "-m", "pytest", "-q", *args.pytest_args],
+                                cwd=clone, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines = []
         for line in proc.stdout:
