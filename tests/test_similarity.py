@@ -26,7 +26,6 @@ def _independent(exercise: str) -> dict[str, str]:
     return out
 
 
-@pytest.mark.quick
 @pytest.mark.parametrize("exercise", CODE)
 def test_independent_right_answers_are_not_flagged(exercise):
     pairs = compare_exercise(exercise, _independent(exercise), stub=stub_of(exercise))
