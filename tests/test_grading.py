@@ -8,6 +8,7 @@ import textwrap
 import pytest
 
 from grader.core import Options, maximum
+from grader.gradescope import validate_results
 from grader.registry import available
 from grader.report import to_gradescope, to_text
 from tests.conftest import EXERCISES_DIR, copy_solutions, failures, grade_dir
@@ -41,7 +42,9 @@ def test_stubs_get_zero_and_the_grader_completes():
 
 def _assert_gradescope_shape(result: dict, exercise: str) -> None:
     """Gradescope's JSON of a hidden grading of ``exercise``: checked on the
-    grading of test_solutions_get_full_marks (one grading, not one more)."""
+    grading of test_solutions_get_full_marks (one grading, not one more):
+    it follows Gradescope's specification, and says what each test is."""
+    assert validate_results(result) == []
     json.dumps(result)
     assert result["score"] == sum(t["score"] for t in result["tests"])
     for t in result["tests"]:
