@@ -19,6 +19,106 @@ def pytest_addoption(parser):
     parser.addoption("--full-matrix", action="store_true", default=False,
                      help="tests/test_gpu_compile.py: compile every configuration of every "
                           "kernel in every case (192 compiles), not aot.default_matrix()")
+    parser.addoption("--exercise", action="append", default=[], metavar="NAME",
+                     type=_exercise_name,
+                     help="an author's loop: only the checks of this exercise end to end "
+                          "(its suites on the solution and the stub, its mutants alone, the "
+                          "release's leak tests); a name, its number or its letter "
+                          "(ex02_mha, ex02, B); may be given more than once")
+
+
+def _exercise_name(text: str) -> str:
+    """``--exercise``'s value as the registry names it (a file's path, the
+    name, its number or its letter, as ``attn-grade check`` takes them)."""
+    import argparse
+
+    from grader.registry import EXERCISES, by_letter
+    text = Path(text).stem
+    found = by_letter(text) if len(text) == 1 else None
+    names = [found.name] if found else [n for n in EXERCISES
+                                        if text in (n, n.split("_")[0])]
+    if not names:
+        raise argparse.ArgumentTypeError(f"no exercise {text!r}; one of {', '.join(EXERCISES)}")
+    return names[0]
+
+
+# The tiers a marker selects, and the text that a test file holding one of
+# their tests contains: a file without it is not even imported, so that the
+# quick tier never pays for PyTorch (which many test files import) and an
+# author's loop collects in seconds.
+QUICK, AUTHOR = "quick", "author"
+TIER_TEXT = {QUICK: "mark.quick", AUTHOR: "mark.author"}
+
+
+def _tier(config) -> str | None:
+    if config.getoption("exercise"):
+        return AUTHOR
+    return QUICK if (config.getoption("markexpr") or "").strip() == QUICK else None
+
+
+def pytest_ignore_collect(collection_path, config):
+    tier = _tier(config)
+    if tier and collection_path.is_file() and collection_path.name.startswith("test_"):
+        if TIER_TEXT[tier] not in collection_path.read_text(errors="replace"):
+            return True
+    return None
+
+
+def pytest_configure(config):
+    if _tier(config) == QUICK:
+        import sys
+
+        from grader.sandbox.launch import Launcher
+        sys.meta_path.insert(0, _NoTorch())
+        Launcher.worker = _no_worker
+
+
+def _no_worker(*args, **kwargs):
+    """The quick tier's other guard: no worker starts, so nothing is graded
+    in the test process (a grading in a subprocess is not seen here; the
+    tier's minute is)."""
+    raise RuntimeError("the quick tier (-m quick) grades nothing: mark this test slow, "
+                       "not quick")
+
+
+class _NoTorch:
+    """The quick tier's guard: importing PyTorch fails, naming the tier, so
+    that a quick test that would need it (directly or through the grader)
+    is an error the run shows, not a tier that silently got slow."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("the quick tier (-m quick) imports no PyTorch: mark this "
+                              "test slow or give it another tier, not quick")
+        return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """An author's loop keeps the tests marked ``author``, and of those
+    parametrized by exercise only the chosen exercises' ones; other runs
+    leave out the loop's own tests (tests/test_author.py)."""
+    if _tier(config) != AUTHOR:   # the loop's own tests wait for --exercise
+        loop = [item for item in items if item.get_closest_marker("loop_only")]
+        if loop:
+            config.hook.pytest_deselected(items=loop)
+            items[:] = [item for item in items if item not in loop]
+        return
+    from grader.registry import EXERCISES
+    chosen = set(config.getoption("exercise"))
+    keep, drop = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        others = {v for v in params.values() if isinstance(v, str) and v in EXERCISES}
+        ours = item.get_closest_marker(AUTHOR) is not None and not others - chosen
+        (keep if ours else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def author_exercises(config) -> list[str]:
+    """The exercises of an author's loop (``--exercise``), or [] without one."""
+    return list(config.getoption("exercise"))
 
 
 def pytest_xdist_auto_num_workers(config) -> int:

@@ -203,9 +203,9 @@ def test_gradescope_test_option_replays_locally(tmp_path, monkeypatch):
     assert "specification check: ok" in result.output
 
 
-def test_our_results_follow_the_specification(tmp_path):
-    sub = copy_solutions(tmp_path / "sub", ["ex02_mha"])
-    assert validate_results(to_gradescope(grade_dir(sub, ["ex02_mha"]))) == []
+def test_the_specification_check_finds_what_breaks_it():
+    """Our own results pass it: tests/test_grading.py checks the hidden
+    grading of each foundation solution (one grading it makes anyway)."""
     assert validate_results({"tests": [{"name": "a", "visibility": "secret"}]})
     assert validate_results({"score": "high"})
 

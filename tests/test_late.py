@@ -13,9 +13,11 @@ from grader import late
 from grader.cli import main
 from tests.conftest import SOLUTIONS, copy_solutions
 
+
 DUE = datetime(2026, 12, 15, 23, 59, tzinfo=timezone.utc)
 
 
+@pytest.mark.quick
 def test_the_policy_language():
     assert late.parse("10%/day,max 3") == late.Policy(10.0, "day", 3)
     p = late.parse(" 2.5 % / hour , grace 15 min ")
@@ -28,6 +30,7 @@ def test_the_policy_language():
         late.parse_time("next friday")
 
 
+@pytest.mark.quick
 def test_days_late_and_the_penalty():
     p = late.parse("10%/day,max 3,grace 10 min")
     at = lambda s: late.parse_time(s)  # noqa: E731

@@ -14,6 +14,9 @@ from tests.conftest import REPO
 
 IMPORTS = """\
 import json, sys
+
+# The quick tier (tests/conftest.py): no PyTorch import, no grading.
+pytestmark = pytest.mark.quick
 before = set(sys.modules)
 for name in sys.argv[1:]:
     __import__(name)

@@ -18,6 +18,7 @@ from grader.batch import Submission, discover, roster_by_name
 from grader.cli import main
 from tests.conftest import SOLUTIONS
 
+
 GOOD = (SOLUTIONS / "ex01_by_hand.py").read_text()
 WRONG = "SCORES = None\n"
 
@@ -52,6 +53,7 @@ def rows_of(text):
     return list(csv.DictReader(io.StringIO(text)))
 
 
+@pytest.mark.quick
 def test_canvas_intake_groups_by_user_id_and_keeps_what_canvas_says(tmp_path):
     skipped: list[str] = []
     subs = discover(bulk_download(tmp_path / "dl"), staging=tmp_path / "staging",
@@ -131,6 +133,7 @@ def test_export_says_which_grades_have_no_student_and_makes_new_columns(tmp_path
     assert bad.exit_code == 2 and "not a grades CSV" in bad.output
 
 
+@pytest.mark.quick
 def test_a_roster_may_name_a_canvas_student_by_user_id():
     subs = [Submission("smithjohn_10005", None, lms_user_id="10005"),
             Submission("ann", None)]

@@ -23,6 +23,9 @@ from grader.release import (TABLE_END, NoTable, exercise_count, exercise_table,
                             student_readme, with_exercise_table)
 from tests.conftest import REPO, SOLUTIONS
 
+# The quick tier (tests/conftest.py): no PyTorch import, no grading.
+pytestmark = pytest.mark.quick
+
 # What a module's import means for its "needs" (other imports need nothing extra).
 IMPORT_NEEDS = {"numpy": "NumPy", "torch": "PyTorch", "triton": "Triton"}
 # A probe named in code or docs: student.probe("mod.fn"), Func("probe:mod.fn"),
@@ -124,6 +127,7 @@ def test_every_probe_named_in_code_or_docs_is_registered():
     assert not unknown, f"probe modules that are not registered: {sorted(unknown)}"
 
 
+@pytest.mark.author
 @pytest.mark.parametrize("name", list(EXERCISES))
 def test_suites_call_their_own_probes_and_import_the_registered_secrets(name):
     ex = EXERCISES[name]
@@ -146,6 +150,7 @@ def test_every_secret_reference_is_used_by_a_registered_exercise():
                                    f"{sorted(modules - registered)}")
 
 
+@pytest.mark.author
 @pytest.mark.parametrize("name", list(EXERCISES))
 def test_needs_and_earlier_exercises_are_what_the_module_imports(name):
     ex = EXERCISES[name]

@@ -18,6 +18,9 @@ from grader.registry import EXERCISES, contract
 from tests.conftest import SOLUTIONS
 from tests.mutants import all_mutants, covered
 
+# The quick tier (tests/conftest.py): no PyTorch import, no grading.
+pytestmark = pytest.mark.quick
+
 MUTANTS = all_mutants()
 NAMED_SHARE = 0.95
 # Registered modules without a mutants file, and why: each other exercise has
@@ -36,6 +39,7 @@ def test_at_least_95_percent_of_the_corpus_is_named_by_a_diagnosis_line():
                                   f"named by a diagnosis line; the others: {others}")
 
 
+@pytest.mark.author
 @pytest.mark.parametrize("name", list(EXERCISES))
 def test_every_registered_exercise_has_its_mutants_file(name):
     path = TESTS_DIR / "mutants" / f"{name}.py"
@@ -52,6 +56,7 @@ def test_every_exception_is_registered():
     assert set(WITHOUT_MUTANTS) <= set(EXERCISES)
 
 
+@pytest.mark.author
 @pytest.mark.parametrize("module", sorted(contract()["modules"]))
 def test_the_corpus_covers_every_function_of_the_contract(module):
     spec = contract()["modules"][module]
@@ -67,6 +72,7 @@ def test_the_corpus_covers_every_function_of_the_contract(module):
     assert not missing, f"no mutant in tests/mutants/{module}.py touches {missing}"
 
 
+@pytest.mark.author
 def test_every_mutant_applies_once_and_compiles():
     names = Counter((m.file, m.name) for m in MUTANTS)
     assert not [k for k, n in names.items() if n > 1], "a mutant name is used twice"

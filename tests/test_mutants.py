@@ -75,9 +75,20 @@ def _problem(mutant: Mutant, report) -> str | None:
     return None
 
 
+def pytest_generate_tests(metafunc):
+    """The rounds of every mutant; in an author's loop (``--exercise``, see
+    tests/conftest.py) only the chosen exercises' mutants, each round grading
+    one of them: no round then grades another exercise's mutant."""
+    if "round_" not in metafunc.fixturenames:
+        return
+    chosen = metafunc.config.getoption("exercise")
+    rounds = _rounds([m for m in MUTANTS if m.file in chosen]) if chosen else ROUNDS
+    metafunc.parametrize("round_", rounds,
+                         ids=["+".join(f"{m.file}:{m.name}" for m in r) for r in rounds])
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("round_", ROUNDS,
-                         ids=["+".join(f"{m.file}:{m.name}" for m in r) for r in ROUNDS])
+@pytest.mark.author
 def test_mutant_loses_points_and_is_named(round_, tmp_path):
     sub = tmp_path / "submission"
     sub.mkdir()

@@ -1,6 +1,11 @@
 """The text table: one total that cannot be read as a pass, no 0/0 rows."""
+import pytest
+
 from grader.report import FAILED, NOT_RUN, PASSED, Report, to_text
 from grader.report import TestResult as Result
+
+# The quick tier (tests/conftest.py): no PyTorch import, no grading.
+pytestmark = pytest.mark.quick
 
 
 def _t(exercise, name, status, score, max_score, output=""):

@@ -34,6 +34,7 @@ from grader.report import TestResult as Result  # not "Test*": pytest would coll
 from grader.safetext import ANSWER_LIMIT, FIELD_LIMIT, NAME_LIMIT, clean
 from tests.conftest import REPO, SOLUTIONS
 
+
 # What no output may hold: C0 but tab and newline, DEL, C1 (ESC among them),
 # bidi overrides and isolates, and what XML 1.0 forbids besides.
 UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ufffe\uffff"
@@ -73,6 +74,7 @@ def strings_in(data) -> list[str]:
 
 # -- the one function ------------------------------------------------------
 
+@pytest.mark.quick
 @SETTINGS
 @given(TEXT, st.sampled_from([NAME_LIMIT, FIELD_LIMIT, ANSWER_LIMIT]), st.booleans())
 def test_clean_is_valid_safe_bounded_and_idempotent(text, limit, one_line):
@@ -90,11 +92,13 @@ def test_clean_is_valid_safe_bounded_and_idempotent(text, limit, one_line):
 @given(st.text(st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters=
                              "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
                              "\ufffe\uffff") | st.sampled_from("\n\t"), max_size=300))
+@pytest.mark.quick
 def test_ordinary_text_is_left_as_written(text):
     """The grader's own text (its tables, its feedback) prints as it was written."""
     assert clean(text) == text
 
 
+@pytest.mark.quick
 def test_escapes_are_visible_and_surrogates_replaced():
     assert clean("a\x1b[2Jb") == "a\\x1b[2Jb"
     assert clean("\x1b]52;c;aGk=\x07") == "\\x1b]52;c;aGk=\\x07"
@@ -107,6 +111,7 @@ def test_escapes_are_visible_and_surrogates_replaced():
         "[cut by the grader: 60,000,000 characters, at most 20,000 kept]")
 
 
+@pytest.mark.quick
 def test_csv_cells_neutralise_text_formulas_not_numbers():
     cell = safetext.csv_cell
     assert [cell(v) for v in ("=1+1", "+1", "-1", "@x", "\tx", "\rx", "  =x", "\uff1dx")] == \
@@ -115,6 +120,7 @@ def test_csv_cells_neutralise_text_formulas_not_numbers():
     assert cell("plain") == "plain" and cell("'=x") == "''=x"   # read back as written
 
 
+@pytest.mark.quick
 def test_every_csv_the_grader_writes_goes_through_safetext():
     """One CSV writer: a new one elsewhere would skip the formula rule."""
     for path in sorted((REPO / "grader").rglob("*.py")):
@@ -170,6 +176,7 @@ def test_every_report_format_is_valid_safe_and_bounded(report):
     assert manual_from_gradescope(data) == expected
 
 
+@pytest.mark.quick
 def test_a_huge_answer_and_feedback_are_cut_and_the_answer_stored_once():
     report = Report(submission="s", suite="hidden", exercises=["questions"])
     report.tests.append(Result("questions", "t", "t", 1.0, 0.0, FAILED,
@@ -309,6 +316,7 @@ def test_batch_neutralises_formulas_and_caps_answers_in_staff_files(tmp_path):
     assert result_json.stat().st_size < ANSWER_LIMIT + 100_000
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("text", ["'=x", "=x", "'abc", "abc", "''=1", " =1", "' =1", "'", ""])
 def test_a_csv_cell_reads_back_as_written(text):
     """``merge`` reads a part's cells back: what was written comes back, also a

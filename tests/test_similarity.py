@@ -14,6 +14,7 @@ from grader.similarity import NOT_CODE, THRESHOLD, compare_exercise, stub_of
 from tests.conftest import REPO, SOLUTIONS, copy_solutions
 from tests.plant import disguise
 
+
 INDEPENDENT = sorted((REPO / "tests" / "independent").iterdir())
 CODE = [e for e in EXERCISES if e not in NOT_CODE]
 
@@ -47,6 +48,7 @@ def test_a_planted_copy_is_flagged_with_its_spans(exercise):
     assert scores == sorted(scores, reverse=True)
 
 
+@pytest.mark.quick
 def test_the_stubs_own_text_is_boilerplate():
     stub = stub_of("ex02_mha")
     # two students who handed in the stub with one line each: nothing alike is theirs

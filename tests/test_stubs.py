@@ -12,6 +12,9 @@ from grader.paths import CONTRACT_PATH
 from grader.stubs import StubError, derive_stub
 from tests.conftest import EXERCISES_DIR, REPO, SOLUTIONS
 
+# The quick tier (tests/conftest.py): no PyTorch import, no grading.
+pytestmark = pytest.mark.quick
+
 SOLVED = sorted(p.stem for p in SOLUTIONS.glob("*.py"))
 CONTRACT_SOLVED = [n for n in SOLVED if n in contract()["modules"]]
 
@@ -80,6 +83,7 @@ def test_extras_beyond_the_contract_are_declared_and_solved():
         assert name in SOLVED and suite_files(name, "hidden")
 
 
+@pytest.mark.author
 @pytest.mark.parametrize("name", SOLVED)
 def test_committed_stub_is_the_derived_one(name):
     want = derive_stub((SOLUTIONS / f"{name}.py").read_text(), name)
@@ -114,6 +118,7 @@ def _default_text(node):
     return list(value) if isinstance(value, tuple) else value
 
 
+@pytest.mark.author
 @pytest.mark.parametrize("folder", ["solutions", "exercises"])
 @pytest.mark.parametrize("name", CONTRACT_SOLVED)
 def test_module_follows_the_contract(folder, name):

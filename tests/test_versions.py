@@ -14,6 +14,9 @@ from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, to_tex
 from grader.report import TestResult as Result   # (not a test class)
 from tests.conftest import REPO, copy_solutions
 
+# The quick tier (tests/conftest.py): no PyTorch import, no grading.
+pytestmark = pytest.mark.quick
+
 G = "ex07_flash_attention"
 
 

@@ -14,6 +14,9 @@ from click.testing import CliRunner
 from grader.cli import main
 from tests.conftest import REPO
 
+# The quick tier (tests/conftest.py): no PyTorch import, no grading.
+pytestmark = pytest.mark.quick
+
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 
 

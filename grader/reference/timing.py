@@ -100,6 +100,34 @@ def _ms(t: float) -> str:
     return f"{t * 1e3:.3g} ms"
 
 
+def _why_not_measured(t: float, calls: list[float], repeats_hint: int) -> str:
+    """Which known mistake a reported time ``t`` that lies outside the span of
+    the watched ``calls`` looks like.
+
+    Judged against the span of those calls as well as their median: on a
+    loaded machine some calls are preempted and some not, and the median of
+    all the calls watched (warm-up included) can then differ several times
+    from the median of the student's repeats.  A time in milliseconds is a
+    thousand times one of those calls, and a total is a sum of several, under
+    any load."""
+    lo, hi = min(calls), max(calls)
+    ratio = t / statistics.median(calls)
+
+    def spans(x, low, high):
+        return OBSERVED_SLACK[0] * low <= x <= OBSERVED_SLACK[1] * high
+
+    if 300 <= ratio <= 3000 or spans(t / 1000, lo, hi):
+        return "This looks like: the times are in milliseconds, not seconds."
+    if (0.7 * repeats_hint <= ratio <= 1.5 * (repeats_hint + 2)
+            or spans(t, sum(sorted(calls)[:2]), sum(calls))):
+        return ("This looks like: the total of all repeats was returned instead of "
+                "the time of one call (the median).")
+    if ratio < 0.1:
+        return ("This looks like: the clock stopped before the work finished "
+                "(timing without synchronization), or the times were not measured.")
+    return "These do not look measured: time the calls with time_fn."
+
+
 def judge_scaling(seq_lens, attempt: dict, repeats_hint: int = 5) -> Verdict:
     """Judge one attempt from ``probes.ex04_quadratic.scaling_run``."""
     seq_lens = [int(s) for s in seq_lens]
@@ -138,18 +166,7 @@ def judge_scaling(seq_lens, attempt: dict, repeats_hint: int = 5) -> Verdict:
             lo, hi = min(by_len[s]), max(by_len[s])
             t = got[s]
             if not (OBSERVED_SLACK[0] * lo <= t <= OBSERVED_SLACK[1] * hi):
-                med = statistics.median(by_len[s])
-                ratio = t / med
-                if 300 <= ratio <= 3000:
-                    why = ("This looks like: the times are in milliseconds, not seconds.")
-                elif 0.7 * repeats_hint <= ratio <= 1.5 * (repeats_hint + 2):
-                    why = ("This looks like: the total of all repeats was returned instead of "
-                           "the time of one call (the median).")
-                elif ratio < 0.1:
-                    why = ("This looks like: the clock stopped before the work finished "
-                           "(timing without synchronization), or the times were not measured.")
-                else:
-                    why = "These do not look measured: time the calls with time_fn."
+                why = _why_not_measured(t, by_len[s], repeats_hint)
                 return Verdict(FAIL, f"measure_scaling reported {_ms(t)} for S={s}, but its "
                                      f"calls of naive_attention at S={s} took between "
                                      f"{_ms(lo)} and {_ms(hi)} (timed by the grader while "
