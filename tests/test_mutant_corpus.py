@@ -24,11 +24,9 @@ pytestmark = pytest.mark.quick
 MUTANTS = all_mutants()
 NAMED_SHARE = 0.95
 # Registered modules without a mutants file, and why: each other exercise has
-# tests/mutants/<exercise>.py, with at least one mutant.
-WITHOUT_MUTANTS = {
-    "questions": "answers, not code: tests/test_questions.py grades wrong numbers and "
-                 "letters and checks the feedback names the slip",
-}
+# tests/mutants/<exercise>.py, with at least one mutant (the questions have
+# theirs: a slip's wrong answer each).
+WITHOUT_MUTANTS: dict[str, str] = {}
 
 
 def test_at_least_95_percent_of_the_corpus_is_named_by_a_diagnosis_line():
