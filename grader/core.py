@@ -192,6 +192,7 @@ class GradingPlugin:
         self._closing = threading.Event()
         self.launcher: Launcher | None = None   # set by grade() from the isolation it found
         self.fork_server: forkserver.ForkServer | None = None   # started by prestart
+        self.first_test: float | None = None    # perf_counter when the first test began
 
     # -- used by the suites' fixtures --------------------------------------
     def prestart(self, exercises: list[str]) -> None:
@@ -252,6 +253,17 @@ class GradingPlugin:
         if "GPU" in ex.needs and bwrap.gpu_devices():
             return None
         return self.fork_server
+
+    def binder(self, exercise: str):
+        """The suites' ``launch_worker`` for ``exercise``: its further workers
+        (ex07's compile worker), forked where its own worker is."""
+        return self.launcher.binder(self.submission, exercise,
+                                    fork_from=self._fork_server_for(EXERCISES[exercise]))
+
+    def wait_started(self) -> None:
+        """Until every worker ``prestart`` began has started (or failed to)."""
+        for started in list(self._started.values()):
+            started.wait()
 
     def student(self, exercise: str, timeout: float | None = None) -> StudentModule:
         return StudentModule(self.worker(exercise), timeout)
@@ -356,8 +368,25 @@ class GradingPlugin:
                                     status=NEEDS_REGRADE if planned.counted else NOT_RUN,
                                     output="not run: the grading stopped before this test")
             tests.append(result)
+        # In course order, as collected: the suites' conftest may run the
+        # timed exercises last (``pytest_collection_modifyitems``).
+        course = list(EXERCISES)
+        tests.sort(key=lambda t: course.index(t.exercise) if t.exercise in course
+                   else len(course))
         planned_ids = {id(t) for t in tests}
         self.report.tests[:] = tests + [t for t in self.report.tests if id(t) not in planned_ids]
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        if self.first_test is None:
+            self.first_test = time.perf_counter()
+
+    def pytest_runtest_logreport(self, report):
+        """Each test's time (setup, call, teardown) to its exercise."""
+        item = self.items.get(report.nodeid)
+        mark = item.get_closest_marker("exercise") if item is not None else None
+        exercise = mark.args[0] if mark else "unknown"
+        seconds = self.report.exercise_seconds
+        seconds[exercise] = seconds.get(exercise, 0.0) + report.duration
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -438,9 +467,18 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
             if worker.load_error is not None:
                 report.import_errors[name] = str(worker.load_error)
         plugin.close()
+    if plugin.first_test is not None:
+        report.phase_seconds = {"start and collection": plugin.first_test - start,
+                                **report.phase_seconds}
+    report.exercise_seconds = {e: report.exercise_seconds[e] for e in
+                               list(EXERCISES) + sorted(report.exercise_seconds)
+                               if e in report.exercise_seconds}   # course order
+    began = time.perf_counter()
     try:
         upstream = {} if secrets_kept else \
             _upstream_evidence(report, plugin.called, submission, options, start)
+        if upstream:
+            report.phase_seconds["root causes"] = time.perf_counter() - began
         report.deduct_each = options.deduct_each
         rootcause.attribute(report, plugin.called, upstream=upstream,
                             deduct_each=options.deduct_each)
