@@ -19,7 +19,9 @@ reads which failures follow from a mistake upstream, so that it costs once.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
+import os
 import re
 import secrets
 import shutil
@@ -454,7 +456,8 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
     args = _pytest_args(options, names)
     try:
         plugin.prestart(names)
-        code = pytest.main(args, plugins=[plugin])
+        with _own_plugins_only():
+            code = pytest.main(args, plugins=[plugin])
         if code not in (0, 1, 5) and not report.errors:
             report.errors.append(f"pytest stopped with exit code {int(code)}")
     except BaseException as exc:  # the report is written whatever happens
@@ -486,6 +489,26 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
         report.errors.append(f"the grader failed: {type(exc).__name__}: {exc}")
     report.seconds = time.perf_counter() - start
     return report
+
+
+@contextlib.contextmanager
+def _own_plugins_only():
+    """No pytest plugin installed beside the grader is loaded (xdist, say):
+    the grading asks for none, and loading each one's entry point costs a
+    quarter of a quick check.  (The variable, not pytest 8.4's option: any
+    pytest the edition supports reads it.)"""
+    saved = os.environ.get(AUTOLOAD)
+    os.environ[AUTOLOAD] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(AUTOLOAD, None)
+        else:
+            os.environ[AUTOLOAD] = saved
+
+
+AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
 
 
 def _pytest_args(options: Options, names: list[str]) -> list[str]:
@@ -546,7 +569,8 @@ def maximum(options: Options | None = None) -> dict[str, float]:
     options = options or Options()
     names = _exercises(options)
     collector = _Collector(options)
-    pytest.main(_pytest_args(options, names) + ["--collect-only"], plugins=[collector])
+    with _own_plugins_only():
+        pytest.main(_pytest_args(options, names) + ["--collect-only"], plugins=[collector])
     if collector.errors:
         raise RuntimeError("; ".join(collector.errors))
     return {e: round(collector.maxima.get(e, 0.0), 6) for e in names}
@@ -625,6 +649,12 @@ def _regrade(report: Report, submission: Path, options: Options, exercise: str,
     return set() if again.errors else {t.name for t in again.tests if t.status == PASSED}
 
 
+def _only(tests) -> str:
+    """A pytest -k expression that selects these tests (and perhaps others
+    whose names contain theirs: only these are read)."""
+    return " or ".join(sorted({t.name.split("[")[0] for t in tests}))
+
+
 def _upstream_evidence(report: Report, called: dict[int, list[str]], submission: Path,
                        options: Options, start: float) -> dict[str, list[rootcause.Upstream]]:
     """The evidence for root causes (``grader.rootcause``): an exercise with a
@@ -660,7 +690,9 @@ def _upstream_evidence(report: Report, called: dict[int, list[str]], submission:
                      and not _same_file(submission / f"{d}.py", SOLUTIONS_DIR / f"{d}.py"))
         if deps and _names_module(submission / f"{name}.py", deps):
             files = {f"{d}.py": (SOLUTIONS_DIR / f"{d}.py").read_text() for d in deps}
-            passed = _regrade(report, submission, options, name, files, None, left)
+            # only the failing tests: a passing one has nothing to explain
+            passed = _regrade(report, submission, options, name, files,
+                              _only(failed), left)
             found.append(rootcause.Upstream(" and ".join(deps), True, frozenset(
                 t.name for t in failed if t.name in passed)))
         explained = {t.name for up in found for t in failed if t.name in up.passes}
@@ -675,9 +707,8 @@ def _upstream_evidence(report: Report, called: dict[int, list[str]], submission:
         patched = (module.read_text(encoding="utf-8", errors="replace") +
                    f"\n\n# attn-grade: the reference's {fn} in place of yours\n"
                    f"from {ref} import {fn}  # noqa: E402,F811\n")
-        keyword = " or ".join(sorted({t.name.split("[")[0] for t in downstream}))
         passed = _regrade(report, submission, options, name,
-                          {f"{name}.py": patched, f"{ref}.py": excerpt}, keyword, left)
+                          {f"{name}.py": patched, f"{ref}.py": excerpt}, _only(downstream), left)
         found.append(rootcause.Upstream(fn, False, frozenset(
             t.name for t in downstream if t.name in passed)))
     return out
