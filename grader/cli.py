@@ -129,14 +129,20 @@ def _unsupported(exercises: list[str] | None) -> list:
     return found
 
 
-def _run(path: Path, options: Options):
+def _run(path: Path, options: Options, kept: bool = False):
     """Grade a folder, notebook or zip; bad input is a one-sentence error.
-    Returns the report and the unsupported versions it was marked for."""
+    Returns the report and the unsupported versions it was marked for.
+    ``kept``: `check`'s results of unchanged exercises are read back from
+    ``options.check_cache`` (``grader.checkcache``)."""
     from grader import versions
     found = _unsupported(options.exercises)
     try:
         with materialize(path) as folder:
-            report = grade(folder, options)
+            if kept and options.check_cache is not None:
+                from grader.checkcache import grade_cached
+                report = grade_cached(folder, options, grade)
+            else:
+                report = grade(folder, options)
             report.submission = str(path)
             versions.mark_untrusted(report, found)
             return report, found
@@ -237,7 +243,7 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, gpu_tier, dedu
                       call_timeout=timeout, artifacts_dir=artifacts, isolation=isolation,
                       gpu_tier=gpu_tier, deduct_each=deduct_each,
                       check_cache=_user_cache() if cache else None)
-    report, unsupported = _run(path, options)
+    report, unsupported = _run(path, options, kept=True)
     click.echo(fmt.to_text(report, public_only=True), nl=False)
     for problem in unsupported:   # last, where the exit status is read
         click.echo(f"not checked: {problem.text}.", err=True)
