@@ -27,8 +27,8 @@ from grader.report import NEEDS_REGRADE, Report, TestResult
 
 VERSION = b"attn-grade check results 1\0"
 LIBRARIES = ("numpy", "torch", "triton", "pytest", "matplotlib")
-KEPT_NOTE = ("{n} exercise(s) unchanged since your last check: {names} (their results "
-             "are kept; --no-cache checks them again).")
+KEPT_NOTE = ("{n} exercise(s) kept from an earlier check of these same files: {names} "
+             "(--no-cache checks them again).")
 
 
 def _grader_digest() -> bytes:
