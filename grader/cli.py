@@ -129,16 +129,16 @@ def _unsupported(exercises: list[str] | None) -> list:
     return found
 
 
-def _run(path: Path, options: Options, kept: bool = False):
+def _run(path: Path, options: Options):
     """Grade a folder, notebook or zip; bad input is a one-sentence error.
     Returns the report and the unsupported versions it was marked for.
-    ``kept``: `check`'s results of unchanged exercises are read back from
-    ``options.check_cache`` (``grader.checkcache``)."""
+    With `check`'s cache (``options.check_cache``, `check` only), unchanged
+    exercises' results are read back from it (``grader.checkcache``)."""
     from grader import versions
     found = _unsupported(options.exercises)
     try:
         with materialize(path) as folder:
-            if kept and options.check_cache is not None:
+            if options.check_cache is not None:
                 from grader.checkcache import grade_cached
                 report = grade_cached(folder, options, grade)
             else:
@@ -243,7 +243,7 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, gpu_tier, dedu
                       call_timeout=timeout, artifacts_dir=artifacts, isolation=isolation,
                       gpu_tier=gpu_tier, deduct_each=deduct_each,
                       check_cache=_user_cache() if cache else None)
-    report, unsupported = _run(path, options, kept=True)
+    report, unsupported = _run(path, options)
     click.echo(fmt.to_text(report, public_only=True), nl=False)
     for problem in unsupported:   # last, where the exit status is read
         click.echo(f"not checked: {problem.text}.", err=True)
