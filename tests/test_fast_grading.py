@@ -277,3 +277,63 @@ def test_the_compile_test_is_named_where_the_conftest_looks():
     assert "flash_judge.compile_results(" in text
     assert suites_conftest.TIMED == ("ex04_quadratic", "ex05_decode_prefill")
     assert Path(SUITES_DIR / "public" / "test_ex04_quadratic.py").is_file()
+
+
+def test_checks_keep_each_launch_that_compiled(tmp_path, monkeypatch):
+    """`check` passes the probe the launches that compiled before (by
+    Triton's key of the kernel, the arguments, the config and the target):
+    an edit of the host code compiles nothing; a grading passes none."""
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET"):
+        pytest.skip("the kernels must be JITFunctions (no TRITON_INTERPRET)")
+    import importlib.util
+
+    from grader.reference import flash_judge
+    from grader.sandbox.runtime.probes import ex07_flash_attention as probe
+    from grader.sandbox.runtime.probes import gpu_compile
+    compiled = []
+
+    def fake_compile(fn, args, kwargs, capability):
+        compiled.append((fn.__name__, capability))
+        return {"ok": True, "registers": 100, "spill_bytes": 0, "shared_bytes": 1024,
+                "fits": True, "wgmma": capability >= 90, "tma": False,
+                "num_warps": kwargs.get("num_warps"), "num_stages": kwargs.get("num_stages")}
+    monkeypatch.setattr(gpu_compile, "compile_launch", fake_compile)
+    sub = copy_solutions(tmp_path / "sub", ["ex07_flash_attention"])
+    spec = importlib.util.spec_from_file_location("ex07_flash_attention",
+                                                  sub / "ex07_flash_attention.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.chdir(sub)
+    first = probe.compile_check(module)
+    assert compiled and all(r["key"] for t in first["targets"] for r in t["rows"])
+
+    class Replay:
+        """The compile worker, answering as the probe does in-process."""
+        asked = []
+
+        def __init__(self, launch_worker):
+            self._worker = self
+
+        def close(self):
+            pass
+
+        def probe(self, name, **kwargs):
+            type(self).asked.append(kwargs)
+            return probe.compile_check(module, **kwargs)
+    monkeypatch.setattr(flash_judge, "compile_worker", Replay)
+    cache = tmp_path / "cache"
+    flash_judge.compile_results(sub, None, cache)
+    n = len(compiled)
+    # a one-line edit of the host code: the same launches, nothing compiled
+    path = sub / "ex07_flash_attention.py"
+    path.write_text(path.read_text().replace("LOG2E = 1.4426950408889634",
+                                             "LOG2E = 1.442695040888963", 1))
+    again, cached = flash_judge.compile_results(sub, None, cache)
+    assert not cached and len(compiled) == n
+    assert all(r.get("kept") for t in again["targets"] for r in t["rows"])
+    assert again["targets"][0]["rows"][0]["registers"] == 100
+    # a grading passes nothing kept
+    Replay.asked.clear()
+    flash_judge.compile_results(sub, None, None)
+    assert Replay.asked == [{}] and len(compiled) > n

@@ -249,16 +249,60 @@ def _compile_key(submission_dir) -> str:
 COMPILE_TEST = "test_kernel_compiles_for_sm80_and_sm90"
 
 
-def _compile(launch_worker, started=None):
+def _compile(launch_worker, started=None, known=None):
     """Compile in a worker of its own, ended before this returns;
-    ``started(worker)`` is told of it first."""
+    ``started(worker)`` is told of it first.  ``known``: `check`'s kept
+    answers of single launches (``_known``), never a grading's."""
     compiler = compile_worker(launch_worker)
     if started is not None:
         started(compiler._worker)
     try:
+        if known:
+            return compiler.probe("ex07_flash_attention.compile_check", known=known)
         return compiler.probe("ex07_flash_attention.compile_check")
     finally:
         compiler._worker.close()
+
+
+KNOWN_FILE = "compile-launches.json"   # in check's cache: {launch key: its answer}
+KNOWN_LIMIT = 500                      # the latest answers kept
+ROW_ANSWER = ("ok", "registers", "spill_bytes", "shared_bytes", "fits", "wgmma", "tma",
+              "num_warps", "num_stages")
+
+
+def _known(cache_dir) -> dict:
+    """`check`'s answers of single launches that compiled, by the probe's
+    launch key (``probes/ex07_flash_attention._launch_key``): what a student
+    keeps from the checks of their own code on their own machine.  A
+    failure is never kept (its line would move with the code)."""
+    if cache_dir is None:
+        return {}
+    try:
+        known = json.loads((Path(cache_dir) / KNOWN_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}
+
+
+def _keep_known(cache_dir, res) -> None:
+    if cache_dir is None or not isinstance(res, dict):
+        return
+    known = _known(cache_dir)
+    for target in res.get("targets", []):
+        for row in target.get("rows", []):
+            if isinstance(row, dict) and row.get("ok") and not row.get("skipped") \
+                    and isinstance(row.get("key"), str):
+                known.pop(row["key"], None)
+                known[row["key"]] = {k: row[k] for k in ROW_ANSWER if k in row}
+    known = dict(list(known.items())[-KNOWN_LIMIT:])
+    path = Path(cache_dir) / KNOWN_FILE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known))
+        os.replace(tmp, path)
+    except (OSError, TypeError, ValueError):
+        pass
 
 
 class CompileEarly:
@@ -269,17 +313,17 @@ class CompileEarly:
     thread that starts the worker lives until it is closed (a worker's
     parent-death signal follows the thread that started it)."""
 
-    def __init__(self, launch_worker):
+    def __init__(self, launch_worker, known=None):
         self._done = threading.Event()
         self._result = self._error = self._worker = None
-        self._thread = threading.Thread(target=self._run, args=(launch_worker,),
+        self._thread = threading.Thread(target=self._run, args=(launch_worker, known),
                                         name="attn-grade-compile", daemon=True)
         self._thread.start()
 
-    def _run(self, launch_worker):
+    def _run(self, launch_worker, known):
         began = time.perf_counter()
         try:
-            self._result = _compile(launch_worker, self._started)
+            self._result = _compile(launch_worker, self._started, known)
         except BaseException as exc:   # raised again where the test asks for it
             self._error = exc
         finally:
@@ -311,7 +355,7 @@ def compile_early(submission_dir, launch_worker, cache_dir=None) -> CompileEarly
     answer is kept in ``cache_dir``; ``compile_results`` takes it up."""
     if cache_dir is not None and _cache_path(submission_dir, cache_dir).is_file():
         return None
-    early = _early[str(submission_dir)] = CompileEarly(launch_worker)
+    early = _early[str(submission_dir)] = CompileEarly(launch_worker, _known(cache_dir))
     return early
 
 
@@ -354,7 +398,9 @@ def compile_results(submission_dir, launch_worker, cache_dir=None) -> tuple[dict
         except (OSError, ValueError, KeyError, TypeError):
             pass
     early = _early.get(str(submission_dir))
-    res = early.result() if early is not None else _compile(launch_worker)
+    res = early.result() if early is not None else \
+        _compile(launch_worker, known=_known(cache_dir))
+    _keep_known(cache_dir, res)
     if path is not None and isinstance(res, dict):
         try:  # best effort: a cache that cannot be written only costs time
             path.parent.mkdir(parents=True, exist_ok=True)
