@@ -244,11 +244,6 @@ def _compile_key(submission_dir) -> str:
     return h.hexdigest()[:32]
 
 
-# The public suite's test that asks for ``compile_results`` (the suites'
-# conftest begins its compile early, ``CompileEarly``).
-COMPILE_TEST = "test_kernel_compiles_for_sm80_and_sm90"
-
-
 def _compile(launch_worker, started=None, known=None):
     """Compile in a worker of its own, ended before this returns;
     ``started(worker)`` is told of it first.  ``known``: `check`'s kept
