@@ -185,12 +185,18 @@ def _unsupported(exercises: list[str] | None) -> list:
 
 def _run(path: Path, options: Options):
     """Grade a folder, notebook or zip; bad input is a one-sentence error.
-    Returns the report and the unsupported versions it was marked for."""
+    Returns the report and the unsupported versions it was marked for.
+    With `check`'s cache (``options.check_cache``, `check` only), unchanged
+    exercises' results are read back from it (``grader.checkcache``)."""
     from grader import versions
     found = _unsupported(options.exercises)
     try:
         with materialize(path) as folder:
-            report = grade(folder, options)
+            if options.check_cache is not None:
+                from grader.checkcache import grade_cached
+                report = grade_cached(folder, options, grade)
+            else:
+                report = grade(folder, options)
             report.submission = str(path)
             versions.mark_untrusted(report, found)
             return report, found

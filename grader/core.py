@@ -19,7 +19,9 @@ reads which failures follow from a mistake upstream, so that it costs once.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
+import os
 import re
 import secrets
 import shutil
@@ -232,6 +234,7 @@ class GradingPlugin:
         self._closing = threading.Event()
         self.launcher: Launcher | None = None   # set by grade() from the isolation it found
         self.fork_server: forkserver.ForkServer | None = None   # started by prestart
+        self.first_test: float | None = None    # perf_counter when the first test began
 
     # -- used by the suites' fixtures --------------------------------------
     def prestart(self, exercises: list[str]) -> None:
@@ -292,6 +295,17 @@ class GradingPlugin:
         if "GPU" in ex.needs and bwrap.gpu_devices():
             return None
         return self.fork_server
+
+    def binder(self, exercise: str):
+        """The suites' ``launch_worker`` for ``exercise``: its further workers
+        (ex07's compile worker), forked where its own worker is."""
+        return self.launcher.binder(self.submission, exercise,
+                                    fork_from=self._fork_server_for(EXERCISES[exercise]))
+
+    def wait_started(self) -> None:
+        """Until every worker ``prestart`` began has started (or failed to)."""
+        for started in list(self._started.values()):
+            started.wait()
 
     def student(self, exercise: str, timeout: float | None = None) -> StudentModule:
         return StudentModule(self.worker(exercise), timeout)
@@ -396,8 +410,25 @@ class GradingPlugin:
                                     status=NEEDS_REGRADE if planned.counted else NOT_RUN,
                                     output="not run: the grading stopped before this test")
             tests.append(result)
+        # In course order, as collected: the suites' conftest may run the
+        # timed exercises last (``pytest_collection_modifyitems``).
+        course = list(EXERCISES)
+        tests.sort(key=lambda t: course.index(t.exercise) if t.exercise in course
+                   else len(course))
         planned_ids = {id(t) for t in tests}
         self.report.tests[:] = tests + [t for t in self.report.tests if id(t) not in planned_ids]
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        if self.first_test is None:
+            self.first_test = time.perf_counter()
+
+    def pytest_runtest_logreport(self, report):
+        """Each test's time (setup, call, teardown) to its exercise."""
+        item = self.items.get(report.nodeid)
+        mark = item.get_closest_marker("exercise") if item is not None else None
+        exercise = mark.args[0] if mark else "unknown"
+        seconds = self.report.exercise_seconds
+        seconds[exercise] = seconds.get(exercise, 0.0) + report.duration
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -465,7 +496,8 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
     args = _pytest_args(options, names)
     try:
         plugin.prestart(names)
-        code = pytest.main(args, plugins=[plugin])
+        with _own_plugins_only():
+            code = pytest.main(args, plugins=[plugin])
         if code not in (0, 1, 5) and not report.errors:
             report.errors.append(f"pytest stopped with exit code {int(code)}")
     except BaseException as exc:  # the report is written whatever happens
@@ -478,9 +510,18 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
             if worker.load_error is not None:
                 report.import_errors[name] = str(worker.load_error)
         plugin.close()
+    if plugin.first_test is not None:
+        report.phase_seconds = {"start and collection": plugin.first_test - start,
+                                **report.phase_seconds}
+    report.exercise_seconds = {e: report.exercise_seconds[e] for e in
+                               list(EXERCISES) + sorted(report.exercise_seconds)
+                               if e in report.exercise_seconds}   # course order
+    began = time.perf_counter()
     try:
         upstream = {} if secrets_kept else \
             _upstream_evidence(report, plugin.called, submission, options, start)
+        if upstream:
+            report.phase_seconds["root causes"] = time.perf_counter() - began
         report.deduct_each = options.deduct_each
         rootcause.attribute(report, plugin.called, upstream=upstream,
                             deduct_each=options.deduct_each)
@@ -488,6 +529,26 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
         report.errors.append(f"the grader failed: {type(exc).__name__}: {exc}")
     report.seconds = time.perf_counter() - start
     return report
+
+
+@contextlib.contextmanager
+def _own_plugins_only():
+    """No pytest plugin installed beside the grader is loaded (xdist, say):
+    the grading asks for none, and loading each one's entry point costs a
+    quarter of a quick check.  (The variable, not pytest 8.4's option: any
+    pytest the edition supports reads it.)"""
+    saved = os.environ.get(AUTOLOAD)
+    os.environ[AUTOLOAD] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(AUTOLOAD, None)
+        else:
+            os.environ[AUTOLOAD] = saved
+
+
+AUTOLOAD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"
 
 
 def _pytest_args(options: Options, names: list[str]) -> list[str]:
@@ -548,7 +609,8 @@ def maximum(options: Options | None = None) -> dict[str, float]:
     options = options or Options()
     names = _exercises(options)
     collector = _Collector(options)
-    pytest.main(_pytest_args(options, names) + ["--collect-only"], plugins=[collector])
+    with _own_plugins_only():
+        pytest.main(_pytest_args(options, names) + ["--collect-only"], plugins=[collector])
     if collector.errors:
         raise RuntimeError("; ".join(collector.errors))
     return {e: round(collector.maxima.get(e, 0.0), 6) for e in names}
@@ -627,6 +689,12 @@ def _regrade(report: Report, submission: Path, options: Options, exercise: str,
     return set() if again.errors else {t.name for t in again.tests if t.status == PASSED}
 
 
+def _only(tests) -> str:
+    """A pytest -k expression that selects these tests (and perhaps others
+    whose names contain theirs: only these are read)."""
+    return " or ".join(sorted({t.name.split("[")[0] for t in tests}))
+
+
 def _upstream_evidence(report: Report, called: dict[int, list[str]], submission: Path,
                        options: Options, start: float) -> dict[str, list[rootcause.Upstream]]:
     """The evidence for root causes (``grader.rootcause``): an exercise with a
@@ -662,7 +730,9 @@ def _upstream_evidence(report: Report, called: dict[int, list[str]], submission:
                      and not _same_file(submission / f"{d}.py", SOLUTIONS_DIR / f"{d}.py"))
         if deps and _names_module(submission / f"{name}.py", deps):
             files = {f"{d}.py": (SOLUTIONS_DIR / f"{d}.py").read_text() for d in deps}
-            passed = _regrade(report, submission, options, name, files, None, left)
+            # only the failing tests: a passing one has nothing to explain
+            passed = _regrade(report, submission, options, name, files,
+                              _only(failed), left)
             found.append(rootcause.Upstream(" and ".join(deps), True, frozenset(
                 t.name for t in failed if t.name in passed)))
         explained = {t.name for up in found for t in failed if t.name in up.passes}
@@ -677,9 +747,8 @@ def _upstream_evidence(report: Report, called: dict[int, list[str]], submission:
         patched = (module.read_text(encoding="utf-8", errors="replace") +
                    f"\n\n# attn-grade: the reference's {fn} in place of yours\n"
                    f"from {ref} import {fn}  # noqa: E402,F811\n")
-        keyword = " or ".join(sorted({t.name.split("[")[0] for t in downstream}))
         passed = _regrade(report, submission, options, name,
-                          {f"{name}.py": patched, f"{ref}.py": excerpt}, keyword, left)
+                          {f"{name}.py": patched, f"{ref}.py": excerpt}, _only(downstream), left)
         found.append(rootcause.Upstream(fn, False, frozenset(
             t.name for t in downstream if t.name in passed)))
     return out

@@ -85,6 +85,12 @@ class Report:
     isolation: str = ""        # namespaces, uid, grading-user or root (sandbox.isolation)
     isolation_text: str = ""   # one line, first in every output format but the students'
     import_errors: dict = field(default_factory=dict)  # exercise -> why it did not load
+    # Where the time went: each exercise's tests (setup, call and teardown,
+    # in the grading process: what its workers took is in it), and the rest
+    # of the grading by phase ("start and collection", "root causes", and
+    # "ex07 compile, in the background": overlapped, not in the sum).
+    exercise_seconds: dict = field(default_factory=dict)
+    phase_seconds: dict = field(default_factory=dict)
 
     @property
     def needs_regrade(self) -> int:
@@ -194,8 +200,18 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
     if public_only:
         lines.append("These are the public tests only: the hidden tests decide the grade, "
                      "so passing here does not mean the exercise is right.")
+    if report.exercise_seconds or report.phase_seconds:
+        lines.append(time_line(report))
     text = "\n".join(lines) + "\n"
     return _for_students(text) if public_only else text
+
+
+def time_line(report: Report) -> str:
+    """Where the grading's time went, in one line: seconds per exercise, then
+    the other phases."""
+    parts = [f"{e} {s:.1f} s" for e, s in report.exercise_seconds.items()]
+    parts += [f"{p} {s:.1f} s" for p, s in report.phase_seconds.items()]
+    return "Time: " + ", ".join(parts) + "."
 
 
 # ``Report.machine``'s key for ex07's speed: the geometric mean of the
@@ -254,6 +270,10 @@ def to_gradescope(report: Report) -> dict:
     out = {"score": report.score, "tests": tests, "output_format": "text",
            "visibility": "visible", "execution_time": round(report.seconds, 3),
            "extra_data": extra}
+    if report.exercise_seconds or report.phase_seconds:
+        extra["seconds"] = {"exercises": {e: round(s, 3) for e, s in
+                                          report.exercise_seconds.items()},
+                            "phases": {p: round(s, 3) for p, s in report.phase_seconds.items()}}
     header = ([report.isolation_line] if report.isolation_line else []) + \
         [f"{k}: {v}" for k, v in report.machine.items()] + report.notes + report.errors
     if header:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 import torch
@@ -162,17 +164,69 @@ def compile_inputs(submission_dir) -> list[Path] | None:
     return imported_modules(Path(submission_dir), "ex07_flash_attention")
 
 
+def _tokens(source: bytes) -> list | None:
+    """The code's tokens without its comments and layout (blank lines, the
+    breaks inside brackets, indentation's width), each with its line; None
+    where the source does not tokenize."""
+    import io
+    import tokenize
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING}
+    try:
+        return [(tok.type, "" if tok.type in (tokenize.INDENT, tokenize.DEDENT) else tok.string,
+                 tok.start[0])
+                for tok in tokenize.tokenize(io.BytesIO(source).readline) if tok.type not in skip]
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        return None
+
+
+def _meaning(path: Path) -> bytes:
+    """What a module's code means to a compiler: its tokens without comments
+    or layout (``_tokens``), else its bytes.  A comment-only edit keeps it."""
+    source = path.read_bytes()
+    tokens = _tokens(source)
+    if tokens is None:
+        return b"bytes\0" + source
+    return b"tokens\0" + "\0".join(f"{kind} {text}" for kind, text, _ in tokens).encode(
+        "utf-8", "surrogateescape")
+
+
+def _code_lines(submission_dir) -> dict:
+    """Each compile input's line of every token (``_tokens``): what a kept
+    answer's line numbers are moved by when comments or blank lines moved
+    the code (``_relocated``)."""
+    out = {}
+    for path in compile_inputs(submission_dir) or []:
+        tokens = _tokens(path.read_bytes())
+        if tokens is not None:
+            out[path.name] = [line for _, _, line in tokens]
+    return out
+
+
+def _relocated(kept: dict, submission_dir) -> dict:
+    """A kept answer with each row's line moved to where the same code is now
+    (a comment or blank line above it shifts it, and changes nothing else)."""
+    result, old = kept["result"], kept["lines"]
+    new = _code_lines(submission_dir)
+    for target in result.get("targets", []):
+        for row in target.get("rows", []):
+            name, line = row.get("file"), row.get("line")
+            if name in old and name in new and isinstance(line, int) and line in old[name]:
+                row["line"] = new[name][old[name].index(line)]
+    return result
+
+
 def _compile_key(submission_dir) -> str:
     """What a compile check's answer depends on: the modules of the
-    submission it can depend on (``compile_inputs``; names and bytes), the
-    Triton and PyTorch versions, and the probes that compile.  Computed here,
-    from the files, never asked of the worker."""
+    submission it can depend on (``compile_inputs``; names and what their
+    code means, ``_meaning``), the Triton and PyTorch versions, and the
+    probes that compile.  Computed here, from the files, never asked of the
+    worker."""
     import hashlib
     from importlib import metadata
 
     from grader.batch import content_hash
     from grader.paths import PROBES_DIR
-    h = hashlib.sha256(b"attn-grade compile check 2\0")
+    h = hashlib.sha256(b"attn-grade compile check 3\0")
     for dist in ("triton", "torch"):
         try:
             h.update(f"{dist}={metadata.version(dist)}\0".encode())
@@ -186,8 +240,138 @@ def _compile_key(submission_dir) -> str:
     else:
         for path in inputs:
             h.update(b"file\0" + path.name.encode("utf-8", "surrogateescape") + b"\0"
-                     + path.read_bytes() + b"\0")
+                     + _meaning(path) + b"\0")
     return h.hexdigest()[:32]
+
+
+def _compile(launch_worker, started=None, known=None):
+    """Compile in a worker of its own, ended before this returns;
+    ``started(worker)`` is told of it first.  ``known``: `check`'s kept
+    answers of single launches (``_known``), never a grading's."""
+    compiler = compile_worker(launch_worker)
+    if started is not None:
+        started(compiler._worker)
+    try:
+        if known:
+            return compiler.probe("ex07_flash_attention.compile_check", known=known)
+        return compiler.probe("ex07_flash_attention.compile_check")
+    finally:
+        compiler._worker.close()
+
+
+KNOWN_FILE = "compile-launches.json"   # in check's cache: {launch key: its answer}
+KNOWN_LIMIT = 500                      # the latest answers kept
+ROW_ANSWER = ("ok", "registers", "spill_bytes", "shared_bytes", "fits", "wgmma", "tma",
+              "num_warps", "num_stages")
+
+
+def _known(cache_dir) -> dict:
+    """`check`'s answers of single launches that compiled, by the probe's
+    launch key (``probes/ex07_flash_attention._launch_key``): what a student
+    keeps from the checks of their own code on their own machine.  A
+    failure is never kept (its line would move with the code)."""
+    if cache_dir is None:
+        return {}
+    try:
+        known = json.loads((Path(cache_dir) / KNOWN_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}
+
+
+def _keep_known(cache_dir, res) -> None:
+    if cache_dir is None or not isinstance(res, dict):
+        return
+    known = _known(cache_dir)
+    for target in res.get("targets", []):
+        for row in target.get("rows", []):
+            if isinstance(row, dict) and row.get("ok") and not row.get("skipped") \
+                    and isinstance(row.get("key"), str):
+                known.pop(row["key"], None)
+                known[row["key"]] = {k: row[k] for k in ROW_ANSWER if k in row}
+    known = dict(list(known.items())[-KNOWN_LIMIT:])
+    path = Path(cache_dir) / KNOWN_FILE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known))
+        os.replace(tmp, path)
+    except (OSError, TypeError, ValueError):
+        pass
+
+
+class CompileEarly:
+    """The compile check begun in the background when a grading starts, so
+    that its compiling overlaps the other exercises' tests instead of
+    following them: the same probe, in a worker made by the same
+    ``launch_worker`` (confined as every worker, on ex07's budget).  The
+    thread that starts the worker lives until it is closed (a worker's
+    parent-death signal follows the thread that started it)."""
+
+    def __init__(self, launch_worker, known=None):
+        self._done = threading.Event()
+        self._result = self._error = self._worker = None
+        self._thread = threading.Thread(target=self._run, args=(launch_worker, known),
+                                        name="attn-grade-compile", daemon=True)
+        self._thread.start()
+
+    def _run(self, launch_worker, known):
+        began = time.perf_counter()
+        try:
+            self._result = _compile(launch_worker, self._started, known)
+        except BaseException as exc:   # raised again where the test asks for it
+            self._error = exc
+        finally:
+            self.seconds = time.perf_counter() - began
+            self._done.set()
+
+    def _started(self, worker) -> None:
+        self._worker = worker
+
+    def result(self):
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def close(self) -> None:
+        """End it: a compile no test took up (its test was not run) is
+        stopped, and its worker closed."""
+        if not self._done.is_set() and self._worker is not None:
+            self._worker.kill()
+        self._thread.join()
+
+
+_early: dict[str, CompileEarly] = {}   # submission folder -> the compile begun for it
+
+
+def compile_early(submission_dir, launch_worker, cache_dir=None) -> CompileEarly | None:
+    """Begin ``compile_results``'s compile now, in the background, unless its
+    answer is kept in ``cache_dir``; ``compile_results`` takes it up."""
+    if cache_dir is not None and _cache_path(submission_dir, cache_dir).is_file():
+        return None
+    early = _early[str(submission_dir)] = CompileEarly(launch_worker, _known(cache_dir))
+    return early
+
+
+def wait_early(submission_dir) -> None:
+    """Until the compile begun for this submission has ended (if one was)."""
+    early = _early.get(str(submission_dir))
+    if early is not None:
+        early._done.wait()
+
+
+def forget_early(submission_dir) -> CompileEarly | None:
+    """The grading ended: what it began for this submission is ended, and not
+    taken up by another grading."""
+    early = _early.pop(str(submission_dir), None)
+    if early is not None:
+        early.close()
+    return early
+
+
+def _cache_path(submission_dir, cache_dir) -> Path:
+    return Path(cache_dir) / f"compile-{_compile_key(submission_dir)}.json"
 
 
 def compile_results(submission_dir, launch_worker, cache_dir=None) -> tuple[dict, bool]:
@@ -195,27 +379,29 @@ def compile_results(submission_dir, launch_worker, cache_dir=None) -> tuple[dict
     whether it came from ``cache_dir``.
 
     Compiling every config for two GPUs takes about a second a config; a
-    student who runs ``attn-grade check`` again without changing a file gets
-    the answer kept from the last time (``cache_dir``: ``check``'s own cache,
-    on the student's machine).  Grading never passes one: every grade
-    compiles."""
+    student who runs ``attn-grade check`` again without changing what the
+    code means (a comment is not a change: ``_compile_key``) gets the answer
+    kept from the last time (``cache_dir``: ``check``'s own cache, on the
+    student's machine).  Grading never passes one: every grade compiles,
+    begun when the grading starts where the suites' conftest could
+    (``compile_early``)."""
     path = None
     if cache_dir is not None:
-        path = Path(cache_dir) / f"compile-{_compile_key(submission_dir)}.json"
+        path = _cache_path(submission_dir, cache_dir)
         try:
-            return json.loads(path.read_text()), True
-        except (OSError, ValueError):
+            return _relocated(json.loads(path.read_text()), submission_dir), True
+        except (OSError, ValueError, KeyError, TypeError):
             pass
-    compiler = compile_worker(launch_worker)
-    try:
-        res = compiler.probe("ex07_flash_attention.compile_check")
-    finally:
-        compiler._worker.close()
+    early = _early.get(str(submission_dir))
+    res = early.result() if early is not None else \
+        _compile(launch_worker, known=_known(cache_dir))
+    _keep_known(cache_dir, res)
     if path is not None and isinstance(res, dict):
         try:  # best effort: a cache that cannot be written only costs time
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(res))
+            tmp.write_text(json.dumps({"result": res,
+                                       "lines": _code_lines(submission_dir)}))
             os.replace(tmp, path)
         except (OSError, TypeError, ValueError):
             pass

@@ -18,6 +18,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from grader.paths import (GIT_DIR, HIDDEN_SUITES_DIR, KERNELS_DIR, SECRET_REFERE
 UID_RANGE = (61000, 64999)   # ids no account uses on common distributions
 _used_uids: set[int] = set()     # held by a live worker of this process
 allocated_uids: list[int] = []   # every uid this process handed out (for tests)
+_uid_lock = threading.Lock()
 
 
 def is_root() -> bool:
@@ -85,14 +87,17 @@ def can_drop_privileges() -> bool:
 
 
 def fresh_uid() -> int:
-    """A user id for one worker, not used by any running process."""
+    """A user id for one worker, not used by any running process.  Workers
+    may start in two threads at once (ex07's compile begins in the
+    background): one at a time here, so that no two take the same id."""
     running = _running_uids()
-    for _ in range(1000):
-        uid = random.randint(*UID_RANGE)
-        if uid not in _used_uids and uid not in running:
-            _used_uids.add(uid)
-            allocated_uids.append(uid)
-            return uid
+    with _uid_lock:
+        for _ in range(1000):
+            uid = random.randint(*UID_RANGE)
+            if uid not in _used_uids and uid not in running:
+                _used_uids.add(uid)
+                allocated_uids.append(uid)
+                return uid
     raise RuntimeError("no free user id for a worker")
 
 

@@ -77,13 +77,16 @@ class Launcher:
         return Worker(submission, module, limits, self.confinement, trusted=trusted,
                       locked=locked, fork_server=fork_from, budgets=budgets)
 
-    def binder(self, submission: Path, exercise: str | None = None):
+    def binder(self, submission: Path, exercise: str | None = None, fork_from=None):
         """``launch(module, call_timeout=..., env=None, trusted=False,
-        locked=False)`` for ``submission``: the suites' ``launch_worker``."""
+        locked=False)`` for ``submission``: the suites' ``launch_worker``.
+        ``fork_from``: the grading's fork server for the exercise, which
+        forks its student workers (a trusted one is always spawned)."""
         def launch(module: str, *, call_timeout: float, env=None, trusted: bool = False,
                    locked: bool = False) -> Worker:
             return self.worker(submission, module, call_timeout=call_timeout, env=env,
-                               exercise=exercise, trusted=trusted, locked=locked)
+                               exercise=exercise, trusted=trusted, locked=locked,
+                               fork_from=fork_from)
         return launch
 
     def fork_server(self, needs: set[str]) -> "forkserver.ForkServer | None":

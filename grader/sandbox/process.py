@@ -211,6 +211,48 @@ def spawn(staging: Path, cfg: dict, *, namespaces: bool, uid: int | None, env: d
 
 def descendants(pid: int) -> list[int]:
     """Every living process below ``pid`` (as this process's /proc shows them)."""
+    out = _descendants_by_children(pid)
+    return out if out is not None else _descendants_by_scan(pid)
+
+
+def _children(pid: int) -> list[int] | None:
+    """``pid``'s children, from each of its threads' ``children`` file (the
+    kernel's own list); None where the kernel keeps no such file."""
+    if not os.path.exists(f"/proc/self/task/{os.getpid()}/children"):
+        return None      # a kernel without CONFIG_PROC_CHILDREN: scan instead
+    task = f"/proc/{pid}/task"
+    try:
+        threads = os.listdir(task)
+    except FileNotFoundError:
+        return []        # gone: no children
+    except OSError:
+        return None
+    out = []
+    for tid in threads:
+        try:
+            with open(f"{task}/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue     # the thread ended meanwhile
+    return out
+
+
+def _descendants_by_children(pid: int) -> list[int] | None:
+    """The tree below ``pid``, walked down from it: a few files read where a
+    scan of /proc reads one per process on the machine."""
+    out, todo = [], [pid]
+    while todo:
+        children = _children(todo.pop())
+        if children is None:
+            return None
+        for child in children:
+            if child not in out:
+                out.append(child)
+                todo.append(child)
+    return out
+
+
+def _descendants_by_scan(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():

@@ -449,7 +449,29 @@ COMPILE_TARGETS = ((80, "float16", "sm_80 (A100)"), (90, "bfloat16", "sm_90a (H1
 MAX_COMPILES = 40          # per call: a student's long config list is sampled in order
 
 
-def compile_check(module, d_head=128, causal=True):
+def _launch_key(fn, args, kwargs, capability) -> str | None:
+    """What one launch's compile depends on: Triton's own key of the kernel
+    (its source and the kernels and constexpr globals it uses), the launch's
+    arguments as a compile specializes on them, the config and the target."""
+    import hashlib
+
+    import triton
+
+    def arg(a):
+        if hasattr(a, "data_ptr"):
+            return ("tensor", str(a.dtype), tuple(a.shape), tuple(a.stride()),
+                    a.data_ptr() % 16 == 0)
+        return ("value", repr(a))
+    try:
+        kernel = fn.cache_key
+    except Exception:  # noqa: BLE001 - a Triton without it: nothing is kept
+        return None
+    text = repr((getattr(triton, "__version__", "?"), capability, kernel,
+                 [arg(a) for a in args], sorted((k, repr(v)) for k, v in kwargs.items())))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def compile_check(module, d_head=128, causal=True, known=None):
     """Compile the kernels ``module.flash_attention`` launches for sm_80 and sm_90a.
 
     Must run in a worker whose module was imported *without*
@@ -462,7 +484,12 @@ def compile_check(module, d_head=128, causal=True):
     ``config``, ``file``) or ``{"error": ...}`` when the host code itself
     failed before launching.  The inputs say they are on a GPU of the
     target's capability (``gpu_compile.looks_like_gpu``): the host code takes
-    the path it would take there, device checks included."""
+    the path it would take there, device checks included.
+
+    ``known`` (`attn-grade check` only, on the student's machine): earlier
+    answers of launches that compiled, by ``_launch_key``; such a launch is
+    not compiled again (a one-line edit of the host code compiles nothing).
+    Each row carries its ``key``."""
     from . import gpu_compile
     root = os.path.abspath(os.getcwd())
     targets = []
@@ -499,6 +526,11 @@ def compile_check(module, d_head=128, causal=True):
                    "in_submission": bool(path) and path.startswith(root + os.sep)}
             if not row["in_submission"]:
                 row.update(ok=True, skipped=True)        # not the student's: not theirs to fix
+                entry["rows"].append(row)
+                continue
+            row["key"] = _launch_key(fn, args, kwargs, capability)
+            if known and row["key"] and isinstance(known.get(row["key"]), dict):
+                row.update(known[row["key"]], kept=True)
                 entry["rows"].append(row)
                 continue
             if budget <= 0:

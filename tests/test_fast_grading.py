@@ -1,0 +1,339 @@
+"""What makes a grading and a check fast holds what they promise.
+
+Functional only: no test here asserts a wall-clock time (the figures are
+``benchmarks/bench_class.py`` and ``benchmarks/bench_check_loop.py``).
+
+* The report says where the time went: seconds per exercise and per phase,
+  in the text and in the JSON.
+* Exercise G's compile check begins in the background when a grading
+  starts; the exercises that time the submission run only once it ended; the
+  report keeps the course order.
+* A comment-only edit of ex07 keeps check's compile answer (its lines moved
+  with the code); a change to the code does not.
+* `check` keeps an unchanged exercise's results and checks a changed one.
+* The second grading for root causes runs the failing tests only.
+* A worker's descendants are found by walking down from it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from grader import core
+from grader.report import FAILED, PASSED, to_gradescope, to_text
+from grader.report import TestResult as Result
+from tests.conftest import copy_solutions, grade_dir
+
+
+def test_report_gives_seconds_per_exercise(tmp_path):
+    sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand", "ex02_mha"])
+    report = grade_dir(sub, ["ex01_by_hand", "ex02_mha"], suite="public")
+    assert report.score == report.max_score > 0
+    assert list(report.exercise_seconds) == ["ex01_by_hand", "ex02_mha"]
+    assert all(s > 0 for s in report.exercise_seconds.values())
+    assert report.phase_seconds["start and collection"] > 0
+    text = to_text(report)
+    assert "Time: ex01_by_hand " in text and " s, ex02_mha " in text
+    assert "start and collection" in to_text(report, public_only=True)
+    seconds = to_gradescope(report)["extra_data"]["seconds"]
+    assert set(seconds["exercises"]) == {"ex01_by_hand", "ex02_mha"}
+    assert "start and collection" in seconds["phases"]
+
+
+class _SlowCompiler:
+    """Stands in for ex07's compile worker: records when it compiled."""
+    events: list = []
+
+    def __init__(self, launch_worker):
+        self._worker = self
+
+    def close(self):
+        pass
+
+    def probe(self, name):
+        type(self).events.append(("compile began", time.monotonic()))
+        time.sleep(1.0)
+        type(self).events.append(("compile ended", time.monotonic()))
+        return {"targets": []}
+
+
+class _Order:
+    """A pytest plugin that records when each test began."""
+
+    def __init__(self):
+        self.began: list = []
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.began.append((nodeid, time.monotonic()))
+
+
+def test_compile_begins_early_and_timed_exercises_wait_for_it(tmp_path, monkeypatch):
+    pytest.importorskip("triton")
+    from grader.reference import flash_judge
+    from grader.suites import conftest as suites_conftest
+
+    monkeypatch.setattr(flash_judge, "compile_worker", _SlowCompiler)
+    _SlowCompiler.events = []
+    order = _Order()
+    real_main = core.pytest.main
+    monkeypatch.setattr(core.pytest, "main",
+                        lambda args, plugins=(): real_main(args, plugins=[*plugins, order]))
+    sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand", "ex04_quadratic",
+                                            "ex07_flash_attention"])
+    report = grade_dir(sub, ["ex01_by_hand", "ex04_quadratic", "ex07_flash_attention"],
+                       suite="public", check_cache=None,
+                       keyword="causal_weights_hide or naive_attention_small or kernel_compiles")
+    events = dict(_SlowCompiler.events)
+    began = {nodeid.split("::")[-1].split("[")[0]: t for nodeid, t in order.began}
+    assert set(began) == {"test_causal_weights_hide_the_future", "test_naive_attention_small",
+                          "test_kernel_compiles_for_sm80_and_sm90"}
+    # begun before its own test, which takes its answer up (one compile)
+    assert events["compile began"] < began["test_kernel_compiles_for_sm80_and_sm90"]
+    assert [e for e, _ in _SlowCompiler.events] == ["compile began", "compile ended"]
+    # the timed exercise ran once the compile had ended, after the others
+    assert began["test_naive_attention_small"] >= events["compile ended"]
+    assert [nodeid.split("/")[-1].split("::")[0] for nodeid, _ in order.began][-1] == \
+        "test_ex04_quadratic.py"
+    # the report in course order, the compile's own time among the phases
+    assert [t.exercise for t in report.tests] == ["ex01_by_hand", "ex04_quadratic",
+                                                  "ex07_flash_attention"]
+    assert report.phase_seconds[suites_conftest.EARLY_PHASE] >= 1.0
+    assert not report.errors
+
+
+def test_early_compile_not_taken_up_is_ended(tmp_path, monkeypatch):
+    """A compile begun for a test that never asked for it (its setup failed,
+    say) is ended with the grading, not left running."""
+    pytest.importorskip("triton")
+    from grader.reference import flash_judge
+
+    stop = threading.Event()
+
+    class Hanging(_SlowCompiler):
+        killed = False
+
+        def kill(self):
+            type(self).killed = True
+            stop.set()
+
+        def probe(self, name):
+            stop.wait(30)
+            return {"targets": []}
+
+    monkeypatch.setattr(flash_judge, "compile_worker", Hanging)
+    sub = copy_solutions(tmp_path / "sub", ["ex07_flash_attention"])
+    early = flash_judge.compile_early(sub, None)
+    time.sleep(0.2)
+    began = time.monotonic()
+    assert flash_judge.forget_early(sub) is early
+    assert Hanging.killed and time.monotonic() - began < 30
+    assert flash_judge.forget_early(sub) is None
+
+
+class _FakeCompiler:
+    calls = 0
+
+    def __init__(self, *args):
+        self._worker = self
+
+    def close(self):
+        pass
+
+    def probe(self, name):
+        type(self).calls += 1
+        line = next(i for i, text in enumerate(self.source().splitlines(), start=1)
+                    if "def _flash_fwd" in text)
+        return {"targets": [{"target": "sm_80 (A100)", "rows": [
+            {"kernel": "_flash_fwd", "ok": False, "file": "ex07_flash_attention.py",
+             "line": line, "in_submission": True}]}]}
+
+    source = staticmethod(lambda: "")
+
+
+def test_comment_only_edit_compiles_nothing(tmp_path, monkeypatch):
+    from grader.reference import flash_judge
+
+    monkeypatch.setattr(flash_judge, "compile_worker", _FakeCompiler)
+    _FakeCompiler.calls = 0
+    sub = copy_solutions(tmp_path / "sub", ["ex07_flash_attention"])
+    path = sub / "ex07_flash_attention.py"
+    monkeypatch.setattr(_FakeCompiler, "source", staticmethod(path.read_text))
+    cache = tmp_path / "cache"
+    first, cached = flash_judge.compile_results(sub, None, cache)
+    assert not cached and _FakeCompiler.calls == 1
+    line = first["targets"][0]["rows"][0]["line"]
+    text = path.read_text()
+    # a comment changed, a comment line and a blank line added above the
+    # kernel, a trailing comment: the same code
+    edited = text.replace("# 1/ln(2)", "# one over ln 2", 1).replace(
+        "    @triton.autotune(", "    # the kernel\n\n    @triton.autotune(", 1)
+    edited = edited.replace("LOG2E = 1.4426950408889634",
+                            "LOG2E = 1.4426950408889634  # log2(e)", 1)
+    assert edited != text
+    path.write_text(edited)
+    again, cached = flash_judge.compile_results(sub, None, cache)
+    assert cached and _FakeCompiler.calls == 1
+    # the kept answer's line follows the kernel two lines down
+    assert again["targets"][0]["rows"][0]["line"] == line + 2
+    assert "def _flash_fwd" in path.read_text().splitlines()[line + 2 - 1]
+    # a change to the code compiles again
+    path.write_text(edited.replace("LOG2E = 1.4426950408889634", "LOG2E = 1.44269504", 1))
+    _, cached = flash_judge.compile_results(sub, None, cache)
+    assert not cached and _FakeCompiler.calls == 2
+
+
+def test_check_keeps_unchanged_exercises(tmp_path):
+    from grader.checkcache import KEPT_NOTE, grade_cached
+
+    sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand", "ex02_mha"])
+    asked = []
+
+    def counting(folder, options):
+        asked.append(list(options.exercises))
+        return core.grade(folder, options)
+
+    options = core.Options(suite="public", exercises=["ex01_by_hand", "ex02_mha"],
+                           check_cache=tmp_path / "cache")
+    first = grade_cached(sub, options, counting)
+    assert asked == [["ex01_by_hand", "ex02_mha"]]
+    again = grade_cached(sub, options, counting)
+    assert asked == [["ex01_by_hand", "ex02_mha"]]        # nothing graded again
+    assert [(t.name, t.status, t.score, t.output) for t in again.tests] == \
+        [(t.name, t.status, t.score, t.output) for t in first.tests]
+    assert KEPT_NOTE.format(n=2, names="ex01_by_hand, ex02_mha") in again.notes
+    assert "kept from an earlier check" in to_text(again, public_only=True)
+    # a change to ex02 checks ex02 again, and ex01 stays kept
+    mha = sub / "ex02_mha.py"
+    mha.write_text(mha.read_text().replace("def softmax(", "def _softmax_unused(x):\n"
+                                           "    return x\n\n\ndef softmax(", 1))
+    third = grade_cached(sub, options, counting)
+    assert asked[-1] == ["ex02_mha"]
+    assert [t.exercise for t in third.tests] == [t.exercise for t in first.tests]
+    # a failure is kept as a failure
+    mha.write_text("def softmax(x, axis=-1):\n    return x\n")
+    failing = grade_cached(sub, options, counting)
+    kept = grade_cached(sub, options, counting)
+    assert asked[-1] == ["ex02_mha"] and len(asked) == 3
+    assert any(t.status == FAILED for t in kept.tests if t.exercise == "ex02_mha")
+    assert [t.status for t in kept.tests] == [t.status for t in failing.tests]
+
+
+def test_second_grading_runs_only_the_failing_tests(tmp_path, monkeypatch):
+    sub = copy_solutions(tmp_path / "sub", ["ex02_mha", "ex03_gqa"])
+    mha = sub / "ex02_mha.py"
+    mha.write_text(mha.read_text() + "\n# not the reference's file\n")
+    asked = []
+
+    def regrade(report, submission, options, exercise, files, keyword, left):
+        asked.append((exercise, sorted(files), keyword))
+        return set()
+
+    monkeypatch.setattr(core, "_regrade", regrade)
+    report = core.Report(submission=str(sub), suite="hidden", exercises=["ex03_gqa"])
+    report.tests = [
+        Result("ex03_gqa", "test_gqa_small[a]", "t", 1, 0, FAILED),
+        Result("ex03_gqa", "test_gqa_small[b]", "t", 1, 0, FAILED),
+        Result("ex03_gqa", "test_gqa_equals_mha", "t", 1, 1, PASSED),
+    ]
+    core._upstream_evidence(report, {}, sub, core.Options(), time.perf_counter())
+    assert asked and asked[0] == ("ex03_gqa", ["ex02_mha.py"], "test_gqa_small")
+
+
+def test_descendants_walk_down_as_the_scan_finds_them():
+    from grader.sandbox import process
+
+    proc = subprocess.Popen(["bash", "-c", "sleep 30 & (sleep 30 & wait) & wait"])
+    try:
+        deadline = time.monotonic() + 10
+        while len(process._descendants_by_scan(proc.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        scanned = sorted(process._descendants_by_scan(proc.pid))
+        assert len(scanned) >= 3   # sleep, the subshell and its sleep
+        assert sorted(process.descendants(proc.pid)) == scanned
+    finally:
+        for pid in process.descendants(proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.kill()
+        proc.wait()
+    assert process.descendants(proc.pid) == []
+
+
+def test_the_compile_test_is_named_where_the_conftest_looks():
+    """The suites' conftest finds G's compile check by its name."""
+    from grader.paths import SUITES_DIR
+    from grader.suites import conftest as suites_conftest
+
+    text = (SUITES_DIR / "public" / "test_ex07_flash_attention.py").read_text()
+    assert f"def {suites_conftest.COMPILE_TEST_NAME}(" in text
+    assert "flash_judge.compile_results(" in text
+    assert suites_conftest.TIMED == ("ex04_quadratic", "ex05_decode_prefill")
+    assert Path(SUITES_DIR / "public" / "test_ex04_quadratic.py").is_file()
+
+
+def test_checks_keep_each_launch_that_compiled(tmp_path, monkeypatch):
+    """`check` passes the probe the launches that compiled before (by
+    Triton's key of the kernel, the arguments, the config and the target):
+    an edit of the host code compiles nothing; a grading passes none."""
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET"):
+        pytest.skip("the kernels must be JITFunctions (no TRITON_INTERPRET)")
+    import importlib.util
+
+    from grader.reference import flash_judge
+    from grader.sandbox.runtime.probes import ex07_flash_attention as probe
+    from grader.sandbox.runtime.probes import gpu_compile
+    compiled = []
+
+    def fake_compile(fn, args, kwargs, capability):
+        compiled.append((fn.__name__, capability))
+        return {"ok": True, "registers": 100, "spill_bytes": 0, "shared_bytes": 1024,
+                "fits": True, "wgmma": capability >= 90, "tma": False,
+                "num_warps": kwargs.get("num_warps"), "num_stages": kwargs.get("num_stages")}
+    monkeypatch.setattr(gpu_compile, "compile_launch", fake_compile)
+    sub = copy_solutions(tmp_path / "sub", ["ex07_flash_attention"])
+    spec = importlib.util.spec_from_file_location("ex07_flash_attention",
+                                                  sub / "ex07_flash_attention.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.chdir(sub)
+    first = probe.compile_check(module)
+    assert compiled and all(r["key"] for t in first["targets"] for r in t["rows"])
+
+    class Replay:
+        """The compile worker, answering as the probe does in-process."""
+        asked = []
+
+        def __init__(self, launch_worker):
+            self._worker = self
+
+        def close(self):
+            pass
+
+        def probe(self, name, **kwargs):
+            type(self).asked.append(kwargs)
+            return probe.compile_check(module, **kwargs)
+    monkeypatch.setattr(flash_judge, "compile_worker", Replay)
+    cache = tmp_path / "cache"
+    flash_judge.compile_results(sub, None, cache)
+    n = len(compiled)
+    # a one-line edit of the host code: the same launches, nothing compiled
+    path = sub / "ex07_flash_attention.py"
+    path.write_text(path.read_text().replace("LOG2E = 1.4426950408889634",
+                                             "LOG2E = 1.442695040888963", 1))
+    again, cached = flash_judge.compile_results(sub, None, cache)
+    assert not cached and len(compiled) == n
+    assert all(r.get("kept") for t in again["targets"] for r in t["rows"])
+    assert again["targets"][0]["rows"][0]["registers"] == 100
+    # a grading passes nothing kept
+    Replay.asked.clear()
+    flash_judge.compile_results(sub, None, None)
+    assert Replay.asked == [{}] and len(compiled) > n
