@@ -301,6 +301,10 @@ def plot_scaling(results, path):
     plt.yscale("log")
     plt.savefig(path)
     plt.close()
+
+WHERE_THE_SLOPE_COMES_FROM = """All S queries meet all S keys, so the score matrix and
+the weighted sum are S*S work: the exponent of that power law is the slope. Overheads
+lower it for short inputs; caches can raise it on a CPU."""
 '''
 
 ALT_EX05 = '''
