@@ -300,8 +300,10 @@ def test_no_working_logic_of_a_task_in_the_edition(edition):
     leaks = [f"{place}: {name} looks like {task}" for place, name, task in found
              if (place, name) not in kit]
     assert not leaks, leaks
-    # the list is the kit's, not a hole: each entry ships and is found
-    assert {(place, name) for place, name, _ in found} == kit
+    # the list names what ships, not a hole: each entry is a function there
+    shipped = {(place, fn.name) for place, code in _edition_code(edition).items()
+               for fn in _functions(code)}
+    assert kit <= shipped, kit - shipped
 
 
 def test_tests_left_out_of_the_recording_call_no_secret_reference():

@@ -76,7 +76,7 @@ def square_guide_note(out, pairs) -> str:
                 data = np.asarray(line, dtype=float)
                 if data.ndim != 2 or len(data) < 2 or (data <= 0).any():
                     continue
-                slope = np.polyfit(np.log(data[:, 0]), np.log(data[:, 1]), 1)[0]
+                slope = timing.lsq_slope(data[:, 0], data[:, 1])   # the kit's fit
                 spans = data[:, 0].min() <= xs[0] and data[:, 0].max() >= xs[-1]
                 style = (ax.get("styles") or [""] * len(ax["lines"]))[i]
                 if abs(slope - 2) < 1e-3 and spans and style not in ("-", "solid"):
