@@ -6,7 +6,6 @@ import numpy as np
 
 from grader.feedback import Feedback
 from grader.reference import timing
-from grader.reference.secret.questions import MAX_WORDS, MIN_WORDS
 
 
 def timer_result(run, what, expected):
@@ -85,15 +84,17 @@ def square_guide_note(out, pairs) -> str:
             "a quadratic measurement runs parallel to it")
 
 
-# The written answer: a few sentences, in the questions' bounds; staff grade
+# The written answer: a few sentences, in the questions' bounds (their
+# MIN_WORDS, MAX_WORDS; tests/test_ex04_06.py holds them equal); staff grade
 # its content (the hidden suite collects it).
 ANSWER_NAME = "WHERE_THE_SLOPE_COMES_FROM"
+MIN_WORDS, MAX_WORDS = 5, 250
 
 
 def answer_problem(value) -> str | None:
     """Why ``value`` is not a written answer of the right form (None: it is)."""
     if value is None:
-        return f"{ANSWER_NAME} is still None: answer it in a few sentences"
+        return f"not implemented yet: {ANSWER_NAME} is still None (answer it in a few sentences)"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return (f"{ANSWER_NAME} must be text (a str), got the number {value!r}.\n"
                 "This looks like: the slope itself instead of where it comes from: say in "

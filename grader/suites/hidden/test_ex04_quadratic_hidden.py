@@ -274,8 +274,10 @@ def test_slope_explained_in_words_collected_for_staff(student, request, for_staf
                "rubric": "; ".join(SLOPE_RUBRIC)})
     problem = answer_problem(got)
     if problem:
-        raise Feedback(f"{problem}\nStaff grade it out of {SLOPE_STAFF_POINTS}, so an answer "
-                       "in another form will likely earn none of them.")
+        first, _, rest = problem.partition("\n")
+        raise Feedback(f"{first} (staff grade it out of {SLOPE_STAFF_POINTS}: an answer in "
+                       f"another form will likely earn none of them)" +
+                       (f"\n{rest}" if rest else ""))
     request.node.feedback_on_pass = (f"Collected for your course staff "
                                      f"({len(text.split())} words), who grade it out of "
                                      f"{SLOPE_STAFF_POINTS} with a rubric.")
