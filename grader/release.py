@@ -422,7 +422,8 @@ def build(out: Path, install: str | None = None, git: bool = False,
     (out / "README.md").write_text(student_readme(list(stubs), install, self_check))
     (out / ".github" / "workflows").mkdir(parents=True)
     (out / ".github" / "workflows" / "check.yml").write_text(student_workflow(self_check))
-    (out / ".gitignore").write_text("__pycache__/\n*.egg-info/\n*.png\n")
+    (out / ".gitignore").write_text("__pycache__/\n*.egg-info/\n*.png\n"
+                                    "attn-grade-output/\n")   # check's pictures
     if git:
         _git_init(out)
     return out
