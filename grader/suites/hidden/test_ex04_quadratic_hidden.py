@@ -266,7 +266,7 @@ SLOPE_RUBRIC = [
 
 @pytest.mark.points(0)
 def test_slope_explained_in_words_collected_for_staff(student, request, for_staff):
-    """WHERE_THE_SLOPE_COMES_FROM: the slope's origin in your words (staff grade it)"""
+    """WHERE_THE_SLOPE_COMES_FROM is collected for staff grading"""
     got = getattr(student, ANSWER_NAME)
     text = got.strip() if isinstance(got, str) else ""
     for_staff({"exercise": "ex04_quadratic", "question": ANSWER_NAME,
