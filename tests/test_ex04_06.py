@@ -484,3 +484,24 @@ def test_lengths_are_five_or_more_half_octaves_ending_where_the_control_is_slow(
     assert probe.pick_lengths(None, "cpu")["seq_lens"] == [1024, 1536, 2048, 3072, 4096]
     assert len(probe.pick_lengths(None, "cpu", n_points=3)["seq_lens"]) == 5
     assert len(probe.pick_lengths(None, "cpu", n_points=7)["seq_lens"]) == 7
+
+
+def test_the_slope_answer_reaches_staff_with_its_rubric(tmp_path):
+    """Collected like the questions' free text: an entry for staff (their 2
+    points, the rubric), no autograder points; a number instead of text is
+    named, in the public check as when graded."""
+    sub = tmp_path / "sub"
+    copy_solutions(sub, ["ex04_quadratic"])
+    report = grade_dir(sub, ["ex04_quadratic"], keyword="slope_explained")
+    (entry,) = report.manual
+    assert entry["exercise"] == "ex04_quadratic" and entry["points"] == 2
+    assert entry["question"] == "WHERE_THE_SLOPE_COMES_FROM" and "S*S" in entry["rubric"]
+    assert entry["answer"].startswith("Naive attention compares every query")
+    assert report.max_score == 0 and all(t.status == "passed" for t in report.tests)
+    path = sub / "ex04_quadratic.py"
+    path.write_text(path.read_text() + "\nWHERE_THE_SLOPE_COMES_FROM = 2.0\n")
+    wrong = grade_dir(sub, ["ex04_quadratic"], keyword="slope_explained")
+    assert [t.status for t in wrong.tests] == ["failed", "failed"]
+    public, hidden = wrong.tests
+    assert "This looks like: the slope itself" in public.output, public.output
+    assert "the same mistake as above" in hidden.output and "staff grade" in hidden.output
