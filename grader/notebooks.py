@@ -6,9 +6,9 @@ tagged ``attn:<exercise>`` that starts with ``%%writefile <exercise>.py``
 (running it saves the module beside the notebook), and a self-check cell
 that grades the saved module with the public suite and shows one table
 (HTML in Jupyter, text elsewhere) and the pictures the check drew with the
-student's code (exercise D's log-log plot, measured again at every check).  An exercise that imports an earlier
-one (C uses B's ``ex02_mha``) has a cell that says so and loads the earlier
-module: from its ``.py`` beside the notebook, from the earlier notebook
+student's code (exercise D's log-log plot, measured again at every check).
+An exercise that imports an earlier one (C uses B's ``ex02_mha``) has a
+cell that says so and loads the earlier module: from its ``.py`` beside the notebook, from the earlier notebook
 beside it, or (in Colab) from an upload.  Reading a notebook submission (its
 tagged cells, or the ``%%writefile exNN_name.py`` ones) is intake's:
 ``grader.submission``.
