@@ -8,8 +8,8 @@ that grades the saved module with the public suite and shows one table
 (HTML in Jupyter, text elsewhere) and the pictures the check drew with the
 student's code (exercise D's log-log plot, measured again at every check).
 An exercise that imports an earlier one (C uses B's ``ex02_mha``) has a
-cell that says so and loads the earlier module: from its ``.py`` beside the notebook, from the earlier notebook
-beside it, or (in Colab) from an upload.  Reading a notebook submission (its
+cell that says so and loads the earlier module: from its ``.py`` beside the
+notebook, from the earlier notebook beside it, or (in Colab) from an upload.  Reading a notebook submission (its
 tagged cells, or the ``%%writefile exNN_name.py`` ones) is intake's:
 ``grader.submission``.
 """
