@@ -106,7 +106,7 @@ def your_fit(student, verdict) -> str:
     lens = [s for s, _, _ in verdict.rows]
     try:
         got = float(student.loglog_slope(lens, [t for _, t, _ in verdict.rows]))
-    except (StudentError, TypeError, ValueError) as exc:
+    except (StudentError, TypeError, ValueError, OverflowError) as exc:
         return f"your loglog_slope of these times: no number ({str(exc).splitlines()[0]})"
     return f"your loglog_slope of these times: {got:.3f}"
 
