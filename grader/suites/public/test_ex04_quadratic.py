@@ -107,7 +107,8 @@ def your_fit(student, verdict) -> str:
     try:
         got = float(student.loglog_slope(lens, [t for _, t, _ in verdict.rows]))
     except (StudentError, TypeError, ValueError, OverflowError) as exc:
-        return f"your loglog_slope of these times: no number ({str(exc).splitlines()[0]})"
+        why = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return f"your loglog_slope of these times: no number ({why})"
     return f"your loglog_slope of these times: {got:.3f}"
 
 
