@@ -5,10 +5,11 @@ install cell (for Colab or a fresh environment), the stub in a code cell
 tagged ``attn:<exercise>`` that starts with ``%%writefile <exercise>.py``
 (running it saves the module beside the notebook), and a self-check cell
 that grades the saved module with the public suite and shows one table
-(HTML in Jupyter, text elsewhere).  An exercise that imports an earlier
-one (C uses B's ``ex02_mha``) has a cell that says so and loads the earlier
-module: from its ``.py`` beside the notebook, from the earlier notebook
-beside it, or (in Colab) from an upload.  Reading a notebook submission (its
+(HTML in Jupyter, text elsewhere) and the pictures the check drew with the
+student's code (exercise D's log-log plot, measured again at every check).
+An exercise that imports an earlier one (C uses B's ``ex02_mha``) has a
+cell that says so and loads the earlier module: from its ``.py`` beside the
+notebook, from the earlier notebook beside it, or (in Colab) from an upload.  Reading a notebook submission (its
 tagged cells, or the ``%%writefile exNN_name.py`` ones) is intake's:
 ``grader.submission``.
 """
@@ -219,40 +220,54 @@ class CheckResult:
                 "the grade)</p>")
 
 
-def _show_plot(exercise: str, folder: Path) -> None:
-    """Show exercise D's plot inline: the student's own measure_scaling and
-    plot_scaling, run here in the student's own kernel on small lengths."""
-    if exercise != "ex04_quadratic":
-        return
+# Where a notebook's self-check writes the files made for the student (the
+# ex04 plot): beside the notebook, as ``attn-grade check`` writes them beside
+# the course folder.
+ARTIFACTS = "attn-grade-output"
+# The picture each exercise's public check draws with the student's code.
+PICTURES = {"ex04_quadratic": ("ex04_scaling.png",)}
+
+
+def _stamps(exercise: str, folder: Path) -> dict:
+    """{picture: (inode, modification time)} of the exercise's pictures now
+    (None where there is none): a picture the check writes is renamed into
+    place (``grader.artifacts``), so a new one has a new stamp."""
+    out = {}
+    for name in PICTURES.get(exercise, ()):
+        try:
+            st = (folder / ARTIFACTS / name).stat()
+            out[name] = (st.st_ino, st.st_mtime_ns)
+        except OSError:
+            out[name] = None
+    return out
+
+
+def _show_pictures(exercise: str, folder: Path, before: dict) -> list[Path]:
+    """Show inline the pictures this self-check drew (the ex04 plot of the
+    student's own measurement, drawn by their plot_scaling in the check's
+    sandbox), never one left from an earlier run (``before``: ``_stamps``
+    taken before it): after an edit, the picture is the new code's.
+    Returns those shown."""
+    after = _stamps(exercise, folder)
+    fresh = [folder / ARTIFACTS / name for name, stamp in after.items()
+             if stamp is not None and stamp != before.get(name)]
     try:
         from IPython import get_ipython
         from IPython.display import Image, display
     except ImportError:
-        return
-    if get_ipython() is None:   # a plain console: the text table is all
-        return
-    images = sorted(folder.glob(f"{exercise.split('_')[0]}*.png"))
-    if not images:
-        try:
-            sys.path.insert(0, str(folder))
-            import importlib
-            module = importlib.import_module(exercise)
-            module = importlib.reload(module)
-            path = folder / "ex04_scaling.png"
-            module.plot_scaling(module.measure_scaling([128, 256, 512]), str(path))
-            images = [path] if path.exists() else []
-        except Exception as exc:  # the student's code: say why there is no plot
-            print(f"(no plot: {type(exc).__name__}: {exc})")
-        finally:
-            with contextlib.suppress(ValueError):
-                sys.path.remove(str(folder))
-    for image in images:
+        return fresh
+    if get_ipython() is None:   # a plain console: the text table names the file
+        return fresh
+    for image in fresh:
         display(Image(filename=str(image)))
+    return fresh
 
 
 def self_check(exercise: str, folder: str | os.PathLike = ".") -> CheckResult:
     """Grade the saved module with the public suite; the table comes back as a
-    ``CheckResult`` (a notebook shows it as HTML, a console as text)."""
+    ``CheckResult`` (a notebook shows it as HTML, a console as text), and the
+    pictures the check drew (exercise D's plot, in ``attn-grade-output``
+    beside the notebook) are shown inline."""
     from grader.core import Options, grade
     from grader.report import to_text
 
@@ -265,9 +280,11 @@ def self_check(exercise: str, folder: str | os.PathLike = ".") -> CheckResult:
     if missing:
         return CheckResult(f"{exercise}.py imports {', '.join(missing)}, which is not beside "
                            "this notebook: run the cell that loads your earlier exercise.")
-    report = grade(folder, Options(suite="public", exercises=[exercise]))
+    before = _stamps(exercise, folder)
+    report = grade(folder, Options(suite="public", exercises=[exercise],
+                                   artifacts_dir=folder / ARTIFACTS))
     report.submission = f"{exercise}.py"
-    _show_plot(exercise, folder)
+    _show_pictures(exercise, folder, before)
     return CheckResult(to_text(report, public_only=True), report)
 
 

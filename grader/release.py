@@ -11,13 +11,21 @@ answer to ex07; only the hidden GPU suite's speed grade runs it), the
 package's tests and benchmarks, and the instructors' tools (release,
 Gradescope bundle, GPU calibration).
 
-Grading-only code: a few of the grader's own helpers are working answers to
-student tasks (``measure.time_call`` is a ``time_fn``, ``timing.lsq_slope`` a
-``loglog_slope``, ``runtime/probes/ex06_gqa_intensity.py`` counts the bytes an op reads, as
-``measure_intensity`` must).  ``GRADING_ONLY`` names them; the edition ships
-each as a stub that raises ``GradingOnly``, a pytest skip: the public check
-that needs one says "not checked in the student edition" and runs when
-graded.
+The measuring kit ships (issue 26): the grader's timer
+(``measure.time_call``), its log-log fit (``timing.lsq_slope``) and the
+worker's op tracer (``runtime/probes/ex06_gqa_intensity.py``) measure; they
+answer nothing, since what a check compares with (the reference values) stays
+secret and is replayed.  So the student edition measures exercises D, F and
+H on the student's own machine, as the graded run does.  ``MEASURING_KIT``
+names those functions, which do what a student task also does (a student's
+module that imports them is held for review: ``grader.sandbox.reach``);
+tests/test_release.py finds no other such function in the edition.
+
+Grading-only code: grader code that would be a working answer to a student
+task and cannot ship.  ``GRADING_ONLY`` names it (nothing today); the
+edition ships each as a stub that raises ``GradingOnly``, a pytest skip: the
+public check that needs one says "not checked in the student edition" and
+runs when graded.
 """
 from __future__ import annotations
 
@@ -35,10 +43,15 @@ PACKAGE_NAME = "attn-course-student"
 INSTRUCTOR_ONLY = {"release.py", "gradescope.py", "calibrate.py"}
 # Grader code that is a working answer to a student task: {file under
 # grader/: functions}, None for the whole module.  Shipped as stubs.
-GRADING_ONLY = {
-    "sandbox/runtime/measure.py": ("time_call",),               # ex04's time_fn
-    "reference/timing.py": ("lsq_slope",),                      # ex04's loglog_slope
-    "sandbox/runtime/probes/ex06_gqa_intensity.py": None,       # ex06's byte counting
+GRADING_ONLY: dict[str, tuple | None] = {}
+# The measuring kit: grader functions that ship although they do what a
+# student task does, {file under grader/: functions}.  Measuring is not
+# answering: a timer, a fit and a trace give the student's own numbers, and
+# every verdict on them compares with a replayed or recomputed reference.
+MEASURING_KIT = {
+    "sandbox/runtime/measure.py": ("time_call",),             # a timer, as ex04's time_fn
+    "reference/timing.py": ("lsq_slope",),                    # a fit, as ex04's loglog_slope
+    "sandbox/runtime/probes/ex06_gqa_intensity.py": ("_traced",),  # counts, as ex06's task
 }
 GRADING_ONLY_NOTE = ("not checked in the student edition: this check needs grader code "
                      "that would answer an exercise (the graded run has it)")
@@ -74,12 +87,16 @@ dependencies = [
     "pytest>=7.4",
     "click>=8.1",
     "nbformat>=5.9",
+    # exercise D's log-log plot, drawn by check (and shown in its notebook)
+    "matplotlib>=3.7",
     # Linux only; exercise G (the Triton kernel) needs it, the rest does not.
     # The floors are the instructors' (tests/test_versions.py holds them equal).
     "triton>=3.5; sys_platform == 'linux'",
 ]
 
 [project.optional-dependencies]
+# kept so that `pip install -e ".[plot]"` (older instructions) still works;
+# matplotlib is a dependency now
 plot = ["matplotlib>=3.7"]
 
 [project.scripts]
@@ -98,11 +115,11 @@ STUDENT_README = """\
 # Attention, the exercises
 
 ```bash
-pip install -e ".[plot]"    # this folder, as the package {name} (plot: matplotlib, for D's plot)
+pip install -e .            # this folder, as the package {name} (matplotlib included)
 attn-grade check            # check your exercises with the public tests
 ```
 
-Notebooks on your machine: `pip install -e ".[plot]" jupyterlab`, then
+Notebooks on your machine: `pip install -e . jupyterlab`, then
 `jupyter lab notebooks/` (each notebook's first cell finds the checker
 installed).
 
@@ -133,16 +150,24 @@ Each test shows its points and, when it fails, what was expected, what came
 back (first mismatch, max error) and which known mistake it looks like.
 These are the public tests: your instructor grades with more (random
 shapes, both precisions, properties), so a clean check is a first step, not
-a promise. A few public checks say "not checked in the student edition":
-they need the instructors' reference (or grader code that would answer an
-exercise, like its own timer) and run when you are graded.
+a promise. A reference answer this edition cannot replay from the
+instructors' record (one asked only for data your code made) says "not
+checked in the student edition"; it is checked when you are graded.
 
 On a machine without a GPU, install the CPU build of PyTorch first
 (`pip install torch --index-url https://download.pytorch.org/whl/cpu`).
 {triton}, which has Linux wheels only; on macOS and Windows
 every other exercise works, and {triton_letters} says that it needs Triton (use Colab or
-Linux for it). Exercises D-F measure your machine: close other heavy
-programs while they run.
+Linux for it).
+
+Exercises D, E, F and H measure your code on your machine, as the grading
+machine will: D shows your times, the fitted slope and your log-log plot
+(`attn-grade-output/ex04_scaling.png`, `--artifacts` to put it elsewhere;
+its notebook shows it), E your TFLOP/s and GB/s against this machine's
+measured peaks, F the intensity counted from your decode's operations, H
+the trace of your absorbed decode. Close other heavy programs while they
+run: a check the machine was too busy to judge says "not graded" and is
+judged again when you are graded.
 
 ## Your identifier (exercise A)
 
@@ -203,7 +228,7 @@ jobs:
       - uses: actions/setup-python@v5
         with:
           python-version: "3.11"
-      - run: python -m pip install -e ".[plot]"
+      - run: python -m pip install -e .
       - name: Public tests (the hidden ones decide the grade)
         shell: bash
         # pipefail: a failing check fails the job, not just tee
@@ -427,7 +452,8 @@ def build(out: Path, install: str | None = None, git: bool = False,
     (out / "README.md").write_text(student_readme(list(stubs), install, self_check))
     (out / ".github" / "workflows").mkdir(parents=True)
     (out / ".github" / "workflows" / "check.yml").write_text(student_workflow(self_check))
-    (out / ".gitignore").write_text("__pycache__/\n*.egg-info/\n*.png\n")
+    (out / ".gitignore").write_text("__pycache__/\n*.egg-info/\n*.png\n"
+                                    "attn-grade-output/\n")   # check's pictures
     if git:
         _git_init(out)
     return out

@@ -14,8 +14,23 @@ exercise you time it and watch the quadratic appear on a real machine.
    often push it a little above 2: that is a real effect, not an error).
 4. ``score_matrix_bytes`` and ``max_naive_seq_len``: the memory wall of the
    naive approach (the chapter's 34.4 GB score tensor).
-5. ``plot_scaling``: a log-log plot of your measurement (needs matplotlib:
-   ``pip install matplotlib``; Colab has it).
+5. ``plot_scaling``: a log-log plot of your measurement with a dashed
+   ``S**2`` guide (matplotlib: a dependency of the course package; Colab
+   has it).
+6. ``WHERE_THE_SLOPE_COMES_FROM``: in a few sentences (5 to 250 words, a
+   ``str``), where the slope of your measurement comes from: which work
+   grows like ``S**2``, and why a measured slope sits near 2 but not
+   exactly at it.  Collected for your course staff, who grade it with a
+   rubric (no autograder points).
+
+``attn-grade check ex04`` measures your ``measure_scaling`` on your machine,
+as grading does: at five or more lengths of the chapter's 128 to 4096 in
+half-octave steps (128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072,
+4096), the longest being where the grader's own naive attention takes about
+20 ms on a CPU (one thread), 10 ms on a GPU, or 4096.  It shows your times
+next to the grader's control, the fitted slope (the grader's fit and your
+``loglog_slope``), and writes your ``plot_scaling`` of them as
+``ex04_scaling.png`` into its output folder (``attn-grade-output``).
 
 Conventions: ``B`` batch, ``h`` heads, ``S`` sequence length, ``d_head``
 head width; tensors are ``(B, h, S, d_head)``.  Causal masks are aligned to
@@ -88,7 +103,8 @@ def measure_scaling(seq_lens, *, batch=1, n_heads=4, d_head=64, device="cpu",
     For each ``S``, make random ``q``, ``k``, ``v`` of shape
     ``(batch, n_heads, S, d_head)`` with ``dtype`` on ``device`` and time
     ``naive_attention(q, k, v)`` with ``time_fn``.  Returns
-    ``{S: seconds}``.
+    ``{S: seconds}``, one entry per length asked (any lengths: the check
+    asks for one at a time).
     """
     # BEGIN SOLUTION
     results = {}
@@ -169,3 +185,15 @@ def plot_scaling(results, path):
     fig.savefig(path)
     plt.close(fig)
     # END SOLUTION
+
+
+# BEGIN SOLUTION
+WHERE_THE_SLOPE_COMES_FROM = (
+    "Naive attention compares every query with every key: the S x S score matrix, its "
+    "softmax and the product of the weights with V each cost work proportional to S * S "
+    "(times d_head), so the time grows like S**2 and the log-log slope is the exponent, "
+    "2. The parts that grow like S (making q, k and v, the output) and the fixed cost of "
+    "each call matter at short lengths and pull a measured slope below 2; on a CPU the "
+    "S x S tensors outgrow the caches as S rises, which makes long lengths slower per "
+    "element and pushes the slope a little above 2.")
+# END SOLUTION

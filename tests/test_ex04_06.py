@@ -320,6 +320,10 @@ def plot_scaling(results, path):
     plt.yscale("log")
     plt.savefig(path)
     plt.close()
+
+WHERE_THE_SLOPE_COMES_FROM = """All S queries meet all S keys, so the score matrix and
+the weighted sum are S*S work: the exponent of that power law is the slope. Overheads
+lower it for short inputs; caches can raise it on a CPU."""
 '''
 
 ALT_EX05 = '''
@@ -484,3 +488,58 @@ def test_a_timer_module_with_a_dataclass_is_judged_on_the_stand_in_gpu(tmp_path)
     report = grade_dir(sub, ["ex04_quadratic"], keyword="synchronizes_the_gpu")
     (test,) = report.tests
     assert test.status == "passed" and test.score == test.max_score == 1, test.output
+
+
+def test_the_slope_answer_is_judged_in_the_questions_bounds():
+    """D's written answer: a few sentences, as the questions' free text; a
+    number (the slope itself) is named; the stub's None is "not implemented"."""
+    from grader.reference import ex04_checks as c
+    from grader.reference.secret import questions as q
+
+    assert (c.MIN_WORDS, c.MAX_WORDS) == (q.MIN_WORDS, q.MAX_WORDS)
+    assert c.answer_problem("The S by S scores cost S squared work.") is None
+    assert "not implemented" in c.answer_problem(None)
+    assert "This looks like: the slope itself" in c.answer_problem(2.0)
+    assert "has 2 words" in c.answer_problem("quadratic work")
+    assert "a str" in c.answer_problem(["S", "S"])
+
+
+def test_lengths_are_five_or_more_half_octaves_ending_where_the_control_is_slow(monkeypatch):
+    """pick_lengths walks the chapter's grid (128..4096, half octaves) up to
+    the first length whose control takes the target, and takes five lengths
+    ending there: the grid's first five on a slow machine, up to 4096 on a
+    fast one."""
+    from grader.sandbox.runtime.probes import ex04_quadratic as probe
+
+    def fake(cost_per_s2):
+        return lambda lens, *a, **k: [cost_per_s2 * s * s for s in lens]
+
+    monkeypatch.setattr(probe, "_ref_times", fake(0.02 / 1024 ** 2))   # 20 ms at 1024
+    assert probe.pick_lengths(None, "cpu")["seq_lens"] == [256, 384, 512, 768, 1024]
+    monkeypatch.setattr(probe, "_ref_times", fake(1.0))                # slow even at 128
+    assert probe.pick_lengths(None, "cpu")["seq_lens"] == [128, 192, 256, 384, 512]
+    monkeypatch.setattr(probe, "_ref_times", fake(1e-12))              # never slow
+    assert probe.pick_lengths(None, "cpu")["seq_lens"] == [1024, 1536, 2048, 3072, 4096]
+    assert len(probe.pick_lengths(None, "cpu", n_points=3)["seq_lens"]) == 5
+    assert len(probe.pick_lengths(None, "cpu", n_points=7)["seq_lens"]) == 7
+
+
+def test_the_slope_answer_reaches_staff_with_its_rubric(tmp_path):
+    """Collected like the questions' free text: an entry for staff (their 2
+    points, the rubric), no autograder points; a number instead of text is
+    named, in the public check as when graded."""
+    sub = tmp_path / "sub"
+    copy_solutions(sub, ["ex04_quadratic"])
+    report = grade_dir(sub, ["ex04_quadratic"], keyword="slope_explained")
+    (entry,) = report.manual
+    assert entry["exercise"] == "ex04_quadratic" and entry["points"] == 2
+    assert entry["question"] == "WHERE_THE_SLOPE_COMES_FROM" and "S*S" in entry["rubric"]
+    assert entry["answer"].startswith("Naive attention compares every query")
+    assert report.max_score == 0 and all(t.status == "passed" for t in report.tests)
+    path = sub / "ex04_quadratic.py"
+    path.write_text(path.read_text() + "\nWHERE_THE_SLOPE_COMES_FROM = 2.0\n")
+    wrong = grade_dir(sub, ["ex04_quadratic"], keyword="slope_explained")
+    assert [t.status for t in wrong.tests] == ["failed", "failed"]
+    public, hidden = wrong.tests
+    assert "This looks like: the slope itself" in public.output, public.output
+    assert "the same mistake as above" in hidden.output and "staff grade" in hidden.output

@@ -255,3 +255,34 @@ def test_the_ex04_plot_is_shown_inline(notebooks, tmp_path):
     work.mkdir()
     done = _execute(_with_solution(notebooks, "ex04_quadratic", work / "ex04.ipynb"), work)
     assert _outputs(done.cells[-1], "image/png"), done.cells[-1].outputs
+
+
+def test_the_notebook_shows_only_a_picture_this_check_drew(tmp_path):
+    """A plot left from an earlier check is never shown as the new code's; a
+    plot the check wrote (renamed into place by grader.artifacts) is."""
+    from grader import artifacts
+    from grader.notebooks import ARTIFACTS, _show_pictures, _stamps
+
+    art = tmp_path / ARTIFACTS
+    artifacts.save(art, "ex04_scaling.png", b"\x89PNG old")
+    before = _stamps("ex04_quadratic", tmp_path)
+    assert _show_pictures("ex04_quadratic", tmp_path, before) == []        # stale
+    artifacts.save(art, "ex04_scaling.png", b"\x89PNG new")
+    assert _show_pictures("ex04_quadratic", tmp_path, before) == [art / "ex04_scaling.png"]
+    assert _show_pictures("ex02_mha", tmp_path, _stamps("ex02_mha", tmp_path)) == []
+
+
+@pytest.mark.slow
+def test_the_self_check_of_d_draws_the_students_own_plot(tmp_path):
+    """The notebook's self-check measures D in the sandbox, as check does, and
+    writes the student's plot beside the notebook (shown inline in Jupyter)."""
+    from grader.notebooks import ARTIFACTS, self_check
+
+    copy_solutions(tmp_path, ["ex04_quadratic"])
+    plot = tmp_path / ARTIFACTS / "ex04_scaling.png"
+    result = self_check("ex04_quadratic", tmp_path)
+    text = str(result)
+    if "machine too noisy" not in text:
+        assert "your log-log plot: ex04_scaling.png" in text, text
+    assert plot.read_bytes().startswith(b"\x89PNG"), text
+    assert "log-log slope: yours" in text and "your loglog_slope" in text, text

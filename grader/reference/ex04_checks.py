@@ -1,6 +1,7 @@
 """Checks that exercise D's public and hidden suites share (shipped with the
-public suite): a timer's result against what its calls really took, and a
-plot's lines against log-log axes."""
+public suite): a timer's result against what its calls really took, a
+plot's lines against log-log axes (and its dashed S**2 guide), and the form
+of the written answer ``WHERE_THE_SLOPE_COMES_FROM``."""
 import numpy as np
 
 from grader.feedback import Feedback
@@ -62,3 +63,46 @@ def check_loglog(out, pairs):
     raise Feedback("plot_scaling's figure has no line of time against S on log-log axes "
                    f"(axes scales found: {scales}); use ax.loglog(...) or set both scales "
                    f"to 'log'{named}")
+
+
+def square_guide_note(out, pairs) -> str:
+    """A line for the feedback: whether the figure draws the dashed ``S**2``
+    guide the docstring asks for (advice: the log-log line is what is graded)."""
+    xs = np.array(sorted(p[0] for p in pairs), dtype=float)
+    for axes in out["saved"]:
+        for ax in axes:
+            for i, line in enumerate(ax["lines"]):
+                data = np.asarray(line, dtype=float)
+                if data.ndim != 2 or len(data) < 2 or (data <= 0).any():
+                    continue
+                slope = timing.lsq_slope(data[:, 0], data[:, 1])   # the kit's fit
+                spans = data[:, 0].min() <= xs[0] and data[:, 0].max() >= xs[-1]
+                style = (ax.get("styles") or [""] * len(ax["lines"]))[i]
+                if abs(slope - 2) < 1e-3 and spans and style not in ("-", "solid"):
+                    return "the dashed S**2 guide is there: a slope-2 line to read yours against"
+    return ("tip: draw the dashed S**2 guide too (times[0] * (S / S[0])**2, linestyle '--'): "
+            "a quadratic measurement runs parallel to it")
+
+
+# The written answer: a few sentences, in the questions' bounds (their
+# MIN_WORDS, MAX_WORDS; tests/test_ex04_06.py holds them equal); staff grade
+# its content (the hidden suite collects it).
+ANSWER_NAME = "WHERE_THE_SLOPE_COMES_FROM"
+MIN_WORDS, MAX_WORDS = 5, 250
+
+
+def answer_problem(value) -> str | None:
+    """Why ``value`` is not a written answer of the right form (None: it is)."""
+    if value is None:
+        return f"not implemented yet: {ANSWER_NAME} is still None (answer it in a few sentences)"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (f"{ANSWER_NAME} must be text (a str), got the number {value!r}.\n"
+                "This looks like: the slope itself instead of where it comes from: say in "
+                "words which work grows like S**2 and why the measured slope may differ")
+    if not isinstance(value, str):
+        return f"{ANSWER_NAME} must be text (a str), got {type(value).__name__}"
+    words = len(value.split())
+    if not MIN_WORDS <= words <= MAX_WORDS:
+        return (f"{ANSWER_NAME} has {words} words; write a few sentences ({MIN_WORDS} to "
+                f"{MAX_WORDS} words)")
+    return None

@@ -1,7 +1,7 @@
 """Checks that exercise F's public and hidden suites share (shipped with the
 public suite): seeded decode inputs, grouped decode against the reference,
-and a student's counted FLOPs, bytes and intensities against the grader's
-count of the same call."""
+a student's counted FLOPs, bytes and intensities against the grader's
+count of the same call, and a trace's K/V never repeated per query head."""
 import torch
 
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
@@ -127,3 +127,29 @@ def check_table(run, h, kv_heads, s, d):
         raise Feedback(f"{what}: the intensity must rise with h / h_kv (fall as h_kv grows); "
                        f"got {dict((r[0], round(r[2], 3)) for r in rows)}")
     return rows
+
+
+def check_not_repeated(trace, *, b, h, h_kv, s, d, bytes_per_elem=2):
+    """Feedback when the traced ``gqa_decode_attention`` (``probes.
+    ex06_gqa_intensity.trace``) saw too little to judge, or allocated K or V
+    repeated for every query head (a tensor of ``B*h*S*d_head`` elements)."""
+    ops = trace["ops"]
+    cache_bytes = 2 * (b * h_kv * s * d) * bytes_per_elem
+    seen = sum(o["read"] for o in ops)
+    if seen < cache_bytes:
+        raise Feedback(
+            f"the grader's trace of gqa_decode_attention (B={b}, h={h}, h_kv={h_kv}, S={s}, "
+            f"d_head={d}) saw {seen:,} bytes read, less than K and V ({cache_bytes:,} bytes): "
+            "the work ran where PyTorch's dispatch cannot see it, so the grader cannot "
+            "check that K/V are not repeated. Use ordinary PyTorch ops.")
+    big = rl.materialized(ops, b * h * s * d) if h_kv < h else []
+    if big:
+        names = ", ".join(sorted({o["op"] for o in big}))
+        raise Feedback(
+            f"with h={h} query heads over h_kv={h_kv} KV heads (B={b}, S={s}, d_head={d}), "
+            f"your gqa_decode_attention allocated a tensor of {big[0]['out_numel'][0]:,} "
+            f"elements (B*h*S*d_head = {b * h * s * d:,}; op: {names}, shape "
+            f"{big[0]['out_shapes'][0]}): K or V repeated for every query head.\n"
+            "This looks like: repeat_interleave (or expand(...).reshape/contiguous) of the "
+            "cache. Reshape q to (B, h_kv, h/h_kv, d_head) instead, so that each K/V head is "
+            "read once for its whole group.")

@@ -38,7 +38,9 @@ CONTROL_RANGE = (1.4, 4.0)
 # than this were disturbed: the student's run in between cannot be judged.
 CONTROL_AGREEMENT = 0.5
 # The student's slope may sit this far outside [min(controls, 2), max(controls, 2)]:
-# per-length noise moves a 3-point slope by up to ~0.3 on a busy 2-core machine.
+# per-length noise moved a 3-point slope by up to ~0.3 on a busy 2-core machine.
+# Kept for the five half-octave lengths the probe picks now (the same 4x span
+# of S, more points: a steadier fit, never a narrower band).
 SLOPE_MARGIN = 0.35
 # A reported time must lie within the span of the calls the grader saw it
 # make (any of median, mean or min of them does), widened by these factors

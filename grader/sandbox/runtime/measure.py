@@ -101,8 +101,8 @@ def cpu_clock(device=None):
 def best_seconds(fn, *args, repeats: int = 5, device=None, clock=time.perf_counter) -> float:
     """The fastest of ``repeats + 1`` synchronized calls (the slow first call
     is simply never the fastest).  A peak is what the machine can do, and
-    noise only ever slows a run.  Not ``time_call``: that one is a working
-    ``time_fn`` and stays out of the student edition (grader.release)."""
+    noise only ever slows a run (``time_call`` takes the median: a
+    measurement, not a peak)."""
     best = float("inf")
     for _ in range(repeats + 1):
         synchronize(device)

@@ -13,7 +13,8 @@ from grader.reference.secret import roofline as rl
 from grader.reference import timing
 from grader.reference.cases import fixed_rng, fixed_seed, on_case, rng_for
 # one definition of how a timer and a plot are judged, the public suite's
-from grader.reference.ex04_checks import check_loglog, timer_result
+from grader.reference.ex04_checks import ANSWER_NAME, answer_problem, check_loglog, \
+    timer_result
 
 pytestmark = [pytest.mark.exercise("ex04_quadratic"), pytest.mark.hidden]
 
@@ -247,3 +248,36 @@ def test_plot_scaling_hidden(student):
     if not out["exists"]:
         raise Feedback("plot_scaling did not write the file at the path it was given")
     check_loglog(out, pairs)
+
+
+# The written answer on the slope, for staff: their points and rubric (the
+# autograder gives none, as for the questions' free text).
+SLOPE_STAFF_POINTS = 2
+SLOPE_RUBRIC = [
+    "names the S*S work: every query is compared with every key (the S x S score "
+    "matrix, its softmax and the weights times V), so time grows like S**2 and the "
+    "log-log slope is the exponent 2",
+    "says why a measurement sits near but not at 2: terms linear in S (the projections "
+    "are not timed here, but q, k, v and the output are S x d_head) and call overhead "
+    "pull it below at short lengths; caches and memory traffic of the growing S x S "
+    "tensor push a CPU above it",
+]
+
+
+@pytest.mark.points(0)
+def test_slope_explained_in_words_collected_for_staff(student, request, for_staff):
+    """WHERE_THE_SLOPE_COMES_FROM is collected for staff grading"""
+    got = getattr(student, ANSWER_NAME)
+    text = got.strip() if isinstance(got, str) else ""
+    for_staff({"exercise": "ex04_quadratic", "question": ANSWER_NAME,
+               "points": SLOPE_STAFF_POINTS, "answer": text,
+               "rubric": "; ".join(SLOPE_RUBRIC)})
+    problem = answer_problem(got)
+    if problem:
+        first, _, rest = problem.partition("\n")
+        raise Feedback(f"{first} (staff grade it out of {SLOPE_STAFF_POINTS}: an answer in "
+                       f"another form will likely earn none of them)" +
+                       (f"\n{rest}" if rest else ""))
+    request.node.feedback_on_pass = (f"Collected for your course staff "
+                                     f"({len(text.split())} words), who grade it out of "
+                                     f"{SLOPE_STAFF_POINTS} with a rubric.")

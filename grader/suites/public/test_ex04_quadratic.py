@@ -10,7 +10,8 @@ from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference.secret import attention as ref
 from grader.reference.secret import roofline as rl
 from grader.reference import timing
-from grader.reference.ex04_checks import check_loglog, timer_result
+from grader.reference.ex04_checks import (ANSWER_NAME, answer_problem, check_loglog,
+                                          square_guide_note, timer_result)
 from grader.sandbox.client import StudentError
 
 pytestmark = [pytest.mark.exercise("ex04_quadratic"),
@@ -99,6 +100,25 @@ def save_plot(student, artifacts_dir, pairs) -> str:
     return f"your log-log plot: {name} (in the output folder)"
 
 
+def your_fit(student, verdict) -> str:
+    """The slope the student's own loglog_slope fits to their times (shown, not
+    graded here: test_loglog_slope_of_a_power_law grades it)."""
+    lens = [s for s, _, _ in verdict.rows]
+    try:
+        got = float(student.loglog_slope(lens, [t for _, t, _ in verdict.rows]))
+    except (StudentError, TypeError, ValueError, OverflowError) as exc:
+        why = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return f"your loglog_slope of these times: no number ({why})"
+    return f"your loglog_slope of these times: {got:.3f}"
+
+
+def measured_text(student, artifacts_dir, verdict, device, threads) -> str:
+    """The student's own measurement: the table, their fitted slope, their plot."""
+    lines = [timing.scaling_table(verdict, device, threads), your_fit(student, verdict)]
+    note = save_plot(student, artifacts_dir, [[s, t] for s, t, _ in verdict.rows])
+    return "\n".join(lines + ([note] if note else []))
+
+
 @pytest.mark.points(3)
 @pytest.mark.timeout_s(180)
 @pytest.mark.nothing_to_record
@@ -118,10 +138,8 @@ def test_measure_scaling_shows_the_quadratic(student, request, machine, artifact
     last = verdicts[-1]
     if final == timing.PASS:
         good = next(v for v in verdicts if v.status == timing.PASS)
-        table = timing.scaling_table(good, device, threads)
-        pairs = [[s, t] for s, t, _ in good.rows]
-        note = save_plot(student, artifacts_dir, pairs)
-        request.node.feedback_on_pass = table + ("\n" + note if note else "")
+        request.node.feedback_on_pass = measured_text(student, artifacts_dir, good, device,
+                                                      threads)
         return
     if final == timing.FAIL:
         failing = next((v for v in verdicts if v.status == timing.FAIL), last)
@@ -131,13 +149,16 @@ def test_measure_scaling_shows_the_quadratic(student, request, machine, artifact
                     f"what this machine shows: {failing.message}.\nCheck that measure_scaling "
                     "times naive_attention at each requested length (with time_fn).")
         if failing.rows:
-            text += "\n" + timing.scaling_table(failing, device, threads)
+            text += "\n" + measured_text(student, artifacts_dir, failing, device, threads)
         raise Feedback(text)
-    pytest.skip(f"not graded: machine too noisy ({last.message})")
+    shown = next((v for v in reversed(verdicts) if v.rows), None)
+    table = ("\n" + measured_text(student, artifacts_dir, shown, device, threads)) \
+        if shown else ""
+    pytest.skip(f"not graded: machine too noisy ({last.message}){table}")
 
 
 @pytest.mark.points(1)
-def test_plot_scaling_is_loglog(student):
+def test_plot_scaling_is_loglog(student, request):
     """plot_scaling saves a log-log plot"""
     pairs = [[256, 0.0012], [512, 0.0051], [1024, 0.021]]
     out = student.probe("ex04_quadratic.plot", pairs)
@@ -150,3 +171,12 @@ def test_plot_scaling_is_loglog(student):
         raise Feedback("plot_scaling wrote a file that is not a PNG image (the path ends "
                        "in .png: let matplotlib's savefig pick the format from it)")
     check_loglog(out, pairs)
+    request.node.feedback_on_pass = square_guide_note(out, pairs)
+
+
+@pytest.mark.points(0)
+def test_slope_explained_in_words(student):
+    """WHERE_THE_SLOPE_COMES_FROM: the slope's origin in your words (staff grade it)"""
+    problem = answer_problem(getattr(student, ANSWER_NAME))
+    if problem:
+        raise Feedback(problem)

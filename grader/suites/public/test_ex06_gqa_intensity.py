@@ -4,7 +4,8 @@ import pytest
 
 from grader.feedback import Feedback, check_close, check_equal
 from grader.reference.secret import roofline as rl
-from grader.reference.ex06_checks import check_gqa_decode, check_table, decode_inputs
+from grader.reference.ex06_checks import (check_gqa_decode, check_not_repeated, check_table,
+                                          decode_inputs)
 
 pytestmark = [pytest.mark.exercise("ex06_gqa_intensity"),
               pytest.mark.usefixtures("machine_peaks")]   # measured before the first test
@@ -32,8 +33,13 @@ def test_decode_intensity_long_context(student):
 @pytest.mark.timeout_s(120)
 def test_intensity_table_measured(student, request):
     """intensity_table(): each intensity counted from the executed ops, rising with h / h_kv"""
+    # The traces also show whether K/V were copied per query head (diagnosed as
+    # when graded: ex06_checks.check_not_repeated).
     h, kv_heads, s, d = 32, (1, 8, 32), 4096, 128
     run = student.probe("ex06_gqa_intensity.table_run", h, list(kv_heads), s, d)
+    for h_kv in kv_heads:      # the traced calls themselves first: a copy of K/V is named
+        if str(h_kv) in run.get("traces", {}):
+            check_not_repeated(run["traces"][str(h_kv)], b=1, h=h, h_kv=h_kv, s=s, d=d)
     rows = check_table(run, h, kv_heads, s, d)
     lines = [f"{'h_kv':>5} {'h/h_kv':>7} {'ideal':>7} {'yours':>7} {'grader':>15}   "
              f"(h={h}, S={s}, d_head={d}, fp16)"]

@@ -234,37 +234,47 @@ def _ref_times(seq_lens, device, batch, n_heads, d_head, dtype, repeats=5, clock
     return out
 
 
-def pick_lengths(module, device="cpu", batch=1, n_heads=4, d_head=64, target_s=None,
-                 n_points=3):
-    """Lengths where the quadratic dominates on this device: double S from 128
-    until the control takes ``target_s``, then take that S and the
-    ``n_points - 1`` halvings below it.
+# The chapter's lengths, 128 to 4096, in half-octave steps (each a multiple of
+# 64): five consecutive ones span a factor of 4 in S, 16 in time.
+LENGTH_GRID = (128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+MIN_POINTS = 5     # a slope fitted to five lengths, never fewer
 
-    ``target_s``: 20 ms on a CPU (at one thread, 1024 on the machine this was
-    written on; the smallest length, a quarter of it, still spends most of its
-    time in the S*S work rather than in call overhead), 10 ms on a GPU (there,
-    launch overhead is ~10 us per kernel, so the smallest point still runs
-    ~100x longer than the overhead).  The largest score tensor is kept under
-    a sixth of free GPU memory (scores, softmax and mask live at once)."""
+
+def pick_lengths(module, device="cpu", batch=1, n_heads=4, d_head=64, target_s=None,
+                 n_points=MIN_POINTS):
+    """Lengths where the quadratic dominates on this device: walk up
+    ``LENGTH_GRID`` until the control takes ``target_s`` (or the grid, or the
+    device's memory, ends), then take that S and the ``n_points - 1`` grid
+    lengths below it (at least ``MIN_POINTS``; the grid's first ones when the
+    machine is slow even at 128).
+
+    ``target_s``: 20 ms on a CPU (at one thread, S about 1024 on the machine
+    this was written on; the smallest length, a quarter of it, still spends
+    most of its time in the S*S work rather than in call overhead), 10 ms on
+    a GPU (there, launch overhead is ~10 us per kernel, so the smallest point
+    still runs ~100x longer than the overhead; a GPU fast enough reaches the
+    chapter's 4096).  The largest score tensor is kept under a sixth of free
+    GPU memory (scores, softmax and mask live at once)."""
     cuda = torch.device(device).type == "cuda"
     target_s = target_s or (0.01 if cuda else 0.02)
+    n_points = max(int(n_points), MIN_POINTS)
+    max_len = LENGTH_GRID[-1]
     if cuda:
         free, _ = torch.cuda.mem_get_info()
-        max_len = int(math.isqrt(free // (6 * 4 * batch * n_heads)))
-    else:
-        max_len = 4096
+        max_len = min(max_len, int(math.isqrt(free // (6 * 4 * batch * n_heads))))
+    grid = [s for s in LENGTH_GRID if s <= max_len] or [LENGTH_GRID[0]]
     pilot = {}
-    s = 128
+    top = 0
     with _threads(device):
-        while True:
+        for top, s in enumerate(grid):
             # CPU time on a CPU: the lengths are the machine's, not the moment's
             # (a loaded machine would otherwise pick shorter, overhead-bound ones).
             pilot[s] = _ref_times([s], device, batch, n_heads, d_head, torch.float32,
                                   repeats=3, clock=measure.cpu_clock(device))[0]
-            if pilot[s] >= target_s or 2 * s > max_len:
+            if pilot[s] >= target_s:
                 break
-            s *= 2
-    lens = [s >> i for i in range(n_points - 1, -1, -1)]
+    top = max(top, min(n_points, len(grid)) - 1)
+    lens = grid[max(0, top - n_points + 1):top + 1]
     return {"seq_lens": lens, "pilot": [[k, v] for k, v in pilot.items()]}
 
 
@@ -350,6 +360,7 @@ def plot(module, pairs, name="scaling.png"):
             axes.append({"xscale": ax.get_xscale(), "yscale": ax.get_yscale(),
                          "lines": [line.get_xydata().astype("float64").tolist()
                                    for line in ax.get_lines()][:10],
+                         "styles": [str(line.get_linestyle()) for line in ax.get_lines()][:10],
                          "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel()})
         saved.append(axes)
         return original(self, *args, **kwargs)
