@@ -189,7 +189,8 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
                  + (f", but {failed} test{'s' if failed > 1 else ''} FAILED" if failed else ""))
     if report.manual and not public_only:
         staff = sum(e["points"] for e in report.manual)
-        lines.append(f"Plus {len(report.manual)} free-text answers ({_num(staff)} points) "
+        n = len(report.manual)
+        lines.append(f"Plus {n} free-text answer{'' if n == 1 else 's'} ({_num(staff)} points) "
                      "for staff to grade: the batch's rubric sheet, or Gradescope's hidden "
                      "entries, has them.")
     if report.needs_regrade:
