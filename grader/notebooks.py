@@ -79,17 +79,31 @@ def _docstring(source: str) -> str:
         return ""
 
 
+def _heading(ex, doc: str) -> tuple[str, str]:
+    """The notebook's title and the task text below it, the title said once:
+    a docstring that opens with "Exercise B: ..." gives the title; one that
+    opens with the exercise's title ("Interview questions: ...") keeps only
+    what follows it."""
+    first, _, rest = doc.partition("\n")
+    if first.startswith(f"Exercise {ex.letter}:"):
+        return first.rstrip("."), rest.lstrip("\n")
+    if first.lower().startswith(ex.title.lower() + ": "):
+        tail = first[len(ex.title) + 2:]
+        first = tail[:1].upper() + tail[1:]
+    return f"Exercise {ex.label}", "\n".join(filter(None, [first, rest]))
+
+
 def build_notebook(exercise: str, stub_source: str, install: str = DEFAULT_INSTALL):
     """The student's notebook for one exercise."""
     ex = EXERCISES[exercise]
-    doc = _docstring(stub_source)
+    title, doc = _heading(ex, _docstring(stub_source))
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     nb.metadata["attn"] = {"exercise": exercise}
     cells = [
         nbformat.v4.new_markdown_cell(
-            f"# Exercise {ex.label}\n\n{doc}\n\n"
+            f"# {title}\n\n{doc}\n\n"
             "**How to work here.** Write your code in the cell tagged "
             f"`{TAG_PREFIX}{exercise}` below and run it: it saves `{exercise}.py` "
             "beside this notebook. Then run the self-check cell: it grades that file "

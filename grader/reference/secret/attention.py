@@ -27,7 +27,8 @@ MISTAKES = {
     "no_mask": "no causal mask was applied (queries can see later keys)",
     "diagonal_masked": "the causal mask also hides the diagonal (a query must see its own key)",
     "top_left_mask": "the causal mask is aligned to the top-left instead of the end "
-                     "(with fewer queries than keys, query i sits at position S_k - S_q + i)",
+                     "(query i sits at position S_k - S_q + i, so the last query sees "
+                     "every key)",
     "mask_wrong_triangle": "the causal mask hides the wrong triangle (the past instead of the "
                            "future)",
     "rope_on_values": "RoPE was also applied to the values (it goes on q and k only)",
