@@ -1,7 +1,7 @@
 """Interview questions: attention, its caches, and where the FLOPs go.
 
 Fourteen short questions of the kind a systems or ML interview asks, on the
-seven exercises' material.  Each answer is a module constant below; replace
+eight exercises' material.  Each answer is a module constant below; replace
 its ``None``.  Three kinds:
 
 - **a number** (``int`` or ``float``, in the unit the question names),
