@@ -16,11 +16,48 @@ SOLVED = sorted(p.stem for p in SOLUTIONS.glob("*.py"))
 CONTRACT_SOLVED = [n for n in SOLVED if n in contract()["modules"]]
 
 
-def test_contract_copy_matches_the_curriculum():
+def contract_extends(base: dict, ours: dict) -> list[str]:
+    """How ``ours`` fails to extend ``base`` (empty when it does): every module,
+    function (with the same parameters, in order) and constant of ``base`` is
+    in ``ours``, which may add modules, functions and constants."""
+    problems = []
+    for name, module in base["modules"].items():
+        mine = ours["modules"].get(name)
+        if mine is None:
+            problems.append(f"module {name} is missing")
+            continue
+        for fn, params in module["functions"].items():
+            if mine["functions"].get(fn) != params:
+                problems.append(f"{name}.{fn}: " + ("missing" if fn not in mine["functions"]
+                                                    else "its parameters differ"))
+        problems += [f"{name}.{c}: constant missing" for c in module["constants"]
+                     if c not in mine["constants"]]
+    return problems
+
+
+def test_contract_extends_the_curriculum():
+    """grader/contract.json holds the curriculum's contract and may add to it
+    (new graded tasks, issue 29): the shared copy stays a subset."""
     shared = REPO.parent / "shared" / "contract.json"
     if not shared.exists():
         pytest.skip("no ../shared/contract.json beside this checkout")
-    assert json.loads(shared.read_text()) == json.loads(CONTRACT_PATH.read_text())
+    assert contract_extends(json.loads(shared.read_text()),
+                            json.loads(CONTRACT_PATH.read_text())) == []
+
+
+def test_contract_extends_spots_a_change():
+    base = {"modules": {"m": {"functions": {"f": [{"name": "x", "kind": "positional_or_keyword"}]},
+                              "constants": ["C"]}}}
+    added = json.loads(json.dumps(base))
+    added["modules"]["m"]["functions"]["g"] = []
+    added["modules"]["m"]["constants"].append("D")
+    added["modules"]["n"] = {"functions": {}, "constants": []}
+    assert contract_extends(base, added) == []
+    renamed = json.loads(json.dumps(base))
+    renamed["modules"]["m"]["functions"]["f"][0]["name"] = "y"
+    del renamed["modules"]["m"]["constants"][0]
+    assert contract_extends(base, renamed) == ["m.f: its parameters differ", "m.C: constant missing"]
+    assert contract_extends(base, {"modules": {}}) == ["module m is missing"]
 
 
 def test_every_contract_module_is_an_exercise():
