@@ -24,6 +24,7 @@ import re
 import numpy as np
 import pytest
 
+from grader import artifacts
 from grader.feedback import Feedback, check_close
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -84,6 +85,10 @@ def check_labels(fig: dict, found: list[dict], function: str) -> None:
         return word in (text or "").lower()
 
     for p in found:
+        if not (p["xlabel"] or p["ylabel"] or fig.get("supxlabel") or fig.get("supylabel")):
+            raise Feedback("This looks like: the axes are not labelled (say which axis is "
+                           "which: ax.set_xlabel('key'), ax.set_ylabel('query')).\n"
+                           f"{function}: panel {p['title'] or 'untitled'!r} has no axis labels")
         if not (says(p["xlabel"], "key") or says(fig.get("supxlabel"), "key")):
             swapped = says(p["xlabel"], "quer")
             raise Feedback(f"{function}: the x axis of panel {p['title'] or 'untitled'!r} is "
@@ -113,10 +118,9 @@ def by_head(found: list[dict], n: int, function: str) -> list[dict]:
     if len(found) != n:
         return found
     firsts = [(title_numbers(p) or [None])[0] for p in found]
-    if sorted(firsts, key=str) == sorted(range(n), key=str):
-        return [found[firsts.index(i)] for i in range(n)]
-    if sorted(firsts, key=str) == sorted(range(1, n + 1), key=str):
-        return [found[firsts.index(i + 1)] for i in range(n)]
+    for start in (0, 1):   # "head 0" .. or "head 1" ..
+        if set(firsts) == set(range(start, start + n)):
+            return [found[firsts.index(i + start)] for i in range(n)]
     return found
 
 
@@ -146,9 +150,84 @@ def check_panel(p: dict, want: np.ndarray, what: str, mistakes: dict | None = No
     check_close(got, want, what=what, atol=ATOL, rtol=RTOL, mistakes=extra)
 
 
-def check_all(found: list[dict], want: list[np.ndarray], function: str, names: list[str],
-              mistakes: list[dict] | None = None) -> None:
-    check_count(found, want, function)
-    for i, (p, w) in enumerate(zip(found, want)):
-        check_panel(p, w, f"{function}: the heatmap of {names[i]}",
-                    (mistakes or [None] * len(want))[i])
+def check_heads(out, function: str, want: np.ndarray, mistakes: dict | None = None,
+                what: str = "head") -> dict:
+    """The figure ``function`` saved draws ``want[i]`` ``(S_q, S_k)`` in
+    panel ``i`` (titled ``"head {i}"``, or read in order), labelled; each
+    panel's known mistakes are ``{description: (h, S_q, S_k) array}``.
+    Returns the figure."""
+    fig = figure(out, function)
+    found = panels(fig, function)
+    check_count(found, list(want), function)
+    found = by_head(found, len(want), function)
+    check_labels(fig, found, function)
+    for i, p in enumerate(found):
+        check_panel(p, want[i], f"{function}: the heatmap of {what} {i}",
+                    {d: m[i] for d, m in (mistakes or {}).items()})
+    return fig
+
+
+def check_gqa_heads(out, function: str, want: np.ndarray, n_kv_heads: int,
+                    mistakes: dict | None = None) -> dict:
+    """As ``check_heads``, each panel named ``"q{i} / kv{g}"`` by its title:
+    query head ``i`` and the K/V head ``g = i // (h / h_kv)`` it reads."""
+    fig = figure(out, function)
+    found = panels(fig, function)
+    check_count(found, list(want), function)
+    check_labels(fig, found, function)
+    h = len(want)
+    n_rep = h // n_kv_heads
+    named = {}
+    for p in found:
+        qs, kvs = title_numbers(p, r"\b(?:q|query)"), title_numbers(p, r"\b(?:kv|k/v)")
+        if not qs or not kvs:
+            raise Feedback(f"{function}: a panel is titled {p['title']!r}; title each panel "
+                           "with its query head and the K/V head it reads, like 'q3 / kv1'")
+        named[qs[0]] = (p, kvs[0])
+    if sorted(named) != list(range(h)):
+        raise Feedback(f"{function}: the panels' titles name query heads {sorted(named)}; "
+                       f"expected each of 0 .. {h - 1} once")
+    for i in range(h):
+        p, g = named[i]
+        if g != i // n_rep:
+            modulo = g == i % n_kv_heads
+            raise Feedback(("This looks like: each query head was marked with K/V head "
+                            "i % h_kv where i // (h / h_kv) is meant (consecutive query heads "
+                            "share a K/V head).\n" if modulo else "") +
+                           f"{function}: panel {p['title']!r} says query head {i} reads K/V "
+                           f"head {g}; with h={h} and h_kv={n_kv_heads} it reads "
+                           f"{i // n_rep}")
+        check_panel(p, want[i], f"{function}: the heatmap of query head {i}",
+                    {d: m[i] for d, m in (mistakes or {}).items()})
+    return fig
+
+
+def check_two_panels(out, full, causal):
+    """Left panel ``full``, right panel ``causal``, each labelled; the slips
+    of drawing one matrix twice or the two swapped are named."""
+    fig = figure(out, "plot_weights")
+    found = panels(fig, "plot_weights")
+    if len(found) != 2:
+        raise Feedback(f"plot_weights drew {len(found)} heatmap panel(s); expected 2, "
+                       "weights_full on the left and weights_causal on the right")
+    check_labels(fig, found, "plot_weights")
+    check_panel(found[0], full, "plot_weights: the left heatmap (no mask)",
+                   {"the panels are swapped (the causal weights are on the left)": causal})
+    check_panel(found[1], causal, "plot_weights: the right heatmap (causal)",
+                   {"the right panel draws the weights without the mask (weights_full "
+                    "twice: the causal panel must show weights_causal)": full})
+
+
+def keep(out, artifacts_dir, name: str, function: str) -> str:
+    """Keep the figure's PNG as ``name`` in the grader's output folder; the
+    line that says where it went (or why not)."""
+    data = png_bytes(out)
+    if not data.startswith(PNG_MAGIC):
+        return f"(no picture kept: {function} wrote no PNG file)"
+    if artifacts_dir is None:
+        return "(picture not kept: give --artifacts DIR to keep it)"
+    try:
+        kept = artifacts.save(artifacts_dir, name, data)
+    except (OSError, ValueError) as exc:
+        return f"(no picture kept: {exc})"
+    return f"your heatmap: {kept} (in the output folder)"
