@@ -118,7 +118,7 @@ def plot_weights(weights_full, weights_causal, path):
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise ImportError("plot_weights needs matplotlib: pip install matplotlib") from exc
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.6), layout="constrained")
     for ax, matrix, title in zip(axes, (weights_full, weights_causal),
                                  ("no mask", "causal mask")):
         rows = [[float(w) for w in row] for row in matrix]
@@ -127,10 +127,12 @@ def plot_weights(weights_full, weights_causal, path):
             for j, w in enumerate(row):
                 ax.text(j, i, f"{w:.2f}", ha="center", va="center",
                         color="white" if w < 0.5 else "black")
+        ax.set_xticks(range(len(rows[0])))
+        ax.set_yticks(range(len(rows)))
         ax.set_title(title)
         ax.set_xlabel("key")
         ax.set_ylabel("query")
-    fig.colorbar(image, ax=list(axes), shrink=0.8, label="weight")
+    fig.colorbar(image, ax=list(axes), label="weight")
     fig.savefig(path)
     plt.close(fig)
     # END SOLUTION

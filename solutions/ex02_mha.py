@@ -190,7 +190,8 @@ def plot_attention_heads(q, k, path, *, causal=True):
     weights = softmax(logits, axis=-1)                             # rows sum to 1
     cols = min(h, 4)
     rows = -(-h // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 3 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 3 * rows), squeeze=False,
+                             layout="constrained")
     for i, ax in enumerate(axes.flat):
         if i >= h:
             ax.axis("off")                                         # a spare grid cell
@@ -199,7 +200,7 @@ def plot_attention_heads(q, k, path, *, causal=True):
         ax.set_title(f"head {i}")
         ax.set_xlabel("key")
         ax.set_ylabel("query")
-    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="weight")
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="weight")
     fig.savefig(path)
     plt.close(fig)
     # END SOLUTION

@@ -145,7 +145,8 @@ def plot_gqa_heads(q, k, path, *, causal=True):
     h, s_q, d_head = q.shape
     h_kv, s_k, _ = k.shape
     n_rep = h // h_kv
-    fig, axes = plt.subplots(h_kv, n_rep, figsize=(2.8 * n_rep, 2.8 * h_kv), squeeze=False)
+    fig, axes = plt.subplots(h_kv, n_rep, figsize=(2.8 * n_rep, 2.8 * h_kv), squeeze=False,
+                             layout="constrained")
     for i in range(h):
         g = i // n_rep                                   # the K/V head query head i reads
         logits = q[i] @ k[g].T / np.sqrt(d_head)         # (S_q, S_k)
@@ -156,7 +157,7 @@ def plot_gqa_heads(q, k, path, *, causal=True):
         ax.set_title(f"q{i} / kv{g}")
         ax.set_xlabel("key")
         ax.set_ylabel("query")
-    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="weight")
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="weight")
     fig.savefig(path)
     plt.close(fig)
     # END SOLUTION

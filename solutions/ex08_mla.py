@@ -338,7 +338,8 @@ def plot_mla_heads(x, w_q, w_dkv, w_uk, w_kr, n_heads, path, *, positions=None,
     weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)[0]  # (h, S, S)
     cols = min(n_heads, 4)
     rows = -(-n_heads // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 3 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 3 * rows), squeeze=False,
+                             layout="constrained")
     for i, ax in enumerate(axes.flat):
         if i >= n_heads:
             ax.axis("off")                                               # a spare grid cell
@@ -348,7 +349,7 @@ def plot_mla_heads(x, w_q, w_dkv, w_uk, w_kr, n_heads, path, *, positions=None,
         ax.set_xlabel("key")
         ax.set_ylabel("query")
     fig.suptitle("MLA: every head reads the same cached latent")
-    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="weight")
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="weight")
     fig.savefig(path)
     plt.close(fig)
     # END SOLUTION
