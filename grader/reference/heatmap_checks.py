@@ -143,10 +143,15 @@ def check_panel(p: dict, want: np.ndarray, what: str, mistakes: dict | None = No
         raise Feedback(f"This looks like: the matrix was drawn transposed (keys as rows).\n"
                        f"{what} has shape {got.shape}; expected {want.shape} (rows are "
                        "queries, columns are keys)")
-    got = np.where(np.isnan(got), 0.0, got)
+    blank = np.isnan(got)
+    got = np.where(blank, 0.0, got)
     extra = dict(mistakes or {})
     if want.shape[0] == want.shape[1]:
         extra.setdefault("the matrix was drawn transposed (keys as rows)", want.T)
+    # matplotlib masks what it cannot colour (-inf scores): such a cell came back
+    # blank, so a mistake that puts -inf there is compared on the other cells.
+    extra = {d: np.where(blank & ~np.isfinite(m), 0.0, m) if np.shape(m) == got.shape else m
+             for d, m in extra.items()}
     check_close(got, want, what=what, atol=ATOL, rtol=RTOL, mistakes=extra)
 
 
