@@ -80,13 +80,13 @@ def _docstring(source: str) -> str:
 
 
 def _heading(ex, doc: str) -> tuple[str, str]:
-    """The notebook's title and the task text below it, the title said once:
-    a docstring that opens with "Exercise B: ..." gives the title; one that
-    opens with the exercise's title ("Interview questions: ...") keeps only
-    what follows it."""
+    """The notebook's title (the registry's label) and the task text below it,
+    the title said once: a docstring's opening "Exercise B: ..." line is the
+    title restated and is left out; one that opens with the exercise's title
+    ("Interview questions: ...") keeps only what follows it."""
     first, _, rest = doc.partition("\n")
     if first.startswith(f"Exercise {ex.letter}:"):
-        return first.rstrip("."), rest.lstrip("\n")
+        return f"Exercise {ex.label}", rest.lstrip("\n")
     if first.lower().startswith(ex.title.lower() + ": "):
         tail = first[len(ex.title) + 2:]
         first = tail[:1].upper() + tail[1:]
@@ -264,6 +264,77 @@ def _show_plot(exercise: str, folder: Path) -> None:
         display(Image(filename=str(image)))
 
 
+def _example_heads(module, path: str) -> None:
+    """B's picture on random queries and keys: 4 heads, 8 tokens."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    q, k = (rng.standard_normal((4, 8, 16)) * 1.5 for _ in range(2))   # (h, S, d_head)
+    module.plot_attention_heads(q, k, path)
+
+
+def _example_gqa(module, path: str) -> None:
+    """C's picture: 4 query heads sharing 2 K/V heads, 8 tokens."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((4, 8, 16)) * 1.5
+    k = rng.standard_normal((2, 8, 16)) * 1.5
+    module.plot_gqa_heads(q, k, path)
+
+
+def _example_mla(module, path: str) -> None:
+    """H's picture: 4 heads over 8 tokens, d_c 16, d_rope 8, d_nope 8."""
+    import torch
+    g = torch.Generator().manual_seed(0)
+    s, d, h, d_c, d_rope, d_nope = 8, 32, 4, 16, 8, 8
+
+    def w(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64) * 2.0 / shape[-1] ** 0.5
+
+    x = torch.randn(s, d, generator=g, dtype=torch.float64) * 2.0
+    module.plot_mla_heads(x, w(h * (d_nope + d_rope), d), w(d_c, d), w(h * d_nope, d_c),
+                          w(d_rope, d), h, path)
+
+
+# The heatmaps a self-check draws with the student's own plot_ function, in
+# the student's own kernel: (file beside the notebook, how it is drawn).
+HEATMAPS = {
+    "ex01_by_hand": ("ex01_weights.png",
+                     lambda m, path: m.plot_weights(m.WEIGHTS_FULL, m.WEIGHTS_CAUSAL, path)),
+    "ex02_mha": ("ex02_heads.png", _example_heads),
+    "ex03_gqa": ("ex03_gqa_heads.png", _example_gqa),
+    "ex08_mla": ("ex08_mla_heads.png", _example_mla),
+}
+
+
+def _show_heatmap(exercise: str, folder: Path) -> None:
+    """Show the exercise's heatmap inline, drawn afresh by the saved module
+    (the picture follows the code); one line saying why when it cannot."""
+    if exercise not in HEATMAPS:
+        return
+    try:
+        from IPython import get_ipython
+        from IPython.display import Image, display
+    except ImportError:
+        return
+    if get_ipython() is None:   # a plain console: the text table is all
+        return
+    name, draw = HEATMAPS[exercise]
+    path = folder / name
+    try:
+        sys.path.insert(0, str(folder))
+        import importlib
+        module = importlib.reload(importlib.import_module(exercise))
+        draw(module, str(path))
+    except Exception as exc:  # the student's code: say why there is no picture
+        print(f"(no heatmap: {type(exc).__name__}: {exc})")
+        return
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(str(folder))
+    if path.exists():
+        display(Image(filename=str(path)))
+
+
 def self_check(exercise: str, folder: str | os.PathLike = ".") -> CheckResult:
     """Grade the saved module with the public suite; the table comes back as a
     ``CheckResult`` (a notebook shows it as HTML, a console as text)."""
@@ -282,6 +353,7 @@ def self_check(exercise: str, folder: str | os.PathLike = ".") -> CheckResult:
     report = grade(folder, Options(suite="public", exercises=[exercise]))
     report.submission = f"{exercise}.py"
     _show_plot(exercise, folder)
+    _show_heatmap(exercise, folder)
     return CheckResult(to_text(report, public_only=True), report)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 
 from grader.cli import main
 from grader.registry import EXERCISES
-from grader.notebooks import TAG_PREFIX, WRITEFILE
+from grader.notebooks import HEATMAPS, TAG_PREFIX, WRITEFILE, build_notebook
 from tests.conftest import REPO, SOLUTIONS, copy_solutions
 
 
@@ -237,9 +238,9 @@ def test_a_notebook_that_needs_an_earlier_one_works_alone(notebooks, tmp_path):
         _outputs(load[0], "text"))
     check = done.cells[-1]
     html = "".join(_outputs(check, "text/html"))
-    assert "ex03_gqa" in html and "4/4" in html, check.outputs
+    assert "ex03_gqa" in html and re.search(r"(\d+)/\1\b", html), check.outputs
     plain = "".join(_outputs(check, "text/plain"))
-    assert "ex03_gqa  4/4" in plain and "\\n" not in plain
+    assert re.search(r"ex03_gqa  (\d+)/\1\b", plain) and "\\n" not in plain
 
     alone = tmp_path / "alone"
     alone.mkdir()
@@ -247,6 +248,42 @@ def test_a_notebook_that_needs_an_earlier_one_works_alone(notebooks, tmp_path):
     done = _execute(nb, alone)           # no error: it runs top to bottom
     text = "".join(t for c in done.cells for t in _outputs(c, "text") + _outputs(c, "text/plain"))
     assert "ex02_mha.py is missing" in text and "ModuleNotFoundError" not in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exercise", ["ex01_by_hand", "ex02_mha", "ex08_mla"])
+def test_the_heatmap_is_shown_inline(notebooks, tmp_path, exercise):
+    """The self-check draws the exercise's heatmap with the saved module and
+    shows it in the notebook (A from the student's constants, B and H on
+    example inputs)."""
+    work = tmp_path / "d"
+    work.mkdir()
+    done = _execute(_with_solution(notebooks, exercise, work / f"{exercise}.ipynb"), work)
+    assert _outputs(done.cells[-1], "image/png"), done.cells[-1].outputs
+    assert (work / HEATMAPS[exercise][0]).is_file()
+
+
+def test_a_heatmap_that_cannot_be_drawn_says_why(tmp_path, monkeypatch, capsys):
+    """The student's plot_ raising: one line saying why, no traceback."""
+    import IPython
+    from grader import notebooks as nbmod
+
+    (tmp_path / "ex02_mha.py").write_text("def plot_attention_heads(q, k, path, *, causal=True):\n"
+                                          "    raise RuntimeError('not yet')\n")
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    nbmod._show_heatmap("ex02_mha", tmp_path)
+    assert "(no heatmap: RuntimeError: not yet)" in capsys.readouterr().out
+
+
+def test_the_title_is_said_once():
+    """The notebook's title comes from the docstring's first line, which is
+    not repeated below it (issue 29)."""
+    for exercise in ["ex02_mha", "questions"]:
+        stub = (REPO / "exercises" / f"{exercise}.py").read_text()
+        first = build_notebook(exercise, stub).cells[0].source
+        heading, _, body = first.partition("\n")
+        assert heading.startswith("# Exercise ") and EXERCISES[exercise].title in heading
+        assert EXERCISES[exercise].title.lower() not in body.lower().split("\n\n")[0]
 
 
 @pytest.mark.slow
