@@ -136,3 +136,29 @@ def test_keep_writes_into_the_output_folder_only(weights, tmp_path):
     assert (tmp_path / "art" / "ex02_heads.png").read_bytes().startswith(hm.PNG_MAGIC)
     assert hm.keep({"png": np.zeros(0, np.uint8)}, tmp_path, "y.png", "plot") == \
         "(no picture kept: plot wrote no PNG file)"
+
+
+def test_a_grading_machine_without_matplotlib_keeps_the_maximum(tmp_path, monkeypatch):
+    """The heatmap tests need matplotlib on the grading machine: without it
+    they need a regrade and stay in the maximum (never a silent full mark)."""
+    from grader.core import Options, maximum
+    from grader.report import NEEDS_REGRADE
+    from grader.sandbox.client import StudentModule
+    from tests.conftest import copy_solutions, grade_dir
+
+    sub = copy_solutions(tmp_path / "sub", ["ex02_mha"])
+    have = grade_dir(sub, ["ex02_mha"], keyword="plot")
+    probe = StudentModule.probe
+
+    def without_matplotlib(self, name, *args, **kwargs):
+        if name == "heatmap.draw":
+            return {"no_matplotlib": True}   # what the probe answers without it
+        return probe(self, name, *args, **kwargs)
+    monkeypatch.setattr(StudentModule, "probe", without_matplotlib)
+    lacking = grade_dir(sub, ["ex02_mha"], keyword="plot")
+    assert have.score == have.max_score == lacking.max_score == 3
+    assert have.max_score == maximum(Options(exercises=["ex02_mha"], keyword="plot"))["ex02_mha"]
+    plots = [t for t in lacking.tests if t.name.startswith("test_plot")]
+    assert len(plots) == 3 and all(t.status == NEEDS_REGRADE and "needs matplotlib" in t.output
+                                   for t in plots)
+    assert lacking.score == 0 and lacking.ungraded
