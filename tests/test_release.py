@@ -521,3 +521,22 @@ def test_the_install_text_is_right_for_every_path(edition):
     for path, text in edition_text(edition).items():
         assert not re.search(r"attn-course(?!-student)\[", text), path
         assert "pip install -e . " not in text and "pip install -e .\n" not in text, path
+
+
+def test_a_replay_before_pytorch_is_imported_leaves_later_tensors_tensors(tmp_path,
+                                                                          monkeypatch):
+    """The edition grades A (no PyTorch) and H (PyTorch) in one process: the
+    record read for A, with NumPy in place of tensors, is not what H gets."""
+    import torch
+
+    from grader import replay
+    from grader.sandbox.runtime import codec
+
+    (tmp_path / replay.RECORD_FILE).write_bytes(codec.pack({"k": torch.ones(2)}))
+    monkeypatch.setattr(replay, "SECRET_REFERENCE_DIR", tmp_path)
+    replay._read_recorded.cache_clear()
+    try:
+        assert type(replay._read_recorded(False)["k"]).__name__ == "ndarray"
+        assert isinstance(replay._recorded()["k"], torch.Tensor)   # torch is loaded here
+    finally:
+        replay._read_recorded.cache_clear()
