@@ -56,7 +56,8 @@ def test_contract_extends_spots_a_change():
     renamed = json.loads(json.dumps(base))
     renamed["modules"]["m"]["functions"]["f"][0]["name"] = "y"
     del renamed["modules"]["m"]["constants"][0]
-    assert contract_extends(base, renamed) == ["m.f: its parameters differ", "m.C: constant missing"]
+    assert contract_extends(base, renamed) == ["m.f: its parameters differ",
+                                               "m.C: constant missing"]
     assert contract_extends(base, {"modules": {}}) == ["module m is missing"]
 
 

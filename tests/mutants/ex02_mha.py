@@ -121,7 +121,8 @@ ONLY = {
 
 # -- slips in the picture (issue 29): plot_attention_heads
 MUTANTS += [
-    Mutant("plot_scores", "weights = softmax(logits, axis=-1)                             # rows sum",
+    Mutant("plot_scores",
+           "weights = softmax(logits, axis=-1)                             # rows sum",
            "weights = logits                             # rows sum", "scores were drawn"),
     Mutant("plot_no_mask", "logits = logits + causal_mask(s_q, k.shape[1])", "logits = logits",
            "without the causal mask"),
