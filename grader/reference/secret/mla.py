@@ -239,7 +239,7 @@ def rebuilt_kv_per_token(n_heads, d_c, d_nope, d_v, batch=1, bytes_per_elem=4) -
 
 
 def head_weights(x, w_q, w_dkv, w_uk, w_kr, n_heads, *, positions=None, rope_base=10000.0,
-                 mistake=None) -> "np.ndarray":
+                 mistake=None):
     """Each head's causal attention weights over one sequence ``x`` ``(S, d)``:
     ``(h, S, S)`` float64 (the explicit form's softmax; the absorbed form
     gives the same)."""
