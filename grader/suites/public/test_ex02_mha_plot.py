@@ -7,7 +7,10 @@ import pytest
 from grader.reference import heatmap_checks as hm
 from grader.reference.secret import attention as ref
 
-pytestmark = [pytest.mark.exercise("ex02_mha")]
+# matplotlib's first figure in a fresh worker takes seconds on a busy machine:
+# a picture gets the time limit of a measurement, not of a formula.
+pytestmark = [pytest.mark.exercise("ex02_mha"),
+              pytest.mark.timeout_s(60)]
 
 # The slips a picture of the heads shows (what the heatmap looks like instead).
 PLOT_MISTAKES = ["plotted_scores", "plotted_no_mask", "no_scale", "softmax_over_queries",

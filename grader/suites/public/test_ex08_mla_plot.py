@@ -7,7 +7,10 @@ import torch
 from grader.reference import heatmap_checks as hm
 from grader.reference.secret import mla as ref
 
-pytestmark = [pytest.mark.exercise("ex08_mla")]
+# matplotlib's first figure in a fresh worker takes seconds on a busy machine:
+# a picture gets the time limit of a measurement, not of a formula.
+pytestmark = [pytest.mark.exercise("ex08_mla"),
+              pytest.mark.timeout_s(60)]
 
 # The slips a picture of MLA's heads shows (what the heatmap looks like instead).
 PLOT_MISTAKES = ["scale_d_c", "scale_d_nope", "no_scale", "plotted_no_rope", "plotted_no_mask",
