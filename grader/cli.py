@@ -200,8 +200,8 @@ def main() -> None:
               help="Seconds allowed for each call into your code.")
 @click.option("--artifacts", type=click.Path(path_type=Path, file_okay=False),
               default="attn-grade-output", show_default=True,
-              help="Folder for files made for you (the ex04 plot); never your exercises' "
-                   "folder.")
+              help="Folder for files made for you (the ex04 plot, the heatmaps of A, B, C "
+                   "and H); never your exercises' folder.")
 @_isolation_option()
 @_gpu_tier_option()
 @_deduct_option()
@@ -264,8 +264,8 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, gpu_tier, dedu
 @click.option("-k", "--keyword", default=None,
               help="Only the tests matching this pytest -k expression (e.g. 'softmax').")
 @click.option("--artifacts", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Folder for files made for the student (the ex04 plot) "
-                   "[default: none kept].")
+              help="Folder for files made for the student (the ex04 plot, the heatmaps "
+                   "of A, B, C and H) [default: none kept].")
 @_isolation_option()
 @click.option("--seed", type=SEED, default=None,
               help="Seed of the hidden suites' random cases, to reproduce a grade (its "

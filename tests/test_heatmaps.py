@@ -162,3 +162,17 @@ def test_a_grading_machine_without_matplotlib_keeps_the_maximum(tmp_path, monkey
     assert len(plots) == 3 and all(t.status == NEEDS_REGRADE and "needs matplotlib" in t.output
                                    for t in plots)
     assert lacking.score == 0 and lacking.ungraded
+
+
+def test_keep_replaces_a_link_in_the_output_folder_never_follows_it(weights, tmp_path):
+    """A link already named like the picture (left by a hostile upload, say)
+    is replaced; the file it points to keeps its bytes."""
+    folder, target = tmp_path / "out", tmp_path / "elsewhere.txt"
+    folder.mkdir()
+    target.write_text("keep me")
+    (folder / "ex02_heads.png").symlink_to(target)
+    out = _draw(_panels_of(weights[2]))
+    assert hm.keep(out, folder, "ex02_heads.png", "plot").startswith("your heatmap")
+    assert target.read_text() == "keep me"
+    assert not (folder / "ex02_heads.png").is_symlink()
+    assert (folder / "ex02_heads.png").read_bytes().startswith(hm.PNG_MAGIC)
