@@ -1,5 +1,9 @@
 """Exercise A: attention by hand.
 
+Usually takes about 45 minutes.  From the chapters: "Attention from First
+Principles", section 4 (Tiny example) and hands-on exercise A; "Attention"
+(chapter 03), "Scaled dot-product attention, step by step".
+
 Work through scaled dot-product attention for three tokens with pencil and
 paper (or a calculator), then fill in each constant below as a nested list
 of floats, carried to three decimals.  No NumPy needed: the point is to feel
@@ -48,6 +52,20 @@ Steps, each a constant (rows are queries, columns are keys):
 7. ``ROWS_UNCHANGED_BY_MASK``: a tuple of the row indices (counting from 0)
    whose output is the same with and without the mask.
 
+Then look at what you computed:
+
+8. ``plot_weights(weights_full, weights_causal, path)``: save one figure
+   with two heatmaps side by side, left ``weights_full`` (title saying "no
+   mask"), right ``weights_causal`` (title saying "causal"), as a PNG at
+   ``path`` (matplotlib: ``pip install matplotlib``; Colab has it).  Each
+   panel draws the 3 x 3 matrix as it is (``ax.imshow(matrix)``: row ``i``
+   is query ``i``, column ``j`` key ``j``), its x axis labelled "key" and
+   its y axis "query"; a colorbar and the numbers written in the cells are
+   welcome.  The two arguments are nested lists (or arrays) like your
+   constants; call it as ``plot_weights(WEIGHTS_FULL, WEIGHTS_CAUSAL,
+   "weights.png")``.  The causal triangle is what the mask does: every
+   weight above the diagonal is 0, and the rows it cut renormalize.
+
 Keep three decimals: two are not enough (rounding row 2's weights to 0.25,
 0.25, 0.50 moves its output by about 0.01).  Each step is graded on its
 own, to 0.01: a step computed correctly from your own earlier (wrong)
@@ -67,3 +85,16 @@ OUT_FULL = None  # TODO: your answer
 WEIGHTS_CAUSAL = None  # TODO: your answer
 OUT_CAUSAL = None  # TODO: your answer
 ROWS_UNCHANGED_BY_MASK = None  # TODO: your answer
+
+
+def plot_weights(weights_full, weights_causal, path):
+    """Save the two weight matrices as heatmaps side by side to ``path``.
+
+    ``weights_full`` and ``weights_causal``: ``(S_q, S_k)`` nested lists or
+    arrays (3 x 3 here).  Left panel: ``weights_full``, titled with "no
+    mask"; right panel: ``weights_causal``, titled with "causal".  Each panel
+    draws its matrix unchanged (row ``i`` = query ``i``), x axis labelled
+    "key", y axis "query".  Saved with ``savefig(path)`` (PNG); returns
+    nothing.  Without matplotlib: ``ImportError`` saying how to install it.
+    """
+    raise NotImplementedError("ex01_by_hand.plot_weights: your code here")

@@ -1,5 +1,10 @@
 """Exercise C: grouped-query attention (GQA), in NumPy.
 
+Usually takes about 1.5 hours.  From the chapters: "Attention from First
+Principles", section 5 (MHA, GQA, MQA: the KV cache lever) and hands-on
+exercise C; "Attention" (chapter 03), "The serving problem: K and V must be
+kept".
+
 With GQA, ``h`` query heads share ``h_kv`` key/value heads (``h_kv``
 divides ``h``): each group of ``h / h_kv`` consecutive query heads reads the
 same K and V.  ``h_kv == h`` is ordinary multi-head attention, ``h_kv == 1``
@@ -13,13 +18,28 @@ causal mask; rotate-half RoPE on q and k only): ``w_q`` is
 
 Sizes are in bytes, decimal (1 GB = 1e9 bytes).
 
+Then look at what is shared: ``plot_gqa_heads(q, k, path, *,
+causal=True)`` draws every query head's attention weights and marks the
+K/V head it reads.  ``q`` ``(h, S_q, d_head)`` and ``k`` ``(h_kv, S_k,
+d_head)`` are ONE sequence's queries and keys, split into heads; query head
+``i`` reads K/V head ``i // (h / h_kv)``.  The weights are as in
+``ex02_mha.plot_attention_heads`` (``softmax(q_i @ k_g^T / sqrt(d_head) +
+mask)``, end-aligned causal mask when ``causal``).  The PNG saved at
+``path`` has one panel per query head, titled ``"q{i} / kv{g}"`` (the
+grader reads the integer after "q" and the one after "kv"), drawing that
+head's ``(S_q, S_k)`` weights unchanged (``ax.imshow(w)``: row ``j`` is
+query ``j``), x axis labelled "key", y axis "query" (on the leftmost panel
+of each row at least).  Lay the panels out one row per K/V head (row ``g``
+holds the ``h / h_kv`` query heads that share K/V head ``g``): a row is
+what one cached K/V head serves.  Needs matplotlib.
+
 Run the public tests with ``attn-grade check ex03``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ex02_mha import attention, causal_mask, merge_heads, rope, split_heads
+from ex02_mha import attention, causal_mask, merge_heads, rope, softmax, split_heads
 
 
 def repeat_kv(x, n_rep):
@@ -67,3 +87,16 @@ def kv_exceeds_weights_at(n_layers, n_kv_heads, d_head, weight_bytes, bytes_per_
     16 GB = 16e9 bytes of weights) gives 122071.
     """
     raise NotImplementedError("ex03_gqa.kv_exceeds_weights_at: your code here")
+
+
+def plot_gqa_heads(q, k, path, *, causal=True):
+    """Save one heatmap per query head to ``path`` (PNG), one row per K/V head.
+
+    ``q``: ``(h, S_q, d_head)``, ``k``: ``(h_kv, S_k, d_head)``, one
+    sequence; query head ``i`` reads K/V head ``g = i // (h / h_kv)``.
+    Panel ``"q{i} / kv{g}"`` draws head ``i``'s weights ``(S_q, S_k)``
+    unchanged, x axis "key", y axis "query"; the end-aligned causal mask
+    when ``causal``.  Returns nothing.  Without matplotlib: ``ImportError``
+    saying how to install it.
+    """
+    raise NotImplementedError("ex03_gqa.plot_gqa_heads: your code here")

@@ -1,5 +1,10 @@
 """Exercise E: decode vs prefill, in PyTorch.
 
+Usually takes about 2 hours.  From the chapters: "Attention from First
+Principles", section 6 (Under the hood: the prefill and decode shapes) and
+hands-on exercise E; "Attention" (chapter 03), the interview check
+"Prefill vs decode: how does attention's cost scale in each?".
+
 Prefill runs a whole prompt at once: ``S`` queries against ``S`` keys, a
 matrix-matrix product with plenty of arithmetic per byte (compute-bound).
 Decode runs one new token: a single query against the whole KV cache, a

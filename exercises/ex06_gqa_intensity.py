@@ -1,5 +1,10 @@
 """Exercise F: the arithmetic intensity of GQA decode, in PyTorch.
 
+Usually takes about 1.5 hours.  From the chapters: "Attention from First
+Principles", section 6 (Under the hood: intensity ~ h / h_kv) and hands-on
+exercise F, with interview question 5 ("Why does GQA improve decode
+arithmetic intensity, not just memory?").
+
 In a decode step every query head reads the KV cache to do ``4 * d_head``
 FLOPs per cached position.  With multi-head attention each head has its own
 K and V, so a byte read serves about one FLOP: decode is memory-bound.  With

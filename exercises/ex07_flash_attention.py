@@ -1,5 +1,10 @@
 """Exercise G: the fused attention kernel (NumPy, then Triton).
 
+Usually takes about 4 hours (the Triton kernel is most of it).  From the
+chapters: "Attention from First Principles", section 5 (Complexity: the
+34.4 GB score tensor, "hence FlashAttention") and section 8 (Production
+implications: always use a fused attention kernel).
+
 Attention never needs the whole ``(S_q, S_k)`` score matrix at once.  Walk
 over the keys one tile at a time and keep, for every query row, three running
 quantities: the largest score seen so far ``m``, the softmax denominator

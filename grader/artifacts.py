@@ -1,5 +1,5 @@
-"""Files the grader makes for the person graded (the ex04 plot), written
-only into a grader-owned output folder.
+"""Files the grader makes for the person graded (the ex04 plot, the heatmaps
+of exercises A, B, C and H), written only into a grader-owned output folder.
 
 Never into a submission: a submission may hold a link where the file would
 go, and the grader (root, in CI) would write the student's bytes wherever it

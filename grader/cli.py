@@ -257,8 +257,8 @@ def main() -> None:
               help="Seconds allowed for each call into your code.")
 @click.option("--artifacts", type=click.Path(path_type=Path, file_okay=False),
               default="attn-grade-output", show_default=True,
-              help="Folder for files made for you (the ex04 plot); never your exercises' "
-                   "folder.")
+              help="Folder for files made for you (the ex04 plot, the heatmaps of A, B, C "
+                   "and H); never your exercises' folder.")
 @_isolation_option()
 @_gpu_tier_option()
 @_deduct_option()
@@ -315,8 +315,8 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, gpu_tier, dedu
 @click.option("-k", "--keyword", default=None,
               help="Only the tests matching this pytest -k expression (e.g. 'softmax').")
 @click.option("--artifacts", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Folder for files made for the student (the ex04 plot) "
-                   "[default: none kept].")
+              help="Folder for files made for the student (the ex04 plot, the heatmaps "
+                   "of A, B, C and H) [default: none kept].")
 @click.option("--student-id", default=None,
               help="The roster's identifier for this submission: exercise A is graded for "
                    "it, and a different STUDENT_ID in the module earns nothing.")

@@ -80,17 +80,31 @@ def _docstring(source: str) -> str:
         return ""
 
 
+def _heading(ex, doc: str) -> tuple[str, str]:
+    """The notebook's title (the registry's label) and the task text below it,
+    the title said once: a docstring's opening "Exercise B: ..." line is the
+    title restated and is left out; one that opens with the exercise's title
+    ("Interview questions: ...") keeps only what follows it."""
+    first, _, rest = doc.partition("\n")
+    if first.startswith(f"Exercise {ex.letter}:"):
+        return f"Exercise {ex.label}", rest.lstrip("\n")
+    if first.lower().startswith(ex.title.lower() + ": "):
+        tail = first[len(ex.title) + 2:]
+        first = tail[:1].upper() + tail[1:]
+    return f"Exercise {ex.label}", "\n".join(filter(None, [first, rest]))
+
+
 def build_notebook(exercise: str, stub_source: str, install: str = DEFAULT_INSTALL):
     """The student's notebook for one exercise."""
     ex = EXERCISES[exercise]
-    doc = _docstring(stub_source)
+    title, doc = _heading(ex, _docstring(stub_source))
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     nb.metadata["attn"] = {"exercise": exercise}
     cells = [
         nbformat.v4.new_markdown_cell(
-            f"# Exercise {ex.label}\n\n{doc}\n\n"
+            f"# {title}\n\n{doc}\n\n"
             "**How to work here.** Write your code in the cell tagged "
             f"`{TAG_PREFIX}{exercise}` below and run it: it saves `{exercise}.py` "
             "beside this notebook. Then run the self-check cell: it grades that file "
@@ -224,8 +238,11 @@ class CheckResult:
 # ex04 plot): beside the notebook, as ``attn-grade check`` writes them beside
 # the course folder.
 ARTIFACTS = "attn-grade-output"
-# The picture each exercise's public check draws with the student's code.
-PICTURES = {"ex04_quadratic": ("ex04_scaling.png",)}
+# The picture each exercise's public check draws with the student's code (in
+# the check's sandbox, kept in ARTIFACTS): D's log-log plot, the heatmaps.
+PICTURES = {"ex01_by_hand": ("ex01_weights.png",), "ex02_mha": ("ex02_heads.png",),
+            "ex03_gqa": ("ex03_gqa_heads.png",), "ex04_quadratic": ("ex04_scaling.png",),
+            "ex08_mla": ("ex08_mla_heads.png",)}
 
 
 def _stamps(exercise: str, folder: Path) -> dict:
@@ -266,8 +283,8 @@ def _show_pictures(exercise: str, folder: Path, before: dict) -> list[Path]:
 def self_check(exercise: str, folder: str | os.PathLike = ".") -> CheckResult:
     """Grade the saved module with the public suite; the table comes back as a
     ``CheckResult`` (a notebook shows it as HTML, a console as text), and the
-    pictures the check drew (exercise D's plot, in ``attn-grade-output``
-    beside the notebook) are shown inline."""
+    pictures the check drew (exercise D's plot, the heatmaps of A, B, C and H,
+    in ``attn-grade-output`` beside the notebook) are shown inline."""
     from grader.core import Options, grade
     from grader.report import to_text
 

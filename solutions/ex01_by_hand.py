@@ -1,5 +1,9 @@
 """Exercise A: attention by hand.
 
+Usually takes about 45 minutes.  From the chapters: "Attention from First
+Principles", section 4 (Tiny example) and hands-on exercise A; "Attention"
+(chapter 03), "Scaled dot-product attention, step by step".
+
 Work through scaled dot-product attention for three tokens with pencil and
 paper (or a calculator), then fill in each constant below as a nested list
 of floats, carried to three decimals.  No NumPy needed: the point is to feel
@@ -48,6 +52,20 @@ Steps, each a constant (rows are queries, columns are keys):
 7. ``ROWS_UNCHANGED_BY_MASK``: a tuple of the row indices (counting from 0)
    whose output is the same with and without the mask.
 
+Then look at what you computed:
+
+8. ``plot_weights(weights_full, weights_causal, path)``: save one figure
+   with two heatmaps side by side, left ``weights_full`` (title saying "no
+   mask"), right ``weights_causal`` (title saying "causal"), as a PNG at
+   ``path`` (matplotlib: ``pip install matplotlib``; Colab has it).  Each
+   panel draws the 3 x 3 matrix as it is (``ax.imshow(matrix)``: row ``i``
+   is query ``i``, column ``j`` key ``j``), its x axis labelled "key" and
+   its y axis "query"; a colorbar and the numbers written in the cells are
+   welcome.  The two arguments are nested lists (or arrays) like your
+   constants; call it as ``plot_weights(WEIGHTS_FULL, WEIGHTS_CAUSAL,
+   "weights.png")``.  The causal triangle is what the mask does: every
+   weight above the diagonal is 0, and the rows it cut renormalize.
+
 Keep three decimals: two are not enough (rounding row 2's weights to 0.25,
 0.25, 0.50 moves its output by about 0.01).  Each step is graded on its
 own, to 0.01: a step computed correctly from your own earlier (wrong)
@@ -81,3 +99,40 @@ OUT_CAUSAL = [[1.0, 2.0],
               [3.51, 4.51]]
 ROWS_UNCHANGED_BY_MASK = (2,)
 # END SOLUTION
+
+
+def plot_weights(weights_full, weights_causal, path):
+    """Save the two weight matrices as heatmaps side by side to ``path``.
+
+    ``weights_full`` and ``weights_causal``: ``(S_q, S_k)`` nested lists or
+    arrays (3 x 3 here).  Left panel: ``weights_full``, titled with "no
+    mask"; right panel: ``weights_causal``, titled with "causal".  Each panel
+    draws its matrix unchanged (row ``i`` = query ``i``), x axis labelled
+    "key", y axis "query".  Saved with ``savefig(path)`` (PNG); returns
+    nothing.  Without matplotlib: ``ImportError`` saying how to install it.
+    """
+    # BEGIN SOLUTION
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError("plot_weights needs matplotlib: pip install matplotlib") from exc
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.6), layout="constrained")
+    for ax, matrix, title in zip(axes, (weights_full, weights_causal),
+                                 ("no mask", "causal mask")):
+        rows = [[float(w) for w in row] for row in matrix]
+        image = ax.imshow(rows, vmin=0.0, vmax=1.0, cmap="viridis")
+        for i, row in enumerate(rows):                 # the weight in each cell
+            for j, w in enumerate(row):
+                ax.text(j, i, f"{w:.2f}", ha="center", va="center",
+                        color="white" if w < 0.5 else "black")
+        ax.set_xticks(range(len(rows[0])))
+        ax.set_yticks(range(len(rows)))
+        ax.set_title(title)
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+    fig.colorbar(image, ax=list(axes), label="weight")
+    fig.savefig(path)
+    plt.close(fig)
+    # END SOLUTION

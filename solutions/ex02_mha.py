@@ -1,5 +1,10 @@
 """Exercise B: multi-head attention with RoPE, in NumPy.
 
+Usually takes about 2 hours.  From the chapters: "Attention from First
+Principles", section 5 (The full multi-head computation, Why multiple
+heads, The causal mask) and hands-on exercise B; "Attention" (chapter 03),
+"Queries, keys and values" and "Many heads".
+
 Build the nine steps of a decoder's attention layer from the chapter:
 projections, head split, RoPE on q and k, causal mask, softmax over keys,
 weighted sum of values, head merge and output projection.
@@ -18,6 +23,21 @@ Conventions (the course's contract):
   ``position * base ** (-2j / d_head)``.
 * Every function works for float32 and float64 inputs and returns the
   input's floating dtype.
+
+Then look at the heads: ``plot_attention_heads(q, k, path, *, causal=True)``
+draws each head's attention weights as a heatmap.  ``q`` ``(h, S_q,
+d_head)`` and ``k`` ``(h, S_k, d_head)`` are ONE sequence's queries and
+keys, split into heads (and rotated, if you want what the layer sees: take
+``q[0]`` of your ``(B, h, S, d_head)`` tensors).  Each head's weights are
+``softmax(q_i @ k_i^T / sqrt(d_head) + mask)`` over keys, with the
+end-aligned causal mask when ``causal``: an ``(S_q, S_k)`` matrix whose
+rows sum to 1.  The PNG saved at ``path`` has one panel per head (not the
+heads side by side in one image), panel ``i`` titled ``"head {i}"`` and
+drawing head ``i``'s matrix unchanged (``ax.imshow(w[i])``: row ``i`` is
+query ``i``), its x axis labelled "key" and its y axis "query" (on the
+leftmost panel of each row at least).  A causal pattern is a lower
+triangle; with random inputs the heads differ only by chance, in a trained
+model they specialise.  Needs matplotlib (``pip install matplotlib``).
 
 Run the public tests with ``attn-grade check ex02``.
 """
@@ -141,4 +161,46 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, n_heads, *, causal=True, positio
     mask = causal_mask(s).astype(x.dtype) if causal else None
     out = merge_heads(attention(q, k, v, mask))    # (B, S, h*d_head)
     return out @ w_o.T                             # (B, S, d)
+    # END SOLUTION
+
+
+def plot_attention_heads(q, k, path, *, causal=True):
+    """Save one heatmap of attention weights per head to ``path`` (PNG).
+
+    ``q``: ``(h, S_q, d_head)``, ``k``: ``(h, S_k, d_head)``, one sequence.
+    Panel ``i`` (titled ``"head {i}"``) draws head ``i``'s weights
+    ``softmax(q_i k_i^T / sqrt(d_head) + mask)`` ``(S_q, S_k)`` unchanged,
+    x axis "key", y axis "query"; the end-aligned causal mask when
+    ``causal``.  Returns nothing.  Without matplotlib: ``ImportError``
+    saying how to install it.
+    """
+    # BEGIN SOLUTION
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError("plot_attention_heads needs matplotlib: pip install matplotlib") \
+            from exc
+    q, k = np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
+    h, s_q, d_head = q.shape
+    logits = np.einsum("hqd,hkd->hqk", q, k) / np.sqrt(d_head)    # (h, S_q, S_k)
+    if causal:
+        logits = logits + causal_mask(s_q, k.shape[1])
+    weights = softmax(logits, axis=-1)                             # rows sum to 1
+    cols = min(h, 4)
+    rows = -(-h // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 3 * rows), squeeze=False,
+                             layout="constrained")
+    for i, ax in enumerate(axes.flat):
+        if i >= h:
+            ax.axis("off")                                         # a spare grid cell
+            continue
+        image = ax.imshow(weights[i], vmin=0.0, vmax=1.0, cmap="viridis")
+        ax.set_title(f"head {i}")
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="weight")
+    fig.savefig(path)
+    plt.close(fig)
     # END SOLUTION

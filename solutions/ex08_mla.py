@@ -1,5 +1,11 @@
 """Exercise H: multi-head latent attention (MLA), in PyTorch.
 
+Usually takes about 2.5 hours.  From the chapters: "Attention" (chapter
+03), "The serving problem: K and V must be kept" (the MLA row: one latent
+of about 576 values) and its interview check "How does MLA reduce the KV
+cache further than GQA?"; "Attention from First Principles", section 5
+(MHA, GQA, MQA: the KV cache lever) for the cache it improves on.
+
 Exercises C and F shrank the KV cache by sharing K/V heads between query
 heads.  DeepSeek-V2/V3 go further: per token and layer they cache ONE
 compressed vector, the latent ``c_kv`` (width ``d_c``), from which every
@@ -87,6 +93,20 @@ more cached token costs is counted (FLOPs of its matrix multiplies, bytes its
 operations read) and set beside ``mla_decode_intensity``, with the gap
 explained.  One latent broadcast over the heads inside a matmul or einsum is
 fine: the copy PyTorch makes there to run one batched matmul is not yours.
+
+One picture: ``plot_mla_heads(x, w_q, w_dkv, w_uk, w_kr, n_heads, path,
+*, positions=None, rope_base=10000.0)`` draws each head's causal attention
+weights over ONE sequence ``x`` ``(S, d)`` (a 2-D tensor: no batch axis),
+the weights of ``mla_attention`` (scores scaled by ``1/sqrt(d_nope +
+d_rope)``, causal mask, softmax over keys: ``(S, S)`` per head, rows
+summing to 1).  Every head reads the same cached latent, yet the patterns
+differ: each head's ``W_uk_i`` (absorbed into its query) and its RoPE part
+decide what it looks for.  The PNG saved at ``path`` has one panel per head
+(not the heads side by side in one image), panel ``i`` titled ``"head
+{i}"`` and drawing head ``i``'s ``(S, S)`` weights unchanged
+(``ax.imshow(w[i])``: row ``j`` is query ``j``), its x axis labelled "key"
+and its y axis "query" (on the leftmost panel of each row at least).
+Needs matplotlib (``pip install matplotlib``).
 
 Run the public tests with ``attn-grade check ex08``.
 """
@@ -284,4 +304,52 @@ def mla_decode_intensity(n_heads, seq_len, d_c, d_rope, batch=1, bytes_per_elem=
     flops = 2 * batch * n_heads * seq_len * (2 * d_c + d_rope)
     elems = batch * (seq_len * (d_c + d_rope) + n_heads * (d_c + d_rope) + n_heads * d_c)
     return flops / (elems * bytes_per_elem)
+    # END SOLUTION
+
+
+def plot_mla_heads(x, w_q, w_dkv, w_uk, w_kr, n_heads, path, *, positions=None,
+                   rope_base=10000.0):
+    """Save one heatmap of causal attention weights per MLA head to ``path``.
+
+    ``x``: ``(S, d)``, one sequence; weights as in ``mla_attention``.  Panel
+    ``i`` (titled ``"head {i}"``) draws head ``i``'s ``(S, S)`` weights
+    unchanged, x axis "key", y axis "query".  Returns nothing.  Without
+    matplotlib: ``ImportError`` saying how to install it.
+    """
+    # BEGIN SOLUTION
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError("plot_mla_heads needs matplotlib: pip install matplotlib") from exc
+    x = x.to(torch.float64)[None]                                        # (1, S, d)
+    s = x.shape[1]
+    d_c, d_rope = w_dkv.shape[0], w_kr.shape[0]
+    d_nope = w_uk.shape[0] // n_heads
+    pos = _positions(positions, s, x.device)
+    c_kv, k_rope = mla_cache(x, w_dkv.double(), w_kr.double(), positions=pos,
+                             rope_base=rope_base)                        # (1, S, d_c), (1, S, dr)
+    q_nope, q_rope = _queries(x, w_q.double(), n_heads, d_nope, d_rope, pos, rope_base)
+    q_lat = q_nope @ w_uk.double().view(n_heads, d_nope, d_c)            # (1, h, S, d_c)
+    scores = (q_lat @ c_kv[:, None].transpose(-2, -1)
+              + q_rope @ k_rope[:, None].transpose(-2, -1)) / math.sqrt(d_nope + d_rope)
+    allowed = torch.ones(s, s, dtype=torch.bool).tril()
+    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)[0]  # (h, S, S)
+    cols = min(n_heads, 4)
+    rows = -(-n_heads // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 3 * rows), squeeze=False,
+                             layout="constrained")
+    for i, ax in enumerate(axes.flat):
+        if i >= n_heads:
+            ax.axis("off")                                               # a spare grid cell
+            continue
+        image = ax.imshow(weights[i].cpu().numpy(), vmin=0.0, vmax=1.0, cmap="viridis")
+        ax.set_title(f"head {i}")
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+    fig.suptitle("MLA: every head reads the same cached latent")
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="weight")
+    fig.savefig(path)
+    plt.close(fig)
     # END SOLUTION

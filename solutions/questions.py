@@ -1,7 +1,11 @@
 """Interview questions: attention, its caches, and where the FLOPs go.
 
+Usually takes about an hour.  From the chapters: "Attention from First
+Principles", section 11 (Interview questions) with sections 5 to 8 behind
+them; "Attention" (chapter 03), its "Interview check".
+
 Fourteen short questions of the kind a systems or ML interview asks, on the
-seven exercises' material.  Each answer is a module constant below; replace
+eight exercises' material.  Each answer is a module constant below; replace
 its ``None``.  Three kinds:
 
 - **a number** (``int`` or ``float``, in the unit the question names),

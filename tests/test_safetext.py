@@ -280,7 +280,8 @@ def test_grade_command_survives_hostile_error_text(tmp_path):
     shown = proc.stdout.decode("utf-8")
     assert_safe(shown)
     assert "\\x1b[2J\\x1b]52;c;aGVsbG8=\\x07" in shown and "\ufffd" in shown
-    assert "\nex01_by_hand  0/7\n" in shown and "\nTotal: 0/7, but " in shown
+    total = re.search(r"\nex01_by_hand  0/(\d+)\n", shown)
+    assert total and f"\nTotal: 0/{total.group(1)}, but " in shown
     forged = [ln for ln in shown.splitlines() if "249/249" in ln]
     assert forged and all(ln.startswith(" ") for ln in forged)   # inside the feedback
 

@@ -42,3 +42,15 @@ MUTANTS = [
            "OUT_CAUSAL = [[10.0, 0.0],\n              [3.302, 6.698],\n              [5.0, 5.0]]",
            "chapter's V"),
 ]
+
+# -- slips in the picture (issue 29): plot_weights
+MUTANTS += [
+    Mutant("plot_unlabelled", '        ax.set_xlabel("key")\n        ax.set_ylabel("query")\n',
+           "", "axes are not labelled"),
+    Mutant("plot_no_mask_panel", "zip(axes, (weights_full, weights_causal),",
+           "zip(axes, (weights_full, weights_full),", "without the mask"),
+    Mutant("plot_transposed", "rows = [[float(w) for w in row] for row in matrix]",
+           "rows = [[float(row[j]) for row in matrix] for j in range(len(matrix[0]))]",
+           "transposed"),
+]
+ONLY = {name: "plot" for name in ("plot_unlabelled", "plot_no_mask_panel", "plot_transposed")}

@@ -118,3 +118,27 @@ ONLY = {
     "no_rope": "mha_random",
     "attention_float64": "attention",
 }
+
+# -- slips in the picture (issue 29): plot_attention_heads
+MUTANTS += [
+    Mutant("plot_scores",
+           "weights = softmax(logits, axis=-1)                             # rows sum",
+           "weights = logits                             # rows sum", "scores were drawn"),
+    Mutant("plot_no_mask", "logits = logits + causal_mask(s_q, k.shape[1])", "logits = logits",
+           "without the causal mask"),
+    Mutant("plot_top_left_mask", "logits = logits + causal_mask(s_q, k.shape[1])",
+           "logits = logits + np.where(np.arange(k.shape[1]) <= np.arange(s_q)[:, None], "
+           "0.0, -np.inf)", "top-left"),
+    Mutant("plot_heads_concatenated",
+           "    for i, ax in enumerate(axes.flat):\n        if i >= h:",
+           "    image = axes[0, 0].imshow(np.concatenate(list(weights), axis=1))\n"
+           "    axes[0, 0].set_xlabel('key')\n    axes[0, 0].set_ylabel('query')\n"
+           "    for i, ax in enumerate(axes.flat):\n        break\n        if i >= h:",
+           "concatenated"),
+    Mutant("plot_unlabelled",
+           '        ax.set_title(f"head {i}")\n        ax.set_xlabel("key")\n'
+           '        ax.set_ylabel("query")\n',
+           '        ax.set_title(f"head {i}")\n', "axes are not labelled"),
+]
+ONLY.update({name: "plot" for name in ("plot_scores", "plot_no_mask", "plot_top_left_mask",
+                                       "plot_heads_concatenated", "plot_unlabelled")})

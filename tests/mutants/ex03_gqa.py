@@ -68,3 +68,14 @@ ONLY = {name: _SIZES for name in (
 ONLY.update({name: "gqa_random" for name in (
     "gqa_rope_only_q", "gqa_scale_by_d_model", "gqa_no_output_projection",
     "gqa_rope_on_values", "gqa_no_rope", "gqa_positions_ignored")})
+
+# -- slips in the picture (issue 29): plot_gqa_heads
+MUTANTS += [
+    Mutant("plot_kv_modulo", "g = i // n_rep                                   # the K/V head",
+           "g = i % h_kv                                   # the K/V head", "i % h_kv"),
+    Mutant("plot_no_mask", "logits = logits + causal_mask(s_q, s_k)", "logits = logits",
+           "without the causal mask"),
+    Mutant("plot_scores", "ax.imshow(softmax(logits, axis=-1), vmin", "ax.imshow(logits, vmin",
+           "scores were drawn"),
+]
+ONLY.update({name: "plot" for name in ("plot_kv_modulo", "plot_no_mask", "plot_scores")})

@@ -107,3 +107,21 @@ ONLY.update({"decode_default_position_s": "mla_decode_is_the_last_row",
              "cache_bytes_doubled": "cache_bytes",
              "cache_saving_k_without_rope": "cache_saving",
              "q_rope_at_position_0": "mla_attention_small or mla_decode_is_the_last_row"})
+
+# -- slips in the picture (issue 29): plot_mla_heads
+MUTANTS += [
+    Mutant("plot_scale_d_c",
+           "+ q_rope @ k_rope[:, None].transpose(-2, -1)) / math.sqrt(d_nope + d_rope)",
+           "+ q_rope @ k_rope[:, None].transpose(-2, -1)) / math.sqrt(d_c)", "1/sqrt(d_c)"),
+    Mutant("plot_no_rope_part", "\n              + q_rope @ k_rope[:, None].transpose(-2, -1))",
+           ")", "RoPE part"),
+    Mutant("plot_no_mask",
+           'weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)[0]',
+           "weights = torch.softmax(scores, dim=-1)[0]", "without the causal mask"),
+    Mutant("plot_unlabelled",
+           '        ax.set_title(f"head {i}")\n        ax.set_xlabel("key")\n'
+           '        ax.set_ylabel("query")\n',
+           '        ax.set_title(f"head {i}")\n', "axes are not labelled"),
+]
+ONLY.update({name: "plot" for name in ("plot_scale_d_c", "plot_no_rope_part", "plot_no_mask",
+                                       "plot_unlabelled")})

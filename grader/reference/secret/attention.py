@@ -29,7 +29,8 @@ MISTAKES = {
     "no_mask": "no causal mask was applied (queries can see later keys)",
     "diagonal_masked": "the causal mask also hides the diagonal (a query must see its own key)",
     "top_left_mask": "the causal mask is aligned to the top-left instead of the end "
-                     "(with fewer queries than keys, query i sits at position S_k - S_q + i)",
+                     "(query i sits at position S_k - S_q + i, so the last query sees "
+                     "every key)",
     "mask_wrong_triangle": "the causal mask hides the wrong triangle (the past instead of the "
                            "future)",
     "rope_on_values": "RoPE was also applied to the values (it goes on q and k only)",
@@ -74,6 +75,12 @@ MISTAKES = {
     "mask_ignores_s_k": "the causal mask ignored s_k (it always came out square, s_q by s_q)",
     "split_strided": "each head took strided features (i, i + h, i + 2h, ...) instead of a "
                      "contiguous block of d_head features",
+    "plotted_scores": "the scores were drawn, not the weights (the softmax over keys is "
+                      "missing: weights are softmax(scores), each row summing to 1)",
+    "plotted_no_mask": "the weights were drawn without the causal mask (a causal pattern is "
+                       "a lower triangle: later keys get weight 0)",
+    "plotted_kv_modulo": "each query head was drawn against K/V head i % h_kv where "
+                         "i // (h / h_kv) is meant (consecutive query heads share a K/V head)",
     "float64_for_float32": "the result is float64 for float32 inputs (compute in the "
                            "inputs' dtype, or cast the result back to q.dtype; under NumPy 2 "
                            "even dividing by np.sqrt(d_head), a NumPy float64, makes float32 "
@@ -241,3 +248,22 @@ def gqa(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads=None, *, causal=True, positio
         return out
     return out @ t64(w_o).T
 
+def head_weights(q, k, *, causal=True, mistake=None) -> np.ndarray:
+    """The attention weights one sequence's heads draw: ``q`` ``(h, S_q, d)``,
+    ``k`` ``(h_kv, S_k, d)`` (``h_kv`` divides ``h``; query head ``i`` reads
+    K/V head ``i // (h / h_kv)``).  Returns ``(h, S_q, S_k)`` float64."""
+    q, k = t64(q), t64(k)
+    n_rep = q.shape[0] // k.shape[0]
+    if mistake == "plotted_kv_modulo":
+        k = k.repeat(n_rep, 1, 1)
+    else:
+        k = repeat_kv(k[None], n_rep)[0]
+    if mistake == "plotted_scores":
+        scores = torch.einsum("hqd,hkd->hqk", q, k) / math.sqrt(q.shape[-1])
+        if causal:
+            scores = scores + causal_mask(q.shape[-2], k.shape[-2])
+        return scores.numpy()
+    eye = torch.eye(k.shape[-2], dtype=torch.float64)
+    ref_mistake = None if mistake in ("plotted_no_mask", "plotted_kv_modulo") else mistake
+    causal = causal and mistake != "plotted_no_mask"
+    return attention(q, k, eye, causal=causal, mistake=ref_mistake).numpy()

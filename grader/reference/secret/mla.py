@@ -62,6 +62,10 @@ MISTAKES = {
     "k_width_no_rope": "the K/V cache's K width left out d_rope: each cached K is "
                        "d_nope + d_rope wide (with MHA or GQA its RoPE part is cached per "
                        "head), so a K/V head holds d_nope + d_rope + d_v values per token",
+    "plotted_no_rope": "the weights were drawn from the latent part of the scores only "
+                       "(q_lat . c_kv): the RoPE part q_rope . k_rope is missing",
+    "plotted_no_mask": "the weights were drawn without the causal mask (a causal pattern is "
+                       "a lower triangle: later keys get weight 0)",
     "q_rope_position_zero": "the query's RoPE part was rotated at position 0 (its position "
                             "was ignored): q_rope must be rotated at the query's own position, "
                             "like k_rope at the key's, so that q . k sees their distance",
@@ -218,3 +222,29 @@ def rebuilt_kv_per_token(n_heads, d_c, d_nope, d_v, batch=1, bytes_per_elem=4) -
     attention's, and the per-head K/V written and read again."""
     return {"flops": 2 * batch * n_heads * d_c * (d_nope + d_v),
             "kv_bytes": batch * n_heads * (d_nope + d_v) * bytes_per_elem}
+
+
+def head_weights(x, w_q, w_dkv, w_uk, w_kr, n_heads, *, positions=None, rope_base=10000.0,
+                 mistake=None):
+    """Each head's causal attention weights over one sequence ``x`` ``(S, d)``:
+    ``(h, S, S)`` float64 (the explicit form's softmax; the absorbed form
+    gives the same)."""
+    x = ref.t64(x)[None]                                                   # (1, S, d)
+    s = x.shape[1]
+    pos = _pos(positions, s)
+    c_kv, k_rope = cache(x, w_dkv, w_kr, positions=pos, rope_base=rope_base,
+                         mistake=mistake if mistake == "rope_positions_unused" else None)
+    d_c, d_rope = c_kv.shape[-1], k_rope.shape[-1]
+    uk = _uk_blocks(w_uk, n_heads, d_c, mistake)                           # (h, dn, d_c)
+    d_nope = uk.shape[1]
+    q_nope, q_rope = _queries(x, w_q, n_heads, d_nope, pos, rope_base, mistake)
+    k_nope = torch.einsum("bsc,hnc->bhsn", c_kv, uk)                       # (1, h, S, dn)
+    if mistake == "plotted_no_rope":
+        q, k = q_nope, k_nope
+    else:
+        k = torch.cat([k_nope, k_rope[:, None].expand(1, n_heads, s, d_rope)], dim=-1)
+        q = torch.cat([q_nope, q_rope], dim=-1)
+    scale = _scale(d_nope, d_rope, d_c, mistake)
+    eye = torch.eye(s, dtype=torch.float64)
+    causal = mistake != "plotted_no_mask"
+    return ref.attention(q, k, eye, causal=causal, scale=scale)[0].numpy()

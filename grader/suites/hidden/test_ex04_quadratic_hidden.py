@@ -66,8 +66,10 @@ def check_calls(run, warmup, repeats, what):
     if run["calls"] == repeats:
         hint = ("\nThis looks like: timing without warm-up (call fn warmup times before "
                 "the timed repeats).")
+    warmups = f"{warmup} warm-up call" + "s" * (warmup != 1)
+    timed = f"{repeats} timed one" + "s" * (repeats != 1)
     raise Feedback(f"{what} called the function {run['calls']} times; expected "
-                   f"{warmup + repeats} ({warmup} warm-up calls, then {repeats} timed ones){hint}")
+                   f"{warmup + repeats} ({warmups}, then {timed}){hint}")
 
 
 @pytest.mark.points(1)

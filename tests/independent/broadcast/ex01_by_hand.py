@@ -76,3 +76,26 @@ OUT_CAUSAL = [[1.0, 2.0],
               [2.34, 3.34],
               [3.51, 4.51]]
 ROWS_UNCHANGED_BY_MASK = (2,)
+
+
+def plot_weights(weights_full, weights_causal, path):
+    """The masked cells left blank (a masked array), the numbers in the cells."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    full = np.asarray(weights_full, dtype=float)
+    causal = np.asarray(weights_causal, dtype=float)
+    hidden = np.triu(np.ones(causal.shape, dtype=bool), k=1 + causal.shape[1] - causal.shape[0])
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.5), layout="constrained")
+    for ax, w, title in zip(axes, (full, np.ma.masked_array(causal, hidden)),
+                            ("no mask", "causal mask")):
+        ax.imshow(w, cmap="Blues", vmin=0, vmax=1)
+        ii, jj = np.indices(w.shape)
+        for i, j, x in zip(ii.ravel(), jj.ravel(), np.ma.filled(w, np.nan).ravel()):
+            if np.isfinite(x):
+                ax.text(j, i, f"{x:.3f}", ha="center", va="center")
+        ax.set(title=title, xlabel="key", ylabel="query")
+    fig.savefig(path)
+    plt.close(fig)

@@ -187,3 +187,23 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, n_heads, *, causal=True, positio
     o = attention(q, k, v, mask)                                # (B, h, S, d_head)
     out = np.einsum("bhse,dhe->bsd", o, w_o.reshape(d, n_heads, width // n_heads))
     return out.astype(x.dtype, copy=False)
+
+
+def plot_attention_heads(q, k, path, *, causal=True):
+    """Weights by broadcasting; masked cells left blank (a masked array)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    q, k = np.asarray(q, dtype=float), np.asarray(k, dtype=float)
+    scores = (q[:, :, None, :] * k[:, None, :, :]).sum(-1) / np.sqrt(q.shape[-1])
+    mask = causal_mask(q.shape[1], k.shape[1]) if causal else np.zeros(scores.shape[1:])
+    weights = softmax(scores + mask, axis=-1)
+    blank = np.broadcast_to(np.isinf(mask), weights.shape)
+    h = len(weights)
+    fig, axes = plt.subplots(1, h, figsize=(3 * h, 3), squeeze=False, layout="constrained")
+    for i, ax in enumerate(axes.ravel()):
+        ax.imshow(np.ma.masked_array(weights[i], blank[i]), cmap="viridis")
+        ax.set(title=f"head {i}", xlabel="key", ylabel="query")
+    fig.savefig(path)
+    plt.close(fig)

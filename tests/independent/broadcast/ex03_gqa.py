@@ -134,3 +134,31 @@ def kv_exceeds_weights_at(n_layers, n_kv_heads, d_head, weight_bytes, bytes_per_
     while kv_cache_bytes(n_layers, n_kv_heads, d_head, n, 1, bytes_per_elem) <= weight_bytes:
         n += 1
     return n
+
+
+def plot_gqa_heads(q, k, path, *, causal=True):
+    """The weights from B's own attention (values = the identity, so the output
+    is the weights), the queries reshaped by K/V group; masked cells blank."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    q, k = np.asarray(q, dtype=float), np.asarray(k, dtype=float)
+    h, s_q, d = q.shape
+    h_kv, s_k, _ = k.shape
+    n_rep = h // h_kv
+    mask = causal_mask(s_q, s_k) if causal else None
+    grouped = q.reshape(1, h_kv, n_rep * s_q, d)                    # a group's queries together
+    if mask is not None:
+        mask = np.tile(mask, (n_rep, 1))                            # (n_rep*S_q, S_k)
+    weights = attention(grouped, k[None], np.eye(s_k)[None, None], mask)
+    weights = weights.reshape(h, s_q, s_k)
+    fig, axes = plt.subplots(h_kv, n_rep, figsize=(3 * n_rep, 3 * h_kv), squeeze=False,
+                             layout="constrained")
+    for i in range(h):
+        ax = axes[i // n_rep, i % n_rep]
+        shown = np.ma.masked_array(weights[i], np.isinf(mask[:s_q])) if causal else weights[i]
+        ax.imshow(shown, cmap="viridis")
+        ax.set(title=f"q{i} / kv{i // n_rep}", xlabel="key", ylabel="query")
+    fig.savefig(path)
+    plt.close(fig)

@@ -315,3 +315,36 @@ def mla_decode_intensity(n_heads, seq_len, d_c, d_rope, batch=1, bytes_per_elem=
     flops = batch * n_heads * seq_len * (2 * (d_c + d_rope) + 2 * d_c)
     nbytes = bytes_per_elem * batch * (seq_len * (d_c + d_rope) + n_heads * (d_c + d_rope) + n_heads * d_c)
     return float(flops) / float(nbytes)
+
+
+def plot_mla_heads(x, w_q, w_dkv, w_uk, w_kr, n_heads, path, *, positions=None,
+                   rope_base=10000.0):
+    """The absorbed form broadcast over heads; each head's rotated query part
+    made by mla_cache itself (it rotates x @ W.T at the tokens' positions, the
+    same for a query's rows of w_q as for w_kr)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = x.to(torch.float64)
+    s, h = x.shape[0], n_heads
+    d_c, d_rope = w_dkv.shape[0], w_kr.shape[0]
+    d_nope = w_uk.shape[0] // h
+    w_q, w_dkv = w_q.to(torch.float64), w_dkv.to(torch.float64)
+    w_uk, w_kr = w_uk.to(torch.float64), w_kr.to(torch.float64)
+    kw = {"positions": positions, "rope_base": rope_base}
+    c_kv, k_rope = mla_cache(x[None], w_dkv, w_kr, **kw)                  # (1, S, d_c), (1, S, dr)
+    per_head = w_q.view(h, d_nope + d_rope, -1)
+    q_rope = torch.stack([mla_cache(x[None], w_dkv, per_head[i, d_nope:], **kw)[1][0]
+                          for i in range(h)])                               # (h, S, dr)
+    q_nope = torch.einsum("sd,hnd->hsn", x, per_head[:, :d_nope])            # (h, S, dn)
+    q_lat = torch.einsum("hsn,hnc->hsc", q_nope, w_uk.view(h, d_nope, d_c))  # (h, S, d_c)
+    scores = (q_lat @ c_kv[0].T + q_rope @ k_rope[0].T) / math.sqrt(d_nope + d_rope)
+    future = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)
+    weights = torch.softmax(scores.masked_fill(future, -math.inf), dim=-1)
+    fig, axes = plt.subplots(1, h, figsize=(3 * h, 3), squeeze=False, layout="constrained")
+    for i, ax in enumerate(axes.ravel()):
+        ax.imshow(weights[i].numpy(), cmap="viridis")
+        ax.set(title=f"head {i}", xlabel="key", ylabel="query")
+    fig.savefig(path)
+    plt.close(fig)

@@ -73,3 +73,22 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, n_heads, *, causal=True,
     mask = causal_mask(s).astype(x.dtype) if causal else None
     o = merge_heads(attention(q, k, v, mask))
     return np.einsum("bse,de->bsd", o, w_o)
+
+
+def plot_attention_heads(q, k, path, *, causal=True):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = np.einsum("hqd,hkd->hqk", q, k) / np.sqrt(q.shape[-1])
+    if causal:
+        s = s + causal_mask(q.shape[1], k.shape[1])
+    w = softmax(s, axis=-1)
+    fig, axes = plt.subplots(1, len(w), figsize=(3 * len(w), 3), squeeze=False)
+    for i, ax in enumerate(axes[0]):
+        ax.imshow(w[i])
+        ax.set_title(f"head {i}")
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+    fig.savefig(path)
+    plt.close(fig)

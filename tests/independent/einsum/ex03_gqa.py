@@ -50,3 +50,27 @@ def kv_exceeds_weights_at(n_layers, n_kv_heads, d_head, weight_bytes, bytes_per_
     per_token = kv_cache_bytes(n_layers, n_kv_heads, d_head, 1, 1, bytes_per_elem)
     # smallest L with L*per_token > weight_bytes
     return int(weight_bytes // per_token) + 1
+
+
+def plot_gqa_heads(q, k, path, *, causal=True):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ex02_mha import softmax
+
+    h, s_q, d = q.shape
+    h_kv, s_k, _ = k.shape
+    r = h // h_kv
+    s = np.einsum("grqd,gkd->grqk", q.reshape(h_kv, r, s_q, d), k) / np.sqrt(d)
+    if causal:
+        s = s + causal_mask(s_q, s_k)
+    w = softmax(s, axis=-1).reshape(h, s_q, s_k)
+    fig, axes = plt.subplots(1, h, figsize=(3 * h, 3), squeeze=False)
+    for i, ax in enumerate(axes[0]):
+        ax.imshow(w[i])
+        ax.set_title(f"q{i} / kv{i // r}")
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+    fig.savefig(path)
+    plt.close(fig)

@@ -86,3 +86,32 @@ def mla_decode_intensity(n_heads, seq_len, d_c, d_rope, batch=1, bytes_per_elem=
     nbytes = bytes_per_elem * batch * (seq_len * (d_c + d_rope)
                                        + n_heads * (d_c + d_rope) + n_heads * d_c)
     return flops / nbytes
+
+
+def plot_mla_heads(x, w_q, w_dkv, w_uk, w_kr, n_heads, path, *, positions=None,
+                   rope_base=10000.0):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    S = x.shape[0]
+    h = n_heads
+    d_c, d_r = w_dkv.shape[0], w_kr.shape[0]
+    d_n = w_uk.shape[0] // h
+    c, kr = mla_cache(x[None], w_dkv, w_kr, positions=positions, rope_base=rope_base)
+    q = torch.einsum("sd,qd->sq", x, w_q).reshape(S, h, d_n + d_r)
+    pos = range(S) if positions is None else positions
+    qr = _rope(torch.einsum("shr->hsr", q[..., d_n:]), list(pos), rope_base)
+    ql = torch.einsum("shn,hnc->hsc", q[..., :d_n], w_uk.reshape(h, d_n, d_c))
+    s = (torch.einsum("hsc,tc->hst", ql, c[0]) + torch.einsum("hsr,tr->hst", qr, kr[0]))
+    s = s / (d_n + d_r) ** 0.5
+    s = s.masked_fill(~torch.ones(S, S, dtype=torch.bool).tril(), float("-inf"))
+    w = s.softmax(-1)
+    fig, axes = plt.subplots(1, h, figsize=(3 * h, 3), squeeze=False)
+    for i, ax in enumerate(axes[0]):
+        ax.imshow(w[i].numpy())
+        ax.set_title(f"head {i}")
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+    fig.savefig(path)
+    plt.close(fig)

@@ -103,3 +103,34 @@ OUT_CAUSAL = [
 
 # Step 7: only the last query already saw every key, so only its row is unchanged.
 ROWS_UNCHANGED_BY_MASK = (2,)
+
+
+def _as_matrix(value, name):
+    rows = [list(row) for row in value]
+    if not rows or any(len(row) != len(rows[0]) for row in rows):
+        raise ValueError(f"{name} must be a rectangular nested list of numbers")
+    return [[float(x) for x in row] for row in rows]
+
+
+def plot_weights(weights_full, weights_causal, path):
+    """Two heatmaps (no mask, causal), each with its own colorbar."""
+    full = _as_matrix(weights_full, "weights_full")
+    causal = _as_matrix(weights_causal, "weights_causal")
+    if len(full) != len(causal) or len(full[0]) != len(causal[0]):
+        raise ValueError("weights_full and weights_causal must have the same shape")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError("plot_weights needs matplotlib: pip install matplotlib") from exc
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    for ax, matrix, title in zip(axes, (full, causal), ("weights, no mask", "weights, causal")):
+        image = ax.imshow(matrix, vmin=0.0, vmax=1.0)
+        fig.colorbar(image, ax=ax)
+        ax.set_title(title)
+        ax.set_xlabel("key j")
+        ax.set_ylabel("query i")
+    fig.tight_layout()
+    fig.savefig(str(path))
+    plt.close(fig)

@@ -343,3 +343,35 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, n_heads, *, causal=True, positio
     out = attention(q, k, v, mask)
     # 7. merge, 8. output projection
     return (merge_heads(out) @ w_o.T.astype(dtype, copy=False)).astype(dtype, copy=False)
+
+
+def plot_attention_heads(q, k, path, *, causal=True):
+    """One heatmap per head, each with its own colorbar."""
+    q = _as_float_array(q, "q")
+    k = _as_float_array(k, "k")
+    if q.ndim != 3 or k.ndim != 3:
+        raise ValueError(f"q and k must be (h, S, d_head); got {q.shape} and {k.shape}")
+    if q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+        raise ValueError(f"q {q.shape} and k {k.shape} need the same heads and d_head")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError("plot_attention_heads needs matplotlib: pip install matplotlib") \
+            from exc
+    h, s_q, d_head = q.shape
+    scores = np.matmul(q, np.swapaxes(k, 1, 2)) / math.sqrt(d_head)
+    if causal:
+        scores = scores + causal_mask(s_q, k.shape[1])
+    weights = softmax(scores, axis=-1)
+    fig, axes = plt.subplots(1, h, figsize=(3.5 * h, 3), squeeze=False)
+    for i in range(h):
+        ax = axes[0, i]
+        image = ax.matshow(weights[i], vmin=0.0, vmax=1.0)
+        fig.colorbar(image, ax=ax, fraction=0.046)
+        ax.set_title(f"head {i}", pad=18)
+        ax.set_xlabel("keys")
+        ax.set_ylabel("queries")
+    fig.savefig(str(path))
+    plt.close(fig)

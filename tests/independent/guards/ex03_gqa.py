@@ -218,3 +218,39 @@ def kv_exceeds_weights_at(n_layers, n_kv_heads, d_head, weight_bytes, bytes_per_
     bpe = _as_positive_real(bytes_per_elem, "bytes_per_elem")
     per_token = Fraction(2 * n_layers * n_kv_heads * d_head) * Fraction(bpe)
     return int(math.floor(Fraction(weights) / per_token)) + 1
+
+
+def plot_gqa_heads(q, k, path, *, causal=True):
+    """One heatmap per query head with its own colorbar, a row per K/V head."""
+    q = _as_float_array(q, "q")
+    k = _as_float_array(k, "k")
+    if q.ndim != 3 or k.ndim != 3 or q.shape[2] != k.shape[2]:
+        raise ValueError(f"q must be (h, S_q, d_head) and k (h_kv, S_k, d_head); got "
+                         f"{q.shape} and {k.shape}")
+    h, s_q, d_head = q.shape
+    h_kv, s_k, _ = k.shape
+    if h_kv < 1 or h % h_kv:
+        raise ValueError(f"h={h} is not a multiple of h_kv={h_kv}")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError("plot_gqa_heads needs matplotlib: pip install matplotlib") from exc
+    from ex02_mha import softmax
+
+    n_rep = h // h_kv
+    fig, axes = plt.subplots(h_kv, n_rep, figsize=(3.5 * n_rep, 3 * h_kv), squeeze=False)
+    for i in range(h):
+        g = i // n_rep
+        scores = q[i] @ k[g].T / math.sqrt(d_head)
+        if causal:
+            scores = scores + causal_mask(s_q, s_k)
+        ax = axes[g, i - g * n_rep]
+        image = ax.matshow(softmax(scores, axis=-1), vmin=0.0, vmax=1.0)
+        fig.colorbar(image, ax=ax, fraction=0.046)
+        ax.set_title(f"query head {i} (kv head {g})", pad=18)
+        ax.set_xlabel("keys")
+        ax.set_ylabel("queries")
+    fig.savefig(str(path))
+    plt.close(fig)

@@ -457,3 +457,45 @@ def mla_decode_intensity(n_heads, seq_len, d_c, d_rope, batch=1, bytes_per_elem=
     flops = batch * n_heads * seq_len * (2 * (d_c + d_rope) + 2 * d_c)
     elems = batch * (seq_len * (d_c + d_rope) + n_heads * (d_c + d_rope) + n_heads * d_c)
     return float(flops) / (float(elems) * float(bpe))
+
+
+def plot_mla_heads(x, w_q, w_dkv, w_uk, w_kr, n_heads, path, *, positions=None,
+                   rope_base=10000.0):
+    """One heatmap per head (the explicit form's weights), each with a colorbar."""
+    x = _check_tensor(x, "x", 2)
+    w_q, w_dkv = _check_tensor(w_q, "w_q", 2), _check_tensor(w_dkv, "w_dkv", 2)
+    w_uk, w_kr = _check_tensor(w_uk, "w_uk", 2), _check_tensor(w_kr, "w_kr", 2)
+    h = _as_int(n_heads, "n_heads")
+    seq_len, d_model = x.shape
+    d_c, d_rope = w_dkv.shape[0], w_kr.shape[0]
+    _check_rope_width(d_rope)
+    d_nope = _per_head_width(w_uk, h, "w_uk", d_c, "d_c")
+    if tuple(w_q.shape) != (h * (d_nope + d_rope), d_model):
+        raise ValueError(f"w_q {tuple(w_q.shape)} should be {(h * (d_nope + d_rope), d_model)}")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError("plot_mla_heads needs matplotlib: pip install matplotlib") from exc
+    x64 = x.to(torch.float64)
+    pos = _positions(positions, seq_len, x.device)
+    c_kv = x64 @ w_dkv.to(torch.float64).T                                  # (S, d_c)
+    k_rope = _rope(x64 @ w_kr.to(torch.float64).T, pos, rope_base)          # (S, d_rope)
+    q = (x64 @ w_q.to(torch.float64).T).view(seq_len, h, d_nope + d_rope).transpose(0, 1)
+    q = torch.cat([q[..., :d_nope], _rope(q[..., d_nope:], pos, rope_base)], dim=-1)
+    k_nope = torch.einsum("sc,hnc->hsn", c_kv, w_uk.to(torch.float64).view(h, d_nope, d_c))
+    k = torch.cat([k_nope, k_rope.expand(h, seq_len, d_rope)], dim=-1)      # (h, S, dn+dr)
+    scores = q @ k.transpose(1, 2) / math.sqrt(d_nope + d_rope)
+    allowed = torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
+    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    fig, axes = plt.subplots(1, h, figsize=(3.5 * h, 3), squeeze=False)
+    for i in range(h):
+        ax = axes[0, i]
+        image = ax.matshow(weights[i].numpy(), vmin=0.0, vmax=1.0)
+        fig.colorbar(image, ax=ax, fraction=0.046)
+        ax.set_title(f"head {i}", pad=18)
+        ax.set_xlabel("keys")
+        ax.set_ylabel("queries")
+    fig.savefig(str(path))
+    plt.close(fig)

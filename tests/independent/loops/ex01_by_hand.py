@@ -130,3 +130,26 @@ OUT_CAUSAL = [
 ]
 
 ROWS_UNCHANGED_BY_MASK = (2,)
+
+
+def plot_weights(weights_full, weights_causal, path):
+    """Copied cell by cell into plain lists, then drawn with fig.add_subplot."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 3.5))
+    panels = [("no mask", weights_full), ("causal", weights_causal)]
+    for n, (title, matrix) in enumerate(panels):
+        rows = []
+        for row in matrix:
+            cells = []
+            for x in row:
+                cells.append(float(x))
+            rows.append(cells)
+        ax = fig.add_subplot(1, 2, n + 1)
+        ax.imshow(rows, interpolation="nearest")
+        ax.set_title(title)
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+    fig.savefig(path)

@@ -301,3 +301,41 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, n_heads, *, causal=True, positio
     # 8. output projection
     out = _project(merged, w_o.astype(np.float64))
     return out.astype(out_dtype)
+
+
+def plot_attention_heads(q, k, path, *, causal=True):
+    """Every weight by explicit loops; a 2-row grid, spare cells switched off."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    h, s_q, d_head = len(q), len(q[0]), len(q[0][0])
+    s_k = len(k[0])
+    weights = np.zeros((h, s_q, s_k))
+    for head in range(h):
+        for i in range(s_q):
+            row = []
+            for j in range(s_k):
+                if causal and j > s_k - s_q + i:
+                    row.append(-math.inf)
+                    continue
+                dot = 0.0
+                for f in range(d_head):
+                    dot += float(q[head][i][f]) * float(k[head][j][f])
+                row.append(dot / math.sqrt(d_head))
+            weights[head, i] = _softmax_row(np.array(row))
+    n_rows = 2
+    n_cols = -(-h // n_rows)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(3 * n_cols, 6), squeeze=False)
+    for n in range(n_rows * n_cols):
+        ax = axes[n // n_cols][n % n_cols]
+        if n >= h:
+            ax.axis("off")
+            continue
+        ax.imshow(weights[n])
+        ax.set_title("head " + str(n))
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -154,3 +154,41 @@ def kv_exceeds_weights_at(n_layers, n_kv_heads, d_head, weight_bytes, bytes_per_
     if seq_len < 0:
         seq_len = 0
     return int(seq_len)
+
+
+def plot_gqa_heads(q, k, path, *, causal=True):
+    """Every weight by explicit loops; one row of panels per K/V head."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    h, s_q, d_head = len(q), len(q[0]), len(q[0][0])
+    h_kv, s_k = len(k), len(k[0])
+    n_rep = h // h_kv
+    fig, axes = plt.subplots(h_kv, n_rep, figsize=(3 * n_rep, 3 * h_kv), squeeze=False)
+    for head in range(h):
+        kv = head // n_rep
+        weights = []
+        for i in range(s_q):
+            scores = []
+            for j in range(s_k):
+                if causal and j > s_k - s_q + i:
+                    scores.append(None)
+                    continue
+                dot = 0.0
+                for f in range(d_head):
+                    dot += float(q[head][i][f]) * float(k[kv][j][f])
+                scores.append(dot / math.sqrt(d_head))
+            seen = [x for x in scores if x is not None]
+            top = max(seen) if seen else 0.0
+            exps = [0.0 if x is None else math.exp(x - top) for x in scores]
+            total = sum(exps)
+            weights.append([e / total if total > 0 else 0.0 for e in exps])
+        ax = axes[kv][head % n_rep]
+        ax.imshow(weights)
+        ax.set_title("q" + str(head) + " / kv" + str(kv))
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -417,3 +417,43 @@ def mla_decode_intensity(n_heads, seq_len, d_c, d_rope, batch=1, bytes_per_elem=
     output_values = n_heads * d_c
     nbytes = batch * bytes_per_elem * (cache_values + query_values + output_values)
     return float(flops) / float(nbytes)
+
+
+def plot_mla_heads(x, w_q, w_dkv, w_uk, w_kr, n_heads, path, *, positions=None,
+                   rope_base=10000.0):
+    """Head by head and query by query, from the cache; a 2-row grid."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x3 = x.to(torch.float64).unsqueeze(0)                                  # (1, S, d)
+    seq_len = x3.shape[1]
+    d_c, d_rope = w_dkv.shape[0], w_kr.shape[0]
+    d_nope = w_uk.shape[0] // n_heads
+    pos = torch.arange(seq_len) if positions is None else torch.as_tensor(positions)
+    c_kv, k_rope = mla_cache(x3, w_dkv.to(torch.float64), w_kr.to(torch.float64),
+                             positions=pos, rope_base=rope_base)
+    q_nope, q_rope = _queries(x3, w_q.to(torch.float64), n_heads, d_nope, d_rope, pos,
+                              rope_base)
+    w_uk64 = w_uk.to(torch.float64)
+    n_rows = 2
+    n_cols = -(-n_heads // n_rows)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(3 * n_cols, 6), squeeze=False)
+    for head in range(n_heads):
+        block = w_uk64[head * d_nope:(head + 1) * d_nope]                   # (d_nope, d_c)
+        scores = torch.full((seq_len, seq_len), float("-inf"), dtype=torch.float64)
+        for i in range(seq_len):
+            for j in range(i + 1):
+                k_nope = block @ c_kv[0, j]
+                dot = q_nope[0, head, i] @ k_nope + q_rope[0, head, i] @ k_rope[0, j]
+                scores[i, j] = dot / math.sqrt(d_nope + d_rope)
+        ax = axes[head // n_cols][head % n_cols]
+        ax.imshow(_softmax_rows(scores).numpy())
+        ax.set_title("head " + str(head))
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+    for n in range(n_heads, n_rows * n_cols):
+        axes[n // n_cols][n % n_cols].axis("off")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -15,3 +15,22 @@ OUT_FULL = [[sum(w * v[j] for w, v in zip(row, _V)) for j in range(2)] for row i
 WEIGHTS_CAUSAL = [[1.0, 0.0, 0.0], [1 / (1 + _e), _e / (1 + _e), 0.0], list(_w2)]
 OUT_CAUSAL = [[sum(w * v[j] for w, v in zip(row, _V)) for j in range(2)] for row in WEIGHTS_CAUSAL]
 ROWS_UNCHANGED_BY_MASK = (2,)
+
+
+def plot_weights(weights_full, weights_causal, path):
+    """pcolormesh, the first row at the top, one y label for the row of panels."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 2, sharey=True, figsize=(7, 3.2))
+    for ax, w, title in zip(axes, [weights_full, weights_causal], ["no mask", "causal"]):
+        mesh = ax.pcolormesh(np.array(w, dtype=np.float64), cmap="magma", vmin=0.0, vmax=1.0)
+        ax.invert_yaxis()
+        ax.set_title(title)
+        ax.set_xlabel("key")
+    axes[0].set_ylabel("query")
+    fig.colorbar(mesh, ax=axes)
+    fig.savefig(path)
+    plt.close(fig)

@@ -72,3 +72,33 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, n_heads, *, causal=True,
         k = rope(k_all[:, i], pos, rope_base)
         heads.append(attention(q, k, v_all[:, i], mask))
     return merge_heads(np.stack(heads, axis=1)) @ w_o.T
+
+
+def plot_attention_heads(q, k, path, *, causal=True):
+    """A loop over heads; pcolormesh with the first query at the top, one y
+    label per row of panels."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    q = np.asarray(q, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    h = q.shape[0]
+    rows = 2 if h > 3 else 1
+    cols = (h + rows - 1) // rows
+    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 3 * rows), squeeze=False)
+    for i in range(h):
+        scores = np.matmul(q[i], k[i].T) / np.sqrt(q.shape[2])
+        if causal:
+            scores = scores + causal_mask(q.shape[1], k.shape[1])
+        ax = axes[i // cols][i % cols]
+        ax.pcolormesh(softmax(scores, axis=-1), vmin=0.0, vmax=1.0)
+        ax.invert_yaxis()
+        ax.set_title("head %d" % i)
+        ax.set_xlabel("key")
+        if i % cols == 0:
+            ax.set_ylabel("query")
+    for j in range(h, rows * cols):
+        axes[j // cols][j % cols].set_visible(False)
+    fig.savefig(path)
+    plt.close(fig)

@@ -50,3 +50,33 @@ def kv_exceeds_weights_at(n_layers, n_kv_heads, d_head, weight_bytes, bytes_per_
     while n > 1 and (n - 1) * per_token > weight_bytes:
         n -= 1
     return n
+
+
+def plot_gqa_heads(q, k, path, *, causal=True):
+    """A loop over query heads, one row of panels per K/V head (pcolormesh,
+    the first query at the top, the y label on each row's first panel)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ex02_mha import softmax
+
+    q = np.asarray(q, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    h, h_kv = q.shape[0], k.shape[0]
+    group = h // h_kv
+    fig, axes = plt.subplots(h_kv, group, figsize=(3 * group, 3 * h_kv), squeeze=False)
+    for i in range(h):
+        g = i // group
+        scores = np.matmul(q[i], k[g].T) / math.sqrt(q.shape[2])
+        if causal:
+            scores = scores + causal_mask(q.shape[1], k.shape[1])
+        ax = axes[g][i % group]
+        ax.pcolormesh(softmax(scores, axis=-1), vmin=0.0, vmax=1.0)
+        ax.invert_yaxis()
+        ax.set_title("q%d / kv%d" % (i, g))
+        ax.set_xlabel("key")
+        if i % group == 0:
+            ax.set_ylabel("query")
+    fig.savefig(path)
+    plt.close(fig)

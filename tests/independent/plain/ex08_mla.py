@@ -105,3 +105,39 @@ def mla_decode_intensity(n_heads, seq_len, d_c, d_rope, batch=1, bytes_per_elem=
     read = batch * seq_len * (d_c + d_rope) + batch * n_heads * (d_c + d_rope)
     written = batch * n_heads * d_c
     return flops / ((read + written) * bytes_per_elem)
+
+
+def plot_mla_heads(x, w_q, w_dkv, w_uk, w_kr, n_heads, path, *, positions=None,
+                   rope_base=10000.0):
+    """The explicit form, head by head (K rebuilt from the latent), float64;
+    pcolormesh with the first query at the top."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = x.double()
+    s = x.shape[0]
+    d_c, d_rope = w_dkv.shape[0], w_kr.shape[0]
+    d_nope = w_uk.shape[0] // n_heads
+    pos = _positions(positions, s)
+    c_kv = x @ w_dkv.double().T                                   # (S, d_c)
+    k_rope = _rot(x @ w_kr.double().T, pos, rope_base)            # (S, d_rope)
+    q = x @ w_q.double().T                                        # (S, h*(dn+dr))
+    allowed = torch.tril(torch.ones(s, s)).bool()
+    fig, axes = plt.subplots(1, n_heads, figsize=(3 * n_heads, 3), squeeze=False)
+    for i in range(n_heads):
+        qi = q[:, i * (d_nope + d_rope):(i + 1) * (d_nope + d_rope)]
+        qi = torch.cat([qi[:, :d_nope], _rot(qi[:, d_nope:], pos, rope_base)], dim=1)
+        w_uk_i = w_uk.double()[i * d_nope:(i + 1) * d_nope]      # (d_nope, d_c)
+        ki = torch.cat([c_kv @ w_uk_i.T, k_rope], dim=1)          # (S, dn+dr)
+        scores = (qi @ ki.T) / math.sqrt(d_nope + d_rope)
+        scores = torch.where(allowed, scores, torch.tensor(-math.inf, dtype=scores.dtype))
+        ax = axes[0][i]
+        ax.pcolormesh(torch.softmax(scores, dim=1).numpy(), vmin=0.0, vmax=1.0)
+        ax.invert_yaxis()
+        ax.set_title("head %d" % i)
+        ax.set_xlabel("key")
+        if i == 0:
+            ax.set_ylabel("query")
+    fig.savefig(path)
+    plt.close(fig)

@@ -93,3 +93,22 @@ OUT_CAUSAL = [
 ]
 # 7. Only the last query already saw every key without the mask.
 ROWS_UNCHANGED_BY_MASK = (2,)
+
+
+def plot_weights(weights_full, weights_causal, path):
+    """pyplot's state machine: plt.subplot, plt.imshow, plt.savefig."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+
+    plt.figure(figsize=(8, 3.5))
+    for n, (w, title) in enumerate([(weights_full, "no mask"), (weights_causal, "causal")]):
+        plt.subplot(1, 2, n + 1)
+        plt.imshow(torch.tensor(w, dtype=torch.float64).numpy(), vmin=0.0, vmax=1.0)
+        plt.title(title)
+        plt.xlabel("key")
+        plt.ylabel("query")
+        plt.colorbar()
+    plt.savefig(path)
+    plt.close()

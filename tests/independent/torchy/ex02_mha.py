@@ -281,3 +281,26 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, n_heads, *, causal=True, positio
 def _torch_dtype(dt) -> torch.dtype:
     """The torch dtype of a NumPy dtype."""
     return torch.from_numpy(np.zeros(0, dtype=dt)).dtype
+
+
+def plot_attention_heads(q, k, path, *, causal=True):
+    """Weights in PyTorch, drawn with pyplot's state machine."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    qt, kt = _as_torch(q, np.float64), _as_torch(k, np.float64)
+    h, s_q, d_head = qt.shape
+    scores = qt @ kt.transpose(-1, -2) / math.sqrt(d_head)
+    if causal:
+        scores = scores + _causal_mask_t(s_q, kt.shape[1])
+    weights = _safe_softmax(scores, dim=-1)
+    plt.figure(figsize=(3 * h, 3))
+    for i in range(h):
+        plt.subplot(1, h, i + 1)
+        plt.imshow(weights[i].numpy())
+        plt.title(f"head {i}")
+        plt.xlabel("key")
+        plt.ylabel("query")
+    plt.savefig(path)
+    plt.close()

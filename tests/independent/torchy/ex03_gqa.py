@@ -141,3 +141,31 @@ def kv_exceeds_weights_at(n_layers, n_kv_heads, d_head, weight_bytes, bytes_per_
     if per_token <= 0:
         raise ValueError("the cache must grow with the context")
     return int(math.floor(Fraction(weight_bytes) / per_token)) + 1
+
+
+def plot_gqa_heads(q, k, path, *, causal=True):
+    """Weights in PyTorch (K/V repeated with repeat_interleave), drawn with
+    pyplot's state machine, one row per K/V head."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    qt = _to_torch(q).to(torch.float64)
+    kt = _to_torch(k).to(torch.float64)
+    h, s_q, d_head = qt.shape
+    h_kv, s_k, _ = kt.shape
+    n_rep = h // h_kv
+    scores = qt @ kt.repeat_interleave(n_rep, dim=0).transpose(1, 2) / math.sqrt(d_head)
+    if causal:
+        allowed = torch.ones(s_q, s_k, dtype=torch.bool).tril(s_k - s_q)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+    plt.figure(figsize=(3 * n_rep, 3 * h_kv))
+    for i in range(h):
+        plt.subplot(h_kv, n_rep, i + 1)
+        plt.imshow(weights[i].numpy())
+        plt.title(f"q{i} / kv{i // n_rep}")
+        plt.xlabel("key")
+        plt.ylabel("query")
+    plt.savefig(path)
+    plt.close()

@@ -392,3 +392,35 @@ def mla_decode_intensity(n_heads, seq_len, d_c, d_rope, batch=1, bytes_per_elem=
     flops = batch * n_heads * seq_len * (2 * (d_c + d_rope) + 2 * d_c)
     elems = batch * (seq_len * (d_c + d_rope) + n_heads * (d_c + d_rope) + n_heads * d_c)
     return float(flops) / float(elems * bytes_per_elem)
+
+
+def plot_mla_heads(x, w_q, w_dkv, w_uk, w_kr, n_heads, path, *, positions=None,
+                   rope_base=10000.0):
+    """Weights from the cache with the up-projection absorbed, drawn with
+    pyplot's state machine."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x3 = x.to(torch.float64).unsqueeze(0)
+    s, d_model = x.shape
+    d_c, d_rope = w_dkv.shape[0], w_kr.shape[0]
+    widths = _MLAWidths(d_model, int(n_heads), d_c, d_rope, w_uk.shape[0] // n_heads, 0)
+    pos = _positions(positions, s, x.device)
+    c_kv, k_rope = mla_cache(x3, w_dkv.to(torch.float64), w_kr.to(torch.float64),
+                             positions=pos, rope_base=rope_base)
+    q_nope, q_rope = _queries(x3, w_q.to(torch.float64), widths, _RoPE(d_rope, rope_base), pos)
+    q_lat = q_nope @ w_uk.to(torch.float64).view(widths.n_heads, widths.d_nope, d_c)
+    scores = (q_lat @ c_kv.unsqueeze(1).transpose(-1, -2)
+              + q_rope @ k_rope.unsqueeze(1).transpose(-1, -2)) * widths.scale
+    scores = scores.masked_fill(~_causal_allowed(s, s, x.device), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)[0]
+    plt.figure(figsize=(3 * widths.n_heads, 3))
+    for i in range(widths.n_heads):
+        plt.subplot(1, widths.n_heads, i + 1)
+        plt.imshow(weights[i].numpy())
+        plt.title(f"head {i}")
+        plt.xlabel("key")
+        plt.ylabel("query")
+    plt.savefig(path)
+    plt.close()
