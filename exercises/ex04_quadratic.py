@@ -1,5 +1,9 @@
 """Exercise D: measure the quadratic, in PyTorch.
 
+Usually takes about 1.5 hours.  From the chapters: "Attention from First
+Principles", section 5 (Complexity) and hands-on exercise D; "Attention"
+(chapter 03), "The quadratic term".
+
 Attention compares every query with every key, so a naive implementation
 does ``S * S`` work per head and stores an ``S x S`` score matrix.  In this
 exercise you time it and watch the quadratic appear on a real machine.
