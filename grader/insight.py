@@ -6,9 +6,10 @@ Its id is the reference's mistake key (``no_scale``, the key of
 text, so that rewording a mistake's description changes no id and two
 exercises naming the same slip share one (exercise A's by-hand slips are
 ``by_hand.MISTAKES``; a key another reference has already is qualified by its
-module: ``by_hand.no_scale``).  A diagnosis written in a suite without a key
-(an interview question's slip, a timing hint) gets ``unkeyed-<slug>-<hash>``
-of its text: stable as long as its wording is.
+module: ``by_hand.no_scale``; an interview question's slip is
+``questions.<key>``, one key for a slip made in several questions).  A
+diagnosis written in a suite without a key (a timing hint) gets
+``unkeyed-<slug>-<hash>`` of its text: stable as long as its wording is.
 
 ``annotate`` puts the ids into a Gradescope result (each test's
 ``extra_data.mistakes`` and the result's ``extra_data.mistakes``);
@@ -69,6 +70,12 @@ def known_ids() -> dict[str, str]:
                 ident = key if owner.get(key, text) == text else f"{module}.{key}"
                 owner[ident] = text
                 known[text] = ident
+        try:   # the questions' slips: one key may have several wordings
+            from grader.reference.secret import questions
+            for text, key in questions.slip_ids().items():
+                known.setdefault(text, f"questions.{key}")
+        except Exception:   # noqa: BLE001 - the edition: no keys
+            pass
         _known = known
     return _known
 

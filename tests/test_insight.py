@@ -32,6 +32,14 @@ def test_a_diagnosis_carries_the_references_key_not_its_wording():
     assert unkeyed[0][0].startswith("unkeyed-timing-without-warm-up-")
     assert insight.diagnoses("This looks like: timing without warm-up.") == unkeyed
     assert insight.diagnoses("all good") == []
+    # exercise A's and the questions' slips have keys too
+    from grader.reference.secret import by_hand, questions
+    assert insight.diagnoses(f"This looks like: {by_hand.MISTAKES['no_mask']}.") == \
+        [("by_hand.no_mask", by_hand.MISTAKES["no_mask"])]
+    words = questions.key("Q05_KV_CACHE_GB")["mistakes"]["binary_units"][0]
+    assert insight.mistake_id(words) == "questions.binary_units"
+    other = questions.key("Q09_SCORES_GB")["mistakes"]["binary_units"][0]
+    assert other != words and insight.mistake_id(other) == "questions.binary_units"
 
 
 def test_every_failed_test_and_the_result_carry_the_ids_in_the_json():

@@ -42,7 +42,7 @@ def test_each_key_entry_can_grade_and_teach(name):
     key = qref.key(name)
     if key["kind"] == qref.NUMBER:
         assert key["points"] > 0 and 0 < key["rtol"] <= 0.05 and key["how"]
-        for slip, value in key["mistakes"].items():   # every named slip is a wrong answer
+        for slip, value in key["mistakes"].values():   # every named slip is a wrong answer
             assert not math.isclose(value, key["answer"], rel_tol=key["rtol"]), slip
     elif key["kind"] == qref.CHOICE:
         assert key["answer"] in qref.LETTERS and key["why"]

@@ -7,7 +7,10 @@ the instructors (this module is one of ``grader.replay.SECRET_MODULES``, and
 nothing below ``FORMS`` is an upper-case constant, which replay would ship).
 
 Kinds: ``number`` (graded to a relative tolerance; known wrong answers are
-named), ``choice`` (one letter; each wrong letter has its own explanation),
+named: ``mistakes`` maps a slip's key to its words and the answer it gives;
+the key, not the words, is its id in the class's mistakes table, prefixed
+``questions.``, and one slip made in several questions has one key),
+``choice`` (one letter; each wrong letter has its own explanation),
 ``text`` (not graded here: collected with a rubric for staff, worth
 ``staff_points`` of theirs and no autograder points).
 
@@ -190,16 +193,21 @@ _KEY = {
         "how": "bytes = 2 (K and V) x 32 layers x 8 KV heads x 128 (d_head) x 8192 tokens "
                "x 2 bytes = 1,073,741,824 bytes, about 1.07 GB (128 KiB per token)",
         "mistakes": {
-            "only K or only V was counted (the cache holds both)":
-                _kv_bytes(8192, **_LLAMA3_8B) / 2 / _GB,
-            "all 32 query heads were cached (that is MHA; Llama-3-8B has 8 KV heads)":
-                _kv_bytes(8192, **{**_LLAMA3_8B, "kv_heads": 32}) / _GB,
-            "4 bytes per element were used (the cache is fp16: 2 bytes)":
-                _kv_bytes(8192, **_LLAMA3_8B, bytes_per_elem=4) / _GB,
-            "the answer is in GiB (2^30 bytes); the question asks for GB (1e9 bytes)":
-                _kv_bytes(8192, **_LLAMA3_8B) / _GIB,
-            "one layer was counted (every one of the 32 layers has its own cache)":
-                _kv_bytes(8192, **{**_LLAMA3_8B, "layers": 1}) / _GB,
+            "k_or_v_only": (
+                "only K or only V was counted (the cache holds both)",
+                _kv_bytes(8192, **_LLAMA3_8B) / 2 / _GB),
+            "mha_heads_cached": (
+                "all 32 query heads were cached (that is MHA; Llama-3-8B has 8 KV heads)",
+                _kv_bytes(8192, **{**_LLAMA3_8B, "kv_heads": 32}) / _GB),
+            "fp32_bytes": (
+                "4 bytes per element were used (the cache is fp16: 2 bytes)",
+                _kv_bytes(8192, **_LLAMA3_8B, bytes_per_elem=4) / _GB),
+            "binary_units": (
+                "the answer is in GiB (2^30 bytes); the question asks for GB (1e9 bytes)",
+                _kv_bytes(8192, **_LLAMA3_8B) / _GIB),
+            "one_layer": (
+                "one layer was counted (every one of the 32 layers has its own cache)",
+                _kv_bytes(8192, **{**_LLAMA3_8B, "layers": 1}) / _GB),
         },
     },
     "Q06_MHA_GQA_MQA": {
@@ -227,14 +235,17 @@ _KEY = {
                "128, plus K and V: 2 x 1 x 8192 x 128) = 4,210,688; about 31.9 FLOPs per "
                "byte, close to h/h_kv = 32",
         "mistakes": {
-            "this is MHA's intensity (32 KV heads); MQA has one":
-                _decode_intensity(heads=32, kv_heads=32, d_head=128, cache=8192),
-            "this is GQA with 8 KV heads; MQA has one":
-                _decode_intensity(heads=32, kv_heads=8, d_head=128, cache=8192),
-            "half the answer: 4 bytes per element, or 2 FLOPs per pair instead of 4 "
-            "(2 for q.k and 2 for the weighted sum of v)":
+            "mha_intensity": (
+                "this is MHA's intensity (32 KV heads); MQA has one",
+                _decode_intensity(heads=32, kv_heads=32, d_head=128, cache=8192)),
+            "gqa_intensity": (
+                "this is GQA with 8 KV heads; MQA has one",
+                _decode_intensity(heads=32, kv_heads=8, d_head=128, cache=8192)),
+            "fp32_or_half_flops": (
+                "half the answer: 4 bytes per element, or 2 FLOPs per pair instead of 4 "
+                "(2 for q.k and 2 for the weighted sum of v)",
                 _decode_intensity(heads=32, kv_heads=1, d_head=128, cache=8192,
-                                  bytes_per_elem=4),
+                                  bytes_per_elem=4)),
         },
     },
     "Q09_SCORES_GB": {
@@ -243,12 +254,16 @@ _KEY = {
         "how": "32 heads x 32,768^2 scores x 2 bytes = 68,719,476,736 bytes, about 68.7 GB "
                "for one layer, more than most GPUs hold, before the softmax's copy",
         "mistakes": {
-            "4 bytes per score were used (the scores are fp16)": 32 * 32768**2 * 4 / _GB,
-            "one head was counted (all 32 heads' scores exist at once)": 32768**2 * 2 / _GB,
-            "the answer is in GiB; the question asks for GB (1e9 bytes)":
-                32 * 32768**2 * _FP16 / _GIB,
-            "only the causal half was counted (a naive implementation stores the full "
-            "S x S tensor)": 32 * 32768**2 * _FP16 / 2 / _GB,
+            "fp32_bytes": (
+                "4 bytes per score were used (the scores are fp16)", 32 * 32768**2 * 4 / _GB),
+            "one_head": (
+                "one head was counted (all 32 heads' scores exist at once)", 32768**2 * 2 / _GB),
+            "binary_units": (
+                "the answer is in GiB; the question asks for GB (1e9 bytes)",
+                32 * 32768**2 * _FP16 / _GIB),
+            "causal_half_only": (
+                "only the causal half was counted (a naive implementation stores the full "
+                "S x S tensor)", 32 * 32768**2 * _FP16 / 2 / _GB),
         },
     },
     "Q10_PREFILL_VS_DECODE": {
@@ -268,12 +283,15 @@ _KEY = {
         "how": "131,072 bytes of cache per token (2 x 32 x 8 x 128 x 2); 8e9 / 131,072 = "
                "61,035.2, so the cache passes the weights at 61,036 tokens",
         "mistakes": {
-            "twice the answer: the fp16 weights (16 GB, the chapter's case), or a cache "
-            "without one of K and V": _kv_passes(16.0e9, **_LLAMA3_8B),
-            "all 32 heads were cached (MHA); Llama-3-8B has 8 KV heads":
-                _kv_passes(8.0e9, **{**_LLAMA3_8B, "kv_heads": 32}),
-            "the weights were counted in GiB (8 x 2^30 bytes); they are 8.0e9 bytes":
-                _kv_passes(8 * _GIB, **_LLAMA3_8B),
+            "fp16_weights_or_double": (
+                "twice the answer: the fp16 weights (16 GB, the chapter's case), or a cache "
+                "without one of K and V", _kv_passes(16.0e9, **_LLAMA3_8B)),
+            "mha_heads_cached": (
+                "all 32 heads were cached (MHA); Llama-3-8B has 8 KV heads",
+                _kv_passes(8.0e9, **{**_LLAMA3_8B, "kv_heads": 32})),
+            "binary_units": (
+                "the weights were counted in GiB (8 x 2^30 bytes); they are 8.0e9 bytes",
+                _kv_passes(8 * _GIB, **_LLAMA3_8B)),
         },
     },
     "Q12_MLA": {
@@ -291,11 +309,13 @@ _KEY = {
                "FLOPs; weights: 2 x 7.0e9 x n = 1.4e10 n; equal at n + 1 = 53,405.8, so "
                "attention passes the weights from n = 53,405 on",
         "mistakes": {
-            "half the answer: all n^2 pairs were counted (the causal mask keeps about "
-            "half), or 1 FLOP per weight instead of 2 (a multiply and an add)":
-                _crossing(causal=False),
-            "twice the answer: 2 FLOPs per (query, key) pair were counted; there are 4 "
-            "(q.k, and the weighted sum of v)": _crossing(flops_per_pair=2),
+            "all_pairs_counted": (
+                "half the answer: all n^2 pairs were counted (the causal mask keeps about "
+                "half), or 1 FLOP per weight instead of 2 (a multiply and an add)",
+                _crossing(causal=False)),
+            "two_flops_per_pair": (
+                "twice the answer: 2 FLOPs per (query, key) pair were counted; there are 4 "
+                "(q.k, and the weighted sum of v)", _crossing(flops_per_pair=2)),
         },
     },
     "Q14_ATTENTION_SHARE_AT_8K": {
@@ -304,12 +324,15 @@ _KEY = {
         "how": "attention 262,144 x 8192 x 8193 = 1.76e13 FLOPs, weights 1.4e10 x 8192 = "
                "1.15e14: attention is 1.76e13 / 1.32e14, about 0.133 of the total",
         "mistakes": {
-            "this is a percentage; the question asks for a fraction between 0 and 1":
-                100 * _share(8192),
-            "this is attention / weights; the question asks attention / (attention + "
-            "weights)": _attention_flops(8192) / _weight_flops(8192),
-            "all n^2 pairs were counted; the causal mask keeps n(n+1)/2":
-                _share(8192, causal=False),
+            "percentage": (
+                "this is a percentage; the question asks for a fraction between 0 and 1",
+                100 * _share(8192)),
+            "attention_over_weights": (
+                "this is attention / weights; the question asks attention / (attention + "
+                "weights)", _attention_flops(8192) / _weight_flops(8192)),
+            "all_pairs_counted": (
+                "all n^2 pairs were counted; the causal mask keeps n(n+1)/2",
+                _share(8192, causal=False)),
         },
     },
     "Q15_ATTENTION_PASSES_FFN_AT": {
@@ -321,18 +344,23 @@ _KEY = {
                "attention passes the FFN when 8,192 x (n + 1) > 268,435,456, from n = "
                "32,768 on: the chapter's 'below about 30k context the FFN dominates'",
         "mistakes": {
-            "attention's projections (w_q, w_k, w_v, w_o) were left out: they are "
-            "attention's FLOPs too": _ffn_crossing(projections=False),
-            "half the answer: all n^2 pairs were counted (the causal mask keeps "
-            "n (n + 1) / 2), or 1 FLOP per weight instead of 2":
-                _ffn_crossing(causal=False),
-            "the FFN was counted with 2 matrices; Llama's SwiGLU FFN has 3 (gate, up and "
-            "down)": _ffn_crossing(ffn_matrices=2),
-            "w_k and w_v were counted with 32 heads; they have 8 (GQA)":
-                _ffn_crossing(kv_heads=32),
-            "twice the answer: 2 FLOPs per (query, key) pair and head dimension were "
-            "counted; there are 4 (q.k, and the weighted sum of v)":
-                _ffn_crossing(flops_per_pair=2),
+            "projections_left_out": (
+                "attention's projections (w_q, w_k, w_v, w_o) were left out: they are "
+                "attention's FLOPs too", _ffn_crossing(projections=False)),
+            "all_pairs_counted": (
+                "half the answer: all n^2 pairs were counted (the causal mask keeps "
+                "n (n + 1) / 2), or 1 FLOP per weight instead of 2",
+                _ffn_crossing(causal=False)),
+            "ffn_two_matrices": (
+                "the FFN was counted with 2 matrices; Llama's SwiGLU FFN has 3 (gate, up and "
+                "down)", _ffn_crossing(ffn_matrices=2)),
+            "kv_projections_mha": (
+                "w_k and w_v were counted with 32 heads; they have 8 (GQA)",
+                _ffn_crossing(kv_heads=32)),
+            "two_flops_per_pair": (
+                "twice the answer: 2 FLOPs per (query, key) pair and head dimension were "
+                "counted; there are 4 (q.k, and the weighted sum of v)",
+                _ffn_crossing(flops_per_pair=2)),
         },
     },
     "Q16_KV_CACHE_128K_GB": {
@@ -342,19 +370,25 @@ _KEY = {
                "bytes per token; x 131,072 tokens = 17,179,869,184 bytes, about 17.2 GB: "
                "more than the model's 16 GB of weights",
         "mistakes": {
-            "the answer is in GiB (16 GiB: 2^34 bytes); the question asks for GB (1e9 "
-            "bytes), and in GB the cache is larger than the 16 GB of weights":
-                _kv_bytes(_128K, **_LLAMA3_8B) / _GIB,
-            "only K or only V was counted (the cache holds both)":
-                _kv_bytes(_128K, **_LLAMA3_8B) / 2 / _GB,
-            "all 32 query heads were cached (that is MHA; Llama-3-8B has 8 KV heads)":
-                _kv_bytes(_128K, **{**_LLAMA3_8B, "kv_heads": 32}) / _GB,
-            "4 bytes per element were used (the cache is fp16: 2 bytes)":
-                _kv_bytes(_128K, **_LLAMA3_8B, bytes_per_elem=4) / _GB,
-            "128k was taken as 128,000 tokens; a 128k context is 131,072 (2^17)":
-                _kv_bytes(128000, **_LLAMA3_8B) / _GB,
-            "one layer was counted (every one of the 32 layers has its own cache)":
-                _kv_bytes(_128K, **{**_LLAMA3_8B, "layers": 1}) / _GB,
+            "binary_units": (
+                "the answer is in GiB (16 GiB: 2^34 bytes); the question asks for GB (1e9 "
+                "bytes), and in GB the cache is larger than the 16 GB of weights",
+                _kv_bytes(_128K, **_LLAMA3_8B) / _GIB),
+            "k_or_v_only": (
+                "only K or only V was counted (the cache holds both)",
+                _kv_bytes(_128K, **_LLAMA3_8B) / 2 / _GB),
+            "mha_heads_cached": (
+                "all 32 query heads were cached (that is MHA; Llama-3-8B has 8 KV heads)",
+                _kv_bytes(_128K, **{**_LLAMA3_8B, "kv_heads": 32}) / _GB),
+            "fp32_bytes": (
+                "4 bytes per element were used (the cache is fp16: 2 bytes)",
+                _kv_bytes(_128K, **_LLAMA3_8B, bytes_per_elem=4) / _GB),
+            "128k_as_128000": (
+                "128k was taken as 128,000 tokens; a 128k context is 131,072 (2^17)",
+                _kv_bytes(128000, **_LLAMA3_8B) / _GB),
+            "one_layer": (
+                "one layer was counted (every one of the 32 layers has its own cache)",
+                _kv_bytes(_128K, **{**_LLAMA3_8B, "layers": 1}) / _GB),
         },
     },
     "Q17_KV_128K_OVER_WEIGHTS": {
@@ -364,15 +398,19 @@ _KEY = {
                "131,072 tokens); over 16e9 bytes of weights: about 1.07. The cache is "
                "bigger than the model",
         "mistakes": {
-            "the ratio is inverted: weights over cache":
-                _WEIGHTS_8B / _kv_bytes(_128K, **_LLAMA3_8B),
-            "one side was in GiB and the other in GB (16 GiB of cache against 16 GB of "
-            "weights, or the reverse): keep both in bytes":
-                _kv_bytes(_128K, **_LLAMA3_8B) / _GIB / 16,
-            "all 32 query heads were cached (MHA); Llama-3-8B has 8 KV heads":
-                _kv_bytes(_128K, **{**_LLAMA3_8B, "kv_heads": 32}) / _WEIGHTS_8B,
-            "only K or only V was counted (the cache holds both)":
-                _kv_bytes(_128K, **_LLAMA3_8B) / 2 / _WEIGHTS_8B,
+            "ratio_inverted": (
+                "the ratio is inverted: weights over cache",
+                _WEIGHTS_8B / _kv_bytes(_128K, **_LLAMA3_8B)),
+            "binary_units": (
+                "one side was in GiB and the other in GB (16 GiB of cache against 16 GB of "
+                "weights, or the reverse): keep both in bytes",
+                _kv_bytes(_128K, **_LLAMA3_8B) / _GIB / 16),
+            "mha_heads_cached": (
+                "all 32 query heads were cached (MHA); Llama-3-8B has 8 KV heads",
+                _kv_bytes(_128K, **{**_LLAMA3_8B, "kv_heads": 32}) / _WEIGHTS_8B),
+            "k_or_v_only": (
+                "only K or only V was counted (the cache holds both)",
+                _kv_bytes(_128K, **_LLAMA3_8B) / 2 / _WEIGHTS_8B),
         },
     },
     "Q18_NAIVE_MAX_SEQ_LEN_80GB": {
@@ -382,16 +420,21 @@ _KEY = {
                "512 S^2 <= 80e9 gives S^2 <= 156,250,000, S = 12,500 (and the chapter's "
                "S = 8192 already takes 34.4 GB)",
         "mistakes": {
-            "the batch was left out: all 8 sequences' scores exist at once":
-                _naive_max_len(80e9, batch=1),
-            "4 bytes per score were used (fp16 is 2), or two copies of the scores":
-                _naive_max_len(80e9, bytes_per_elem=4),
-            "the memory was taken as 80 GiB (80 x 2^30 bytes); it is 80e9 bytes":
-                _naive_max_len(80 * _GIB),
-            "only the causal half was counted (a naive implementation stores the full "
-            "S x S tensor)": _naive_max_len(160e9),
-            "one head was counted (all 32 heads' scores exist at once)":
-                _naive_max_len(80e9, heads=1),
+            "batch_left_out": (
+                "the batch was left out: all 8 sequences' scores exist at once",
+                _naive_max_len(80e9, batch=1)),
+            "fp32_bytes": (
+                "4 bytes per score were used (fp16 is 2), or two copies of the scores",
+                _naive_max_len(80e9, bytes_per_elem=4)),
+            "binary_units": (
+                "the memory was taken as 80 GiB (80 x 2^30 bytes); it is 80e9 bytes",
+                _naive_max_len(80 * _GIB)),
+            "causal_half_only": (
+                "only the causal half was counted (a naive implementation stores the full "
+                "S x S tensor)", _naive_max_len(160e9)),
+            "one_head": (
+                "one head was counted (all 32 heads' scores exist at once)",
+                _naive_max_len(80e9, heads=1)),
         },
     },
     "Q19_GQA_SAVES_MB_PER_TOKEN": {
@@ -401,16 +444,22 @@ _KEY = {
                "2,621,440 bytes and GQA 2 x 80 x 8 x 128 x 2 = 327,680; GQA saves "
                "2,293,760 bytes, about 2.29 MB per token (the ratio 8 is MHA's over GQA's)",
         "mistakes": {
-            "the answer is in MiB (2^20 bytes); the question asks for MB (1e6 bytes)":
-                _saved(1) / _MIB,
-            "only K or only V was counted (the cache holds both)": _saved(1) / 2 / _MB,
-            "this is GQA's cache per token, not what it saves (MHA's less GQA's)":
-                _kv_bytes(1, **_LLAMA3_70B) / _MB,
-            "this is MHA's cache per token, not what GQA saves (subtract GQA's)":
-                _kv_bytes(1, **{**_LLAMA3_70B, "kv_heads": 64}) / _MB,
-            "4 bytes per element were used (the cache is fp16: 2 bytes)":
-                _saved(1, bytes_per_elem=4) / _MB,
-            "one layer was counted (all 80 layers keep a cache)": _saved(1, layers=1) / _MB,
+            "binary_units": (
+                "the answer is in MiB (2^20 bytes); the question asks for MB (1e6 bytes)",
+                _saved(1) / _MIB),
+            "k_or_v_only": (
+                "only K or only V was counted (the cache holds both)", _saved(1) / 2 / _MB),
+            "gqa_cache_not_saving": (
+                "this is GQA's cache per token, not what it saves (MHA's less GQA's)",
+                _kv_bytes(1, **_LLAMA3_70B) / _MB),
+            "mha_cache_not_saving": (
+                "this is MHA's cache per token, not what GQA saves (subtract GQA's)",
+                _kv_bytes(1, **{**_LLAMA3_70B, "kv_heads": 64}) / _MB),
+            "fp32_bytes": (
+                "4 bytes per element were used (the cache is fp16: 2 bytes)",
+                _saved(1, bytes_per_elem=4) / _MB),
+            "one_layer": (
+                "one layer was counted (all 80 layers keep a cache)", _saved(1, layers=1) / _MB),
         },
     },
     "Q20_GQA_SAVES_GB_PER_128K": {
@@ -420,17 +469,23 @@ _KEY = {
                "131,072 tokens = 300,647,710,720 bytes, about 300.6 GB per sequence: MHA "
                "would need 343.6 GB for one 128k sequence, GQA needs 42.9 GB",
         "mistakes": {
-            "the answer is in GiB (2^30 bytes); the question asks for GB (1e9 bytes)":
-                _saved(_128K) / _GIB,
-            "128k was taken as 128,000 tokens; a 128k context is 131,072 (2^17)":
-                _saved(128000) / _GB,
-            "only K or only V was counted (the cache holds both)": _saved(_128K) / 2 / _GB,
-            "this is MHA's cache, not what GQA saves (subtract GQA's)":
-                _kv_bytes(_128K, **{**_LLAMA3_70B, "kv_heads": 64}) / _GB,
-            "this is GQA's cache, not what it saves (MHA's less GQA's)":
-                _kv_bytes(_128K, **_LLAMA3_70B) / _GB,
-            "4 bytes per element were used (the cache is fp16: 2 bytes)":
-                _saved(_128K, bytes_per_elem=4) / _GB,
+            "binary_units": (
+                "the answer is in GiB (2^30 bytes); the question asks for GB (1e9 bytes)",
+                _saved(_128K) / _GIB),
+            "128k_as_128000": (
+                "128k was taken as 128,000 tokens; a 128k context is 131,072 (2^17)",
+                _saved(128000) / _GB),
+            "k_or_v_only": (
+                "only K or only V was counted (the cache holds both)", _saved(_128K) / 2 / _GB),
+            "mha_cache_not_saving": (
+                "this is MHA's cache, not what GQA saves (subtract GQA's)",
+                _kv_bytes(_128K, **{**_LLAMA3_70B, "kv_heads": 64}) / _GB),
+            "gqa_cache_not_saving": (
+                "this is GQA's cache, not what it saves (MHA's less GQA's)",
+                _kv_bytes(_128K, **_LLAMA3_70B) / _GB),
+            "fp32_bytes": (
+                "4 bytes per element were used (the cache is fp16: 2 bytes)",
+                _saved(_128K, bytes_per_elem=4) / _GB),
         },
     },
     "Q21_KERNEL_FALLBACK": {
@@ -466,3 +521,10 @@ _KEY = {
 def key(name: str) -> dict:
     """A question's entry of the answer key (hidden suite only)."""
     return {**FORMS[name], **_KEY[name]}
+
+
+def slip_ids() -> dict[str, str]:
+    """{a numeric slip's words: its key}, over every question (the class's
+    mistakes table names a slip by its key: ``grader.insight``)."""
+    return {text: slip for entry in _KEY.values()
+            for slip, (text, _) in entry.get("mistakes", {}).items()}

@@ -38,7 +38,7 @@ def test_number(student, name, request):
         return
     lines = [f"{name}: got {got:.6g}, expected about {want:.4g} (graded to "
              f"{rtol:.0%}; yours is off by {abs(got - want) / abs(want):.0%})."]
-    slip = next((d for d, v in key["mistakes"].items() if _close(got, v, rtol)), None)
+    slip = next((d for d, v in key["mistakes"].values() if _close(got, v, rtol)), None)
     if slip:
         lines.append(f"This looks like: {slip}.")
     lines.append(f"How: {key['how']}.")
