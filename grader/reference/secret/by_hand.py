@@ -136,6 +136,16 @@ def carry(step: str, answers: dict, inputs: Inputs = COMMON):
 # columns normalizes over the queries.
 COLUMN_SOFTMAX = ("the softmax ran down each column (over the queries) instead of along each "
                   "row (over the keys): rows are queries, and each row of weights sums to 1")
+# Slips the public suite names from the form of an answer alone (no answer needed).
+WRONG_TRIANGLE = "the mask is on the wrong triangle (query i may see keys 0..i, not i..2)"
+MASK_AFTER_SOFTMAX = ("the mask zeroed the full weights after the softmax without "
+                      "renormalizing (mask the scores with -inf before the softmax)")
+ROWS_FROM_ONE = "the rows were counted from 1 (indices start at 0)"
+SCALE_FORGOTTEN = "the 1/sqrt(d_head) scale was forgotten"
+SCALED_ALREADY = ("the scores were scaled already (SCORES is Q @ K.T, before the "
+                  "1/sqrt(d_head))")
+CHAPTER_V = ("the output used the chapter's V ([[10, 0], [0, 10], [5, 5]]) instead of "
+             "this exercise's V")
 
 
 def slips(step: str, inputs: Inputs = COMMON) -> dict:
@@ -155,10 +165,9 @@ def _own_slips(step: str, inputs: Inputs) -> dict:
     scores, scaled = e["SCORES"], e["SCALED"]
     tril_only = e["WEIGHTS_FULL"] * CAUSAL
     if step == "SCORES":
-        return {"the scores were scaled already (SCORES is Q @ K.T, before the "
-                "1/sqrt(d_head))": scaled}
+        return {SCALED_ALREADY: scaled}
     if step == "SCALED":
-        return {"the 1/sqrt(d_head) scale was forgotten": scores,
+        return {SCALE_FORGOTTEN: scores,
                 "the scores were divided by d_head instead of sqrt(d_head)": scores / D_HEAD,
                 "the scores were multiplied by sqrt(d_head) instead of divided":
                     scores * math.sqrt(D_HEAD)}
@@ -173,19 +182,16 @@ def _own_slips(step: str, inputs: Inputs) -> dict:
     if step == "OUT_FULL":
         return {"the output used the transposed weights (weights.T @ V)":
                     e["WEIGHTS_FULL"].T @ V,
-                "the output used the chapter's V ([[10, 0], [0, 10], [5, 5]]) instead of "
-                "this exercise's V": e["WEIGHTS_FULL"] @ V_SEED,
+                CHAPTER_V: e["WEIGHTS_FULL"] @ V_SEED,
                 "the causal weights were used (this step has no mask)": e["WEIGHTS_CAUSAL"] @ V,
                 "the weights were rounded to two decimals before multiplying by V (carry "
                 "three)": np.round(e["WEIGHTS_FULL"], 2) @ V}
     if step == "WEIGHTS_CAUSAL":
         upper = np.triu(np.ones((3, 3), dtype=bool))
-        return {"the mask is on the wrong triangle (query i may see keys 0..i, not i..2)":
-                    softmax_rows(scaled, upper),
+        return {WRONG_TRIANGLE: softmax_rows(scaled, upper),
                 "the mask also hides the diagonal (a query must see its own key)":
                     softmax_rows(scaled, np.tril(np.ones((3, 3), dtype=bool), -1)),
-                "the mask zeroed the full weights after the softmax without renormalizing "
-                "(mask the scores with -inf before the softmax)": tril_only,
+                MASK_AFTER_SOFTMAX: tril_only,
                 "no causal mask was applied": e["WEIGHTS_FULL"],
                 COLUMN_SOFTMAX: softmax_rows(scaled.T, CAUSAL.T).T}
     if step == "OUT_CAUSAL":
@@ -197,7 +203,7 @@ def _own_slips(step: str, inputs: Inputs) -> dict:
                 "the weights were rounded to two decimals before multiplying by V (carry "
                 "three)": np.round(e["WEIGHTS_CAUSAL"], 2) @ V}
     if step == "ROWS_UNCHANGED_BY_MASK":
-        return {"the rows were counted from 1 (indices start at 0)": (3,),
+        return {ROWS_FROM_ONE: (3,),
                 "rows whose output changes were listed, not the ones that stay the same":
                     (0, 1)}
     return {}
