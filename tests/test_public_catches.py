@@ -6,7 +6,9 @@ fail the check, and a failing test's diagnosis line must name the same
 mistake as the hidden suite does (the mutant's ``expect``).  The student
 edition replays the references' answers for exactly these public calls
 (``tests/test_release.py`` holds every public test to checking something
-there), so what holds here holds in the edition.
+there), so what holds here holds in the edition; the few public tests the
+edition cannot run yet (``grader.release.STILL_NOT_CHECKED``) count for
+nothing here.
 
 Mutants are graded in rounds as in ``tests/test_mutants.py`` (one mutant of
 each group of linked exercises per grading, only the round's exercises
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import pytest
 
+from grader.release import STILL_NOT_CHECKED
 from tests.conftest import SOLUTIONS, failures, grade_dir
 from tests.mutants import Mutant, all_mutants, diagnosis_lines
 from tests.test_mutants import _rounds
@@ -85,7 +88,10 @@ ROUNDS = _rounds(MUTANTS)
 def _caught(mutant: Mutant, report) -> str | None:
     """None when the public check fails on the mutant and names its mistake;
     else what went wrong."""
-    failed = failures(report, mutant.file)
+    # A test the edition cannot run yet (grading-only code, see grader.release)
+    # catches nothing there: here it runs with the grader's own code.
+    failed = [t for t in failures(report, mutant.file)
+              if (t.exercise, t.name.split("[")[0]) not in STILL_NOT_CHECKED]
     if not failed:
         return f"{mutant.file}:{mutant.name} passed the public check"
     outputs = "\n".join(t.output for t in failed)
