@@ -52,7 +52,7 @@ def test_planted_seeded_inputs(student):
 
 
 @pytest.mark.slow
-def test_the_check_finds_a_public_test_whose_inputs_depend_on_the_seed(edition, tmp_path):  # noqa: F811
+def test_the_check_finds_an_unrecorded_public_test(edition, tmp_path):  # noqa: F811
     """For real: in a copy of the edition, a public test whose answers the
     release did not record (as with inputs drawn with the run's seed, the way
     exercise G's once were: they never replay) says "not checked in the student

@@ -15,7 +15,7 @@ SOFTMAX_MISTAKES = ["softmax_over_queries", "softmax_base_2", "softmax_unstable"
 
 @pytest.mark.points(1)
 def test_softmax_small(student):
-    """softmax over the last axis: small logits, logits near 1e4, a row of only -inf"""
+    """softmax over the last axis (small logits, logits near 1e4, a row of only -inf), and axis=0"""
     inf = np.inf
     cases = [
         ("softmax(x)", np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 5.0]]), None),
@@ -30,6 +30,10 @@ def test_softmax_small(student):
     for what, x, hint in cases:
         check_close(student.softmax(x), ref.softmax(x), what=what, atol=ATOL, rtol=RTOL,
                     mistakes=ref.mistakes_of(ref.softmax, SOFTMAX_MISTAKES, x), hint=hint)
+    x = cases[0][1]
+    check_close(student.softmax(x, axis=0), ref.softmax(x, 0), what="softmax(x, axis=0)",
+                atol=ATOL, rtol=RTOL, mistakes=ref.mistakes_of(
+                    ref.softmax, SOFTMAX_MISTAKES + ["softmax_ignores_axis"], x, 0))
 
 
 MASK_MISTAKES = ["top_left_mask", "diagonal_masked", "mask_wrong_triangle", "no_mask",
@@ -50,16 +54,17 @@ def test_causal_mask_square(student):
 @pytest.mark.points(1)
 def test_rope_position_zero_is_identity(student):
     """rope at position 0 leaves the vector unchanged; at given positions it turns each pair"""
-    x = np.arange(8.0).reshape(1, 8)
-    check_close(student.rope(x, np.array([0])), x, what="rope(x, [0])", atol=ATOL, rtol=RTOL)
     # d_head 8 (at 2, every frequency and pairing look alike), positions with
-    # gaps (not 0..S-1), a base other than 10000
+    # gaps (not 0..S-1), a base other than 10000; first, so that it names a slip
     x = np.random.default_rng(2).standard_normal((1, 2, 5, 8))
     positions, base = np.array([0, 2, 3, 7, 11]), 100.0
     check_close(student.rope(x, positions, base), ref.rope(x, positions, base),
                 what="rope(x (1, 2, 5, 8), positions=[0, 2, 3, 7, 11], base=100.0)",
                 atol=ATOL, rtol=RTOL,
                 mistakes=ref.mistakes_of(ref.rope, ROPE_MISTAKES, x, positions, base))
+    x = np.arange(8.0).reshape(1, 8)
+    check_close(student.rope(x, np.array([0])), x, what="rope(x, [0])", atol=ATOL, rtol=RTOL,
+                mistakes=ref.mistakes_of(ref.rope, ROPE_MISTAKES, x, np.array([0])))
 
 
 ROPE_MISTAKES = ["rope_interleaved", "rope_positions_ignored", "rope_wrong_frequency",

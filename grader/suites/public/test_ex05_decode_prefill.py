@@ -42,10 +42,14 @@ def test_attention_bytes_small(student):
     # One MHA head of 4x4 cannot tell a forgotten V (K and V are both read) from
     # a forgotten output write, nor n_heads from n_kv_heads, nor 2 bytes per
     # element from bytes_per_elem: decode with GQA in fp32 tells them apart.
-    for args in ((1, 1, 1, 4, 4, 2), (1, 4, 2, 1, 8, 4, 4)):
-        check_equal(student.attention_bytes(*args), rl.attention_bytes(*args),
-                    what=f"attention_bytes{args}",
-                    mistakes=rl.mistakes_of(rl.attention_bytes, BYTES_MISTAKES, *args))
+    # Judged as one row, so that each mistake is named by the case that tells it.
+    cases = ((1, 1, 1, 4, 4, 2), (1, 4, 2, 1, 8, 4, 4))
+    got = tuple(student.attention_bytes(*args) for args in cases)
+    want = tuple(rl.attention_bytes(*args) for args in cases)
+    mistakes = {rl.MISTAKES[name]: tuple(rl.attention_bytes(*args, mistake=name)
+                                         for args in cases) for name in BYTES_MISTAKES}
+    check_equal(got, want, what=f"(attention_bytes{cases[0]}, attention_bytes{cases[1]})",
+                mistakes=mistakes)
 
 
 @pytest.mark.points(1)
@@ -54,9 +58,9 @@ def test_prefill_attention_small(student):
     q, k, v = (randn(s, 1, 2, 6, 4) for s in (1, 2, 3))
     check_close(student.prefill_attention(q, k, v), ref.attention(q, k, v, causal=True),
                 what="prefill_attention(q, k, v)", atol=ATOL, rtol=RTOL,
-                mistakes=rl.attention_mistakes(["no_scale", "softmax_over_queries",
-                                                         "no_mask", "diagonal_masked"],
-                                         q, k, v, causal=True))
+                mistakes=rl.attention_mistakes(["no_scale", "scale_by_d", "softmax_over_queries",
+                                                "no_mask", "diagonal_masked", "top_left_mask"],
+                                               q, k, v, causal=True))
 
 
 @pytest.mark.points(1)
@@ -66,7 +70,8 @@ def test_decode_attention_small(student):
     check_close(student.decode_attention(q, k, v), ref.attention(q, k, v, causal=True),
                 what="decode_attention(q, k_cache, v_cache)", atol=ATOL, rtol=RTOL,
                 mistakes=rl.attention_mistakes(["top_left_mask", "mask_wrong_triangle",
-                                                         "no_scale"], q, k, v, causal=True))
+                                                "no_scale", "scale_by_d"], q, k, v,
+                                               causal=True))
 
 
 @pytest.mark.points(1)
