@@ -41,12 +41,12 @@ NO_PUBLIC_ANSWER = {
     "ex01_by_hand:two_decimals",          # its own weights, rounded, times V: consistent
 }
 NOT_YET = {
-    # ex04's public suite (the measuring kit, item 2)
+    # ex04's timer and measurement: named by the measuring kit (time_fn's probes,
+    # the scaling run), grading-only code in the edition today (issue 26, item 2)
     "ex04_quadratic:no_warmup", "ex04_quadratic:no_synchronization",
-    "ex04_quadratic:mean_not_median", "ex04_quadratic:slope_from_endpoints",
-    "ex04_quadratic:scores_without_element_size",
-    "ex04_quadratic:max_len_without_element_size", "ex04_quadratic:naive_scale_by_d",
-    # ex06's counted intensity (its tracer is grading-only code today, item 2)
+    "ex04_quadratic:mean_not_median", "ex04_quadratic:fabricated_times",
+    "ex04_quadratic:milliseconds",
+    # ex06's counted intensity: its tracer is grading-only code today (item 2)
     "ex06_gqa_intensity:repeat_interleave", "ex06_gqa_intensity:flops_counted_twice",
     "ex06_gqa_intensity:formula_with_repeat_interleave",
     "ex06_gqa_intensity:formula_not_counted", "ex06_gqa_intensity:table_wrong_grouping",

@@ -26,7 +26,7 @@ def _heads(key, b, h, h_kv, s_q, s_k, d):
 
 @pytest.mark.points(1)
 def test_online_softmax_step_two_tiles(student):
-    """online_softmax_step over two tiles, the second raising the maximum"""
+    """online_softmax_step over two tiles, the second raising the maximum; a row masked whole"""
     rng = fixed_rng("ex07-public", "step")
     v1, v2 = rng.standard_normal((3, 4)), rng.standard_normal((2, 4))
     s1 = np.array([[0.5, -1.0, 0.0], [1.0, 2.0, -0.5]])
@@ -48,6 +48,14 @@ def test_online_softmax_step_two_tiles(student):
     for i, name in ((0, "m"), (2, "acc"), (1, "l")):
         check_close(got[i], right[i], what=f"after the second tile, {name}", atol=1e-9,
                     rtol=1e-7, mistakes={d: bad[i] for d, bad in wrong.items()})
+    # A first tile that row 0 sees nothing of (all -inf): it stays empty, not NaN.
+    masked = np.array([[-np.inf, -np.inf, -np.inf], [0.5, -np.inf, 2.0]])
+    got = student.online_softmax_step(m, l, acc, masked, v1)
+    want = flash.step_reference(m, l, acc, masked, v1)
+    nan = flash.step_reference(m, l, acc, masked, v1, mistake="nan_masked_tile")
+    for name, g, w, bad in zip(("m", "l", "acc"), got, want, nan):
+        check_close(g, w, what=f"after a first tile fully masked for row 0, {name}",
+                    atol=1e-9, rtol=1e-7, mistakes={flash.describe("nan_masked_tile"): bad})
 
 
 @pytest.mark.points(1)
