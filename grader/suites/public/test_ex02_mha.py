@@ -121,17 +121,26 @@ def test_attention_chapter_example(student):
 
 @pytest.mark.points(1)
 def test_multi_head_attention_small(student):
-    """multi_head_attention on a small causal case"""
+    """multi_head_attention on a small causal case, and at given positions"""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 5, 8))
     w_q, w_k, w_v = (rng.standard_normal((8, 8)) / 3 for _ in range(3))
     w_o = rng.standard_normal((8, 8)) / 3
-    want = ref.gqa(x, w_q, w_k, w_v, w_o, 2)
-    got = student.multi_head_attention(x, w_q, w_k, w_v, w_o, 2)
-    check_close(got, want, what="multi_head_attention(x, ..., n_heads=2)", atol=ATOL,
+    # positions with gaps (a chunk of a longer sequence): not 0..S-1
+    for positions in (None, np.array([2, 3, 5, 8, 9])):
+        kwargs = {} if positions is None else {"positions": positions}
+        what = "multi_head_attention(x, ..., n_heads=2" + (
+            ")" if positions is None else ", positions=[2, 3, 5, 8, 9])")
+        check_mha(student, (x, w_q, w_k, w_v, w_o, 2), kwargs, what)
+
+
+def check_mha(student, args, kwargs, what):
+    got = student.multi_head_attention(*args, **kwargs)
+    check_close(got, ref.gqa(*args, **kwargs), what=what, atol=ATOL,
                 rtol=RTOL, mistakes=ref.mistakes_of(
                     ref.gqa, ATTENTION_MISTAKES + [
                         "no_mask", "diagonal_masked", "rope_on_values", "no_rope",
                         "rope_interleaved", "split_without_transpose", "rope_only_q",
                         "scale_by_d_model", "merge_without_transpose", "no_output_projection",
-                        "split_strided", "top_left_mask"], x, w_q, w_k, w_v, w_o, 2))
+                        "split_strided", "top_left_mask", "rope_positions_ignored"],
+                    *args, **kwargs))
