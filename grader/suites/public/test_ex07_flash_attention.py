@@ -81,7 +81,7 @@ def test_blockwise_small(student):
 # no key (they give zeros, never NaN), the second tells the grouping of K/V
 # heads (h > h_kv > 1) and a copy of K/V per query head
 KERNEL_CASES = {
-    "causal, S_q=40 over S_k=24, d_head=16, sm_scale=0.3": (1, 2, 2, 40, 24, 16, True, 0.3),
+    "causal, S_q=40 over S_k=30, d_head=16, sm_scale=0.3": (1, 2, 2, 40, 30, 16, True, 0.3),
     "causal, h=4 over h_kv=2, S_q=24, S_k=40, d_head=32": (1, 4, 2, 24, 40, 32, True, None),
 }
 KERNEL_MISTAKES = ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked",
