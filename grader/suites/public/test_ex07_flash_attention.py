@@ -120,12 +120,16 @@ def test_flash_attention_in_your_kernel(student):
         res = student.probe("ex07_flash_attention.run_checked", q, k, v, pass_sm_scale=False,
                             pass_causal=False)
         what = "flash_attention(q, k, v)" + (" (a second call, new inputs)" if i else "")
-        flash.check_authentic(res, q, k, v, what=what)
+        if not i:
+            flash.check_authentic(res, q, k, v, what=what)
+        # the second call's output first: a cached one comes back without a launch
         flash.check_output(res, q, flash.reference(q, k, v, True), what=what,
                            mistakes=flash.flash_mistakes(q, k, v, True, names=KERNEL_MISTAKES),
                            hint="An earlier call's output came back? Compute every output "
                                 "from its own inputs; cache nothing between calls."
                            if i else None)
+        if i:
+            flash.check_authentic(res, q, k, v, what=what)
 
 
 @needs_triton
