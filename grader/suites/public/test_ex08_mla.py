@@ -56,7 +56,7 @@ def test_mla_decode_is_the_last_row(student):
 
 @pytest.mark.points(1)
 def test_deepseek_v3_constants(student):
-    """DEEPSEEK_V3_MLA_BYTES_PER_TOKEN and DEEPSEEK_V3_MHA_OVER_MLA"""
+    """DEEPSEEK_V3_MLA_BYTES_PER_TOKEN, DEEPSEEK_V3_MHA_OVER_MLA, and mla_cache_saving for GQA-8"""
     for name, want, wrong in [
             ("DEEPSEEK_V3_MLA_BYTES_PER_TOKEN", ref.cache_bytes(61, 512, 64, 1),
              ref.mistakes_of(ref.cache_bytes, CACHE_BYTES_MISTAKES, 61, 512, 64, 1)),
@@ -68,6 +68,11 @@ def test_deepseek_v3_constants(student):
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise Feedback(f"{name} must be a number, got {value!r}")
         check_close(float(value), float(want), what=name, atol=0, rtol=2e-3, mistakes=wrong)
+    # the function behind the ratio, for a GQA-8 cache at DeepSeek-V3's widths
+    args = (8, 128, 64, 128, 512)
+    check_close(float(student.mla_cache_saving(*args)), ref.cache_saving(*args),
+                what=f"mla_cache_saving{args}", atol=0, rtol=1e-9,
+                mistakes=ref.mistakes_of(ref.cache_saving, SAVING_MISTAKES, *args))
 
 
 @pytest.mark.points(1)
@@ -86,15 +91,6 @@ def test_deepseek_v3_cache_bytes(student):
     check_equal(got, want, what="(mla_cache_bytes(61, 512, 64, 4096), "
                 "mla_cache_bytes(61, 512, 64, 32768), mla_cache_bytes(61, 512, 64, 4096, "
                 "batch=1, bytes_per_elem=1))", mistakes=mistakes)
-
-
-@pytest.mark.points(1)
-def test_mla_cache_saving_gqa8(student):
-    """mla_cache_saving of a GQA-8 cache at DeepSeek-V3's widths"""
-    args = (8, 128, 64, 128, 512)
-    check_close(float(student.mla_cache_saving(*args)), ref.cache_saving(*args),
-                what=f"mla_cache_saving{args}", atol=0, rtol=1e-9,
-                mistakes=ref.mistakes_of(ref.cache_saving, SAVING_MISTAKES, *args))
 
 
 def check_intensity_at(student, s):
