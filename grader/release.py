@@ -343,6 +343,66 @@ def record_public_answers(dest_reference: Path) -> Recorder:
     return recorder
 
 
+# Public tests of the solutions that may still say "not checked in the student
+# edition" there, as (exercise, test function): none, now that the measuring kit
+# ships (issue 26, item 2).  The list may only shrink (tests/test_release.py
+# holds it to what the edition does).
+STILL_NOT_CHECKED: frozenset = frozenset()
+NOT_CHECKED = "not checked in the student edition"
+_EDITION_REPORT = """\
+import json, sys
+from grader.core import Options, grade
+names = sys.argv[2].split(",") if len(sys.argv) > 2 else None
+report = grade(sys.argv[1], Options(suite="public", exercises=names,
+                                    markers="not gpu"))
+print(json.dumps([[t.exercise, t.name, t.status, t.output] for t in report.tests]))
+"""
+
+
+def unchecked_in_edition(edition: Path, exercises: list[str] | None = None
+                         ) -> set[tuple[str, str]]:
+    """(exercise, test function) of each public test that says "not checked in
+    the student edition" when the edition in ``edition`` checks a copy of the
+    solutions: its own grader package, in a process of its own (the answers
+    replayed from its record, the secret modules absent).  ``exercises``: only
+    these (default: all)."""
+    import json
+    import os
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="attn-edition-check-") as tmp:
+        sub = Path(tmp) / "solutions"
+        shutil.copytree(SOLUTIONS_DIR, sub, ignore=shutil.ignore_patterns("__pycache__"))
+        # no __pycache__ left in the edition (it is committed as it stands)
+        env = dict(os.environ, PYTHONPATH=str(edition), PYTHONDONTWRITEBYTECODE="1")
+        names = [",".join(exercises)] if exercises else []
+        proc = subprocess.run([sys.executable, "-c", _EDITION_REPORT, str(sub), *names],
+                              cwd=edition,
+                              env=env, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RuntimeError(f"the student edition could not check the solutions: "
+                           f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+    tests = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {(ex, name.split("[")[0]) for ex, name, _status, output in tests
+            if NOT_CHECKED in output}
+
+
+def verify_every_public_test_checks(edition: Path) -> None:
+    """Fail the release when a public test of the solutions would say "not
+    checked in the student edition" (beyond ``STILL_NOT_CHECKED``): its inputs
+    depend on something other than the test (a run's seed, a measurement), so
+    the answers recorded at release never replay, and the check checks nothing."""
+    unchecked = unchecked_in_edition(edition) - STILL_NOT_CHECKED
+    if unchecked:
+        names = ", ".join(f"{ex}::{name}" for ex, name in sorted(unchecked))
+        raise RuntimeError(f"in the student edition these public tests would check nothing "
+                           f"(\"{NOT_CHECKED}\"): {names}. Fix their inputs in the test "
+                           "itself (no run seed, no measured data as a reference's argument), "
+                           "compute a verdict on measured data from the chapter's formula, "
+                           "or move the check to the hidden suite")
+
+
 def _git_init(out: Path) -> None:
     """``out`` as a git repository with one commit of everything in it."""
     ident = ["-c", "user.name=attn-grade release", "-c", "user.email=attn-grade@localhost"]
@@ -431,10 +491,12 @@ def student_readme(names: list[str], install: str | None = None,
 
 
 def build(out: Path, install: str | None = None, git: bool = False,
-          self_check: str = "fail") -> Path:
+          self_check: str = "fail", verify: bool = True) -> Path:
     """Write the student edition into ``out``.  ``install``: where the edition
     will live (a pip-installable URL), for the notebooks' install cell;
-    ``self_check``: whether its workflow fails on a failed public test."""
+    ``self_check``: whether its workflow fails on a failed public test;
+    ``verify``: check the solutions with the edition itself and fail when a
+    public test would check nothing there (``verify_every_public_test_checks``)."""
     from grader.notebooks import DEFAULT_INSTALL, write_notebooks
     from grader.stubs import derive_all
 
@@ -454,6 +516,8 @@ def build(out: Path, install: str | None = None, git: bool = False,
     (out / ".github" / "workflows" / "check.yml").write_text(student_workflow(self_check))
     (out / ".gitignore").write_text("__pycache__/\n*.egg-info/\n*.png\n"
                                     "attn-grade-output/\n")   # check's pictures
+    if verify:
+        verify_every_public_test_checks(out)
     if git:
         _git_init(out)
     return out

@@ -136,6 +136,16 @@ def carry(step: str, answers: dict, inputs: Inputs = COMMON):
 # columns normalizes over the queries.
 COLUMN_SOFTMAX = ("the softmax ran down each column (over the queries) instead of along each "
                   "row (over the keys): rows are queries, and each row of weights sums to 1")
+# Slips the public suite names from the form of an answer alone (no answer needed).
+WRONG_TRIANGLE = "the mask is on the wrong triangle (query i may see keys 0..i, not i..2)"
+MASK_AFTER_SOFTMAX = ("the mask zeroed the full weights after the softmax without "
+                      "renormalizing (mask the scores with -inf before the softmax)")
+ROWS_FROM_ONE = "the rows were counted from 1 (indices start at 0)"
+SCALE_FORGOTTEN = "the 1/sqrt(d_head) scale was forgotten"
+SCALED_ALREADY = ("the scores were scaled already (SCORES is Q @ K.T, before the "
+                  "1/sqrt(d_head))")
+CHAPTER_V = ("the output used the chapter's V ([[10, 0], [0, 10], [5, 5]]) instead of "
+             "this exercise's V")
 
 
 # Each slip's key (its id in the class's mistakes table: grader.insight) and words.
@@ -144,28 +154,25 @@ MISTAKES = {
     "common_answers": ("these are the answers of the common exercise (the Q, K, V printed in "
                        "the docstring), not of your own variant: print yours with `attn-grade "
                        "variant YOUR_ID`"),
-    "scores_scaled_early": ("the scores were scaled already (SCORES is Q @ K.T, before the "
-                            "1/sqrt(d_head))"),
-    "no_scale": "the 1/sqrt(d_head) scale was forgotten",
+    "scores_scaled_early": SCALED_ALREADY,
+    "no_scale": SCALE_FORGOTTEN,
     "scale_by_d": "the scores were divided by d_head instead of sqrt(d_head)",
     "scale_multiplied": "the scores were multiplied by sqrt(d_head) instead of divided",
     "softmax_unscaled": "the softmax used the unscaled scores (1/sqrt(d_head) forgotten)",
     "no_exp": "the scores were normalized without exp (x / sum x instead of softmax)",
     "mask_where_none": "the causal mask was applied here too (this step has no mask)",
     "weights_transposed": "the output used the transposed weights (weights.T @ V)",
-    "chapter_v": ("the output used the chapter's V ([[10, 0], [0, 10], [5, 5]]) instead of "
-                  "this exercise's V"),
+    "chapter_v": CHAPTER_V,
     "causal_weights_unmasked_step": "the causal weights were used (this step has no mask)",
     "rounded_weights": ("the weights were rounded to two decimals before multiplying by V "
                         "(carry three)"),
-    "wrong_triangle": "the mask is on the wrong triangle (query i may see keys 0..i, not i..2)",
+    "wrong_triangle": WRONG_TRIANGLE,
     "diagonal_masked": "the mask also hides the diagonal (a query must see its own key)",
-    "mask_after_softmax": ("the mask zeroed the full weights after the softmax without "
-                           "renormalizing (mask the scores with -inf before the softmax)"),
+    "mask_after_softmax": MASK_AFTER_SOFTMAX,
     "no_mask": "no causal mask was applied",
     "chapter_v_causal": "the output used the chapter's V instead of this exercise's V",
     "unmasked_weights": "the full (unmasked) weights were used",
-    "rows_from_one": "the rows were counted from 1 (indices start at 0)",
+    "rows_from_one": ROWS_FROM_ONE,
     "changed_rows_listed": ("rows whose output changes were listed, not the ones that stay the "
                             "same"),
 }

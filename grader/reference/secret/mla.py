@@ -59,6 +59,8 @@ MISTAKES = {
                          "token sits at position S - 1",
     "cache_doubled": "the MLA cache was counted twice, as if it held a K and a V: it holds "
                      "one latent and one RoPE key per token and layer, d_c + d_rope values",
+    "fp32_cache": "the cache was counted in fp32, 4 bytes per element: DeepSeek-V3 caches "
+                  "bf16, 2 bytes (the default bytes_per_elem)",
     "k_width_no_rope": "the K/V cache's K width left out d_rope: each cached K is "
                        "d_nope + d_rope wide (with MHA or GQA its RoPE part is cached per "
                        "head), so a K/V head holds d_nope + d_rope + d_v values per token",
@@ -166,6 +168,8 @@ def cache_bytes(n_layers, d_c, d_rope, seq_len, batch=1, bytes_per_elem=2, mista
     per_token = {"no_rope_key": d_c, "latent_as_k_and_v": 2 * d_c + d_rope,
                  "cache_doubled": 2 * (d_c + d_rope)}.get(mistake, d_c + d_rope)
     elems = n_layers * per_token * seq_len * batch
+    if mistake == "fp32_cache" and bytes_per_elem == 2:   # the bf16 default taken as fp32
+        bytes_per_elem = 4
     return elems if mistake == "bytes_per_elem_ignored" else elems * bytes_per_elem
 
 

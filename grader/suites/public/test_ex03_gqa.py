@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from grader.feedback import check_close, check_equal
+from grader.feedback import Feedback, check_close, check_equal
 from grader.reference.secret import attention as ref
 
 pytestmark = [pytest.mark.exercise("ex03_gqa")]
@@ -16,9 +16,15 @@ def test_repeat_kv_order(student):
                 atol=0, rtol=0, mistakes=ref.mistakes_of(ref.repeat_kv, ["kv_tile"], x, 2))
 
 
+GQA_MISTAKES = ["kv_tile", "no_mask", "no_scale", "softmax_over_queries", "diagonal_masked",
+                "rope_on_values", "no_rope", "rope_interleaved", "rope_positions_ignored",
+                "split_without_transpose", "no_output_projection", "scale_by_d_model",
+                "rope_only_q"]
+
+
 @pytest.mark.points(1)
 def test_gqa_small(student):
-    """grouped_query_attention with 4 query heads and 2 KV heads"""
+    """grouped_query_attention with 4 query heads and 2 KV heads, and at given positions"""
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 6, 8))
     w_q, w_o = rng.standard_normal((16, 8)) / 3, rng.standard_normal((8, 16)) / 4
@@ -26,20 +32,71 @@ def test_gqa_small(student):
     args = (x, w_q, w_k, w_v, w_o, 4, 2)
     check_close(student.grouped_query_attention(*args), ref.gqa(*args),
                 what="grouped_query_attention(x, ..., 4, 2)", atol=1e-9, rtol=1e-7,
-                mistakes=ref.mistakes_of(ref.gqa, ["kv_tile", "no_mask", "no_scale"], *args))
+                mistakes=ref.mistakes_of(ref.gqa, GQA_MISTAKES, *args))
+    # positions with gaps (a chunk of a longer sequence): not 0..S-1
+    positions = np.array([3, 4, 6, 7, 9, 12])
+    check_close(student.grouped_query_attention(*args, positions=positions),
+                ref.gqa(*args, positions=positions),
+                what="grouped_query_attention(x, ..., 4, 2, positions=[3, 4, 6, 7, 9, 12])",
+                atol=1e-9, rtol=1e-7,
+                mistakes=ref.mistakes_of(ref.gqa, GQA_MISTAKES, *args, positions=positions))
+
+
+# Sizing slips, in the hidden suite's words.
+ONLY_K = "only K (or only V) was counted: the cache holds both K and V"
+NO_LAYERS = "the layers were not counted (every layer keeps its own K and V)"
+NO_BYTES = "bytes_per_elem was ignored (sizes are in bytes: multiply by the element size)"
+UPSIDE_DOWN = "the ratio is upside down (MHA cache / this cache is h / h_kv)"
 
 
 @pytest.mark.points(1)
 def test_kv_cache_bytes_small(student):
-    """kv_cache_bytes counts K and V"""
+    """kv_cache_bytes counts K and V (in every layer, in bytes); kv_cache_saving is h / h_kv"""
+    # First 2 layers, batch 3, 4 bytes: each slip gives its own number (with 1
+    # layer, batch 1 and 2 bytes, leaving out bytes_per_elem looks like counting
+    # only K, and the layers are not seen)
+    n_layers, h_kv, d_head, s, b, bpe = 2, 1, 64, 7, 3, 4
+    want = 2 * n_layers * h_kv * d_head * s * b * bpe
+    check_equal(student.kv_cache_bytes(n_layers, h_kv, d_head, s, b, bpe), want,
+                what=f"kv_cache_bytes({n_layers}, {h_kv}, {d_head}, {s}, {b}, {bpe})",
+                mistakes={ONLY_K: want // 2, "the batch was ignored": want // b,
+                          NO_BYTES: want // bpe, NO_LAYERS: want // n_layers})
     check_equal(student.kv_cache_bytes(1, 1, 4, 10), 2 * 4 * 10 * 2,
                 what="kv_cache_bytes(n_layers=1, n_kv_heads=1, d_head=4, seq_len=10)",
-                mistakes={"only K (or only V) was counted: the cache holds both K and V":
-                          4 * 10 * 2})
+                mistakes={ONLY_K: 4 * 10 * 2})
+    check_equal(float(student.kv_cache_saving(64, 8)), 8.0, what="kv_cache_saving(64, 8)",
+                mistakes={UPSIDE_DOWN: 0.125})
+    value = student.LLAMA3_70B_KV_SAVING
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise Feedback(f"LLAMA3_70B_KV_SAVING must be a number, got {value!r}")
+    check_equal(float(value), 8.0, what="LLAMA3_70B_KV_SAVING",
+                mistakes={"the ratio is upside down": 0.125})
 
 
 @pytest.mark.points(1)
 def test_kv_exceeds_weights_chapter_case(student):
-    """Llama-3-8B: the KV cache passes 16 GB of weights at 122071 tokens"""
-    check_equal(student.kv_exceeds_weights_at(32, 8, 128, 16e9), 122071,
-                what="kv_exceeds_weights_at(32, 8, 128, 16e9)")
+    """Llama-3-8B: the KV cache passes 16 GB of weights at 122071 tokens (and other cases)"""
+    # 1 and 4 bytes first: with 2 bytes, a slip in the element size looks like
+    # counting only K; the last case's weights are a whole number of tokens' cache.
+    cases = [(16, 8, 64, 1e9, 1), (24, 8, 128, 30e9, 4), (32, 8, 128, 16e9, 2),
+             (16, 8, 64, 2 * 16 * 8 * 64 * 2 * 1000, 2)]
+    for n_layers, h_kv, d_head, weights, bpe in cases:
+        per_token = 2 * n_layers * h_kv * d_head * bpe
+        want = int(weights // per_token) + 1
+        got = student.kv_exceeds_weights_at(n_layers, h_kv, d_head, weights, bpe)
+        if isinstance(got, float) and got.is_integer():
+            got = int(got)
+        check_equal(got, want, what=f"kv_exceeds_weights_at({n_layers}, {h_kv}, {d_head}, "
+                                    f"{weights:g}, {bpe})",
+                    mistakes={"the answer is one token short: the cache must be strictly "
+                              "larger than the weights, which it first is at "
+                              "weight_bytes // per_token + 1 tokens": want - 1,
+                              "the answer is one token too long: weight_bytes // per_token + 1 "
+                              "is already the first length where the cache is larger": want + 1,
+                              ONLY_K: int(weights // (per_token // 2)) + 1,
+                              NO_LAYERS: int(weights // (per_token // n_layers)) + 1,
+                              NO_BYTES: int(weights // (per_token // bpe)) + 1
+                              if bpe > 1 else -1,
+                              "bytes_per_elem was not passed on to the cache size (the default "
+                              "2 bytes was used)": int(weights // (per_token // bpe * 2)) + 1
+                              if bpe != 2 else -1})

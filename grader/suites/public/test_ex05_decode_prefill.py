@@ -16,30 +16,40 @@ pytestmark = [pytest.mark.exercise("ex05_decode_prefill"),
 ATOL, RTOL = TOLERANCES["float32"]
 
 
+FLOPS_MISTAKES = ["flops_half", "flops_double", "causal_half", "causal_ignored",
+                  "causal_no_diagonal", "causal_top_left"]
+BYTES_MISTAKES = ["bytes_no_output", "bytes_per_elem_fixed_2", "bytes_double", "bytes_half",
+                  "bytes_per_elem_ignored", "bytes_kv_all_heads"]
+
+
 @pytest.mark.points(1)
 def test_attention_flops_small(student):
-    """attention_flops of a 4x4 score matrix, full and causal"""
-    for causal in (False, True):
-        args = (1, 1, 4, 4, 2)
-        check_equal(student.attention_flops(*args, causal=causal),
-                    rl.attention_flops(*args, causal=causal),
-                    what=f"attention_flops(1, 1, 4, 4, 2, causal={causal})",
-                    mistakes=rl.mistakes_of(rl.attention_flops,
-                                            ["flops_half", "flops_double", "causal_half",
-                                             "causal_ignored", "causal_no_diagonal"], *args,
-                                            causal=causal))
+    """attention_flops of a 4x4 and a 2x5 score matrix, full and causal"""
+    # 2 queries over 5 keys: with a square matrix the end-aligned causal pairs
+    # and the top-left ones are the same count.
+    for args in ((1, 1, 4, 4, 2), (1, 1, 2, 5, 2)):
+        for causal in (False, True):
+            check_equal(student.attention_flops(*args, causal=causal),
+                        rl.attention_flops(*args, causal=causal),
+                        what=f"attention_flops({', '.join(map(str, args))}, causal={causal})",
+                        mistakes=rl.mistakes_of(rl.attention_flops, FLOPS_MISTAKES, *args,
+                                                causal=causal))
 
 
 @pytest.mark.points(1)
 def test_attention_bytes_small(student):
-    """attention_bytes of one MHA head"""
-    args = (1, 1, 1, 4, 4, 2)
-    check_equal(student.attention_bytes(*args), rl.attention_bytes(*args),
-                what="attention_bytes(1, 1, 1, 4, 4, 2)",
-                mistakes=rl.mistakes_of(rl.attention_bytes,
-                                        ["bytes_no_output", "bytes_per_elem_fixed_2",
-                                         "bytes_double", "bytes_half",
-                                         "bytes_per_elem_ignored"], *args))
+    """attention_bytes of one MHA head, and of decode with 4 query heads over 2 KV heads"""
+    # One MHA head of 4x4 cannot tell a forgotten V (K and V are both read) from
+    # a forgotten output write, nor n_heads from n_kv_heads, nor 2 bytes per
+    # element from bytes_per_elem: decode with GQA in fp32 tells them apart.
+    # Judged as one row, so that each mistake is named by the case that tells it.
+    cases = ((1, 1, 1, 4, 4, 2), (1, 4, 2, 1, 8, 4, 4))
+    got = tuple(student.attention_bytes(*args) for args in cases)
+    want = tuple(rl.attention_bytes(*args) for args in cases)
+    mistakes = {rl.MISTAKES[name]: tuple(rl.attention_bytes(*args, mistake=name)
+                                         for args in cases) for name in BYTES_MISTAKES}
+    check_equal(got, want, what=f"(attention_bytes{cases[0]}, attention_bytes{cases[1]})",
+                mistakes=mistakes)
 
 
 @pytest.mark.points(1)
@@ -48,9 +58,9 @@ def test_prefill_attention_small(student):
     q, k, v = (randn(s, 1, 2, 6, 4) for s in (1, 2, 3))
     check_close(student.prefill_attention(q, k, v), ref.attention(q, k, v, causal=True),
                 what="prefill_attention(q, k, v)", atol=ATOL, rtol=RTOL,
-                mistakes=rl.attention_mistakes(["no_scale", "softmax_over_queries",
-                                                         "no_mask", "diagonal_masked"],
-                                         q, k, v, causal=True))
+                mistakes=rl.attention_mistakes(["no_scale", "scale_by_d", "softmax_over_queries",
+                                                "no_mask", "diagonal_masked", "top_left_mask"],
+                                               q, k, v, causal=True))
 
 
 @pytest.mark.points(1)
@@ -60,7 +70,8 @@ def test_decode_attention_small(student):
     check_close(student.decode_attention(q, k, v), ref.attention(q, k, v, causal=True),
                 what="decode_attention(q, k_cache, v_cache)", atol=ATOL, rtol=RTOL,
                 mistakes=rl.attention_mistakes(["top_left_mask", "mask_wrong_triangle",
-                                                         "no_scale"], q, k, v, causal=True))
+                                                "no_scale", "scale_by_d"], q, k, v,
+                                               causal=True))
 
 
 @pytest.mark.points(1)
@@ -103,12 +114,21 @@ BOUND_HINT = ("The ridge point is peak_flops / peak_bytes_per_s (FLOPs per byte)
               "at or above it is compute-bound, below it memory-bound.")
 
 
+BOUND_CASES = (100.0, 1.0, 10.0, 0.05)   # around a ridge point of 10 FLOPs per byte
+
+
 @pytest.mark.points(1)
 def test_bound_simple(student):
-    """bound() on either side of the ridge point"""
-    for intensity, want in ((100.0, "compute"), (1.0, "memory")):
-        args = (intensity, 1e12, 1e11)    # ridge point: 10 FLOPs per byte
-        check_equal(student.bound(*args), want, what=f"bound{args}", hint=BOUND_HINT)
+    """bound() on either side of the ridge point, and exactly at it"""
+    # Judged as one table: each known mistake gives its own column of verdicts
+    # (an inverted ridge point of 0.1, a strict >, compute and memory swapped).
+    peaks = (1e12, 1e11)
+    got = tuple(student.bound(i, *peaks) for i in BOUND_CASES)
+    want = tuple(rl.bound(i, *peaks) for i in BOUND_CASES)
+    mistakes = {rl.MISTAKES[name]: tuple(rl.bound(i, *peaks, mistake=name) for i in BOUND_CASES)
+                for name in ("bound_inverted_ridge", "bound_strict", "bound_swapped")}
+    check_equal(got, want, what=f"bound(intensity, 1e12, 1e11) for intensity in {BOUND_CASES}",
+                mistakes=mistakes, hint=BOUND_HINT)
 
 
 @pytest.mark.points(1)

@@ -2,7 +2,7 @@
 intensity next to the ideal one."""
 import pytest
 
-from grader.feedback import Feedback, check_close, check_equal
+from grader.feedback import Feedback, check_close, check_equal, expect_raises
 from grader.reference.secret import roofline as rl
 from grader.reference.ex06_checks import (check_gqa_decode, check_not_repeated, check_table,
                                           decode_inputs)
@@ -18,15 +18,27 @@ def test_gqa_decode_small(student):
 
 
 @pytest.mark.points(1)
+def test_gqa_decode_rejects_two_query_positions(student):
+    """gqa_decode_attention raises ValueError for q of 2 positions"""
+    q, k, v = decode_inputs(1, 1, 4, 2, 5, 8)
+    expect_raises(lambda: student.gqa_decode_attention(q.expand(1, 4, 2, 8).contiguous(), k, v),
+                  "ValueError", what="gqa_decode_attention with q of 2 positions",
+                  unchecked="the shape of q was not checked (decode has one query position)")
+
+
+INTENSITY_MISTAKES = ["flops_half", "flops_double", "bytes_kv_all_heads",
+                      "intensity_float_bytes", "bytes_half", "intensity_no_q_o"]
+
+
+@pytest.mark.points(1)
 def test_decode_intensity_long_context(student):
-    """decode_intensity is about h / h_kv at a long context"""
-    for h, h_kv in ((32, 8), (32, 32)):
-        args = (h, h_kv, 131072, 128)
+    """decode_intensity is about h / h_kv at a long context (and below it at a short one)"""
+    # At 131072 tokens the query read and the output write are a rounding error;
+    # at 16 tokens they are not.
+    for args in ((32, 8, 131072, 128), (32, 32, 131072, 128), (8, 2, 16, 64)):
         check_close(student.decode_intensity(*args), rl.decode_intensity(*args),
                     what=f"decode_intensity{args}", atol=0, rtol=1e-9,
-                    mistakes=rl.mistakes_of(rl.decode_intensity,
-                                            ["flops_half", "flops_double", "bytes_kv_all_heads",
-                                             "intensity_float_bytes", "bytes_half"], *args))
+                    mistakes=rl.mistakes_of(rl.decode_intensity, INTENSITY_MISTAKES, *args))
 
 
 @pytest.mark.points(2)

@@ -26,7 +26,7 @@ def _heads(key, b, h, h_kv, s_q, s_k, d):
 
 @pytest.mark.points(1)
 def test_online_softmax_step_two_tiles(student):
-    """online_softmax_step over two tiles, the second raising the maximum"""
+    """online_softmax_step over two tiles, the second raising the maximum; a row masked whole"""
     rng = fixed_rng("ex07-public", "step")
     v1, v2 = rng.standard_normal((3, 4)), rng.standard_normal((2, 4))
     s1 = np.array([[0.5, -1.0, 0.0], [1.0, 2.0, -0.5]])
@@ -48,46 +48,88 @@ def test_online_softmax_step_two_tiles(student):
     for i, name in ((0, "m"), (2, "acc"), (1, "l")):
         check_close(got[i], right[i], what=f"after the second tile, {name}", atol=1e-9,
                     rtol=1e-7, mistakes={d: bad[i] for d, bad in wrong.items()})
+    # A first tile that row 0 sees nothing of (all -inf): it stays empty, not NaN.
+    masked = np.array([[-np.inf, -np.inf, -np.inf], [0.5, -np.inf, 2.0]])
+    got = student.online_softmax_step(m, l, acc, masked, v1)
+    want = flash.step_reference(m, l, acc, masked, v1)
+    nan = flash.step_reference(m, l, acc, masked, v1, mistake="nan_masked_tile")
+    for name, g, w, bad in zip(("m", "l", "acc"), got, want, nan):
+        check_close(g, w, what=f"after a first tile fully masked for row 0, {name}",
+                    atol=1e-9, rtol=1e-7, mistakes={flash.describe("nan_masked_tile"): bad})
 
 
 @pytest.mark.points(1)
 def test_blockwise_small(student):
-    """blockwise_attention with tiles of 3 keys equals attention (causal, S_q=S_k=7)"""
+    """blockwise_attention with tiles of 3 keys equals attention (causal, S=7; and 4 queries)"""
     rng = fixed_rng("ex07-public", "blockwise")
     q, k, v = (rng.standard_normal((2, 7, 4)) for _ in range(3))
-    want = flash.reference(q[None], k[None], v[None], True)[0]
-    check_close(student.blockwise_attention(q, k, v, 3, causal=True), want,
-                what="blockwise_attention(q, k, v, 3)", atol=1e-9, rtol=1e-7,
-                mistakes=flash.blockwise_mistakes(q, k, v, 3, causal=True))
+    # 4 queries over 7 keys: with as many queries as keys, a mask aligned to the
+    # top-left and one aligned to the end are the same
+    for q_, what in ((q, "blockwise_attention(q, k, v, 3)"),
+                     (q[:, 3:], "blockwise_attention(q[:, 3:], k, v, 3), S_q=4, S_k=7")):
+        want = flash.reference(q_[None], k[None], v[None], True)[0]
+        blockwise = flash.blockwise_mistakes(q_, k, v, 3, causal=True)
+        exact = {flash.describe(n): flash.reference(q_[None], k[None], v[None], True,
+                                                   mistake=n)[0]
+                 for n in ("no_scale", "scale_by_d", "top_left_mask", "mask_wrong_triangle")}
+        check_close(student.blockwise_attention(q_, k, v, 3, causal=True), want, what=what,
+                    atol=1e-9, rtol=1e-7, mistakes={**blockwise, **exact})
+
+
+# (B, h, h_kv, S_q, S_k, d_head, causal, sm_scale): unlike a square case, each
+# tells the end-aligned mask from the top-left one; the first has rows that see
+# no key (they give zeros, never NaN), the second tells the grouping of K/V
+# heads (h > h_kv > 1) and a copy of K/V per query head
+KERNEL_CASES = {
+    "causal, S_q=40 over S_k=30, d_head=16, sm_scale=0.3": (1, 2, 2, 40, 30, 16, True, 0.3),
+    "causal, h=4 over h_kv=2, S_q=24, S_k=40, d_head=32": (1, 4, 2, 24, 40, 32, True, None),
+}
+KERNEL_MISTAKES = ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked",
+                   "mask_wrong_triangle", "no_mask", "kv_tile", "nan_masked_tile", "no_rescale"]
 
 
 @needs_triton
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(180)
-@pytest.mark.parametrize("name,causal,s,d_head", [
-    ("small", False, 24, 16),
-    ("causal", True, 40, 32),        # 40 is not a multiple of a 16-wide tile
-], ids=["not causal, S=24, d_head=16", "causal, S=40, d_head=32"])
-def test_flash_attention_small(student, name, causal, s, d_head):
-    """flash_attention on a small case (B=1, h=2): right, and computed in your Triton kernel"""
-    q, k, v = _heads(name, 1, 2, 2, s, s, d_head)
-    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=causal)
-    what = f"flash_attention(q, k, v, causal={causal})"
-    flash.check_output(res, q, flash.reference(q, k, v, causal), what=what,
-                       mistakes=flash.flash_mistakes(q, k, v, causal))
+@pytest.mark.parametrize("case", list(KERNEL_CASES), ids=list(KERNEL_CASES))
+def test_flash_attention_small(student, case):
+    """flash_attention on a small case (B=1): right, and computed in your Triton kernel"""
+    b, h, h_kv, s_q, s_k, d_head, causal, sm_scale = KERNEL_CASES[case]
+    q, k, v = _heads((case,), b, h, h_kv, s_q, s_k, d_head)
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=causal,
+                        sm_scale=sm_scale)
+    what = f"flash_attention(q, k, v, causal={causal}" + \
+        (f", sm_scale={sm_scale})" if sm_scale is not None else ")")
+    names = KERNEL_MISTAKES + (["sm_scale_ignored"] if sm_scale is not None else [])
+    flash.check_output(res, q, flash.reference(q, k, v, causal, sm_scale), what=what,
+                       mistakes=flash.flash_mistakes(q, k, v, causal, sm_scale, names=names))
     flash.check_authentic(res, q, k, v, what=what)
+    flash_judge.check_inputs_unchanged(res, q, k, v, what=what)
+    if h != h_kv:
+        flash_judge.check_no_kv_copy(res, q, k, what=what)
 
 
 @needs_triton
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(180)
 def test_flash_attention_in_your_kernel(student):
-    """flash_attention: right, in your own Triton kernel, never building the (S_q, S_k) scores"""
-    q, k, v = _heads("kernel", 1, 1, 1, 64, 64, 16)
-    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True)
-    what = "flash_attention(q, k, v)"
-    flash.check_authentic(res, q, k, v, what=what)
-    flash.check_output(res, q, flash.reference(q, k, v, True), what=what)
+    """flash_attention(q, k, v) by default (causal, 1/sqrt(d_head)): in your own Triton kernel,
+    never building the (S_q, S_k) scores, each call from its own inputs"""
+    for i in range(2):   # new data of the same shape: an earlier call's output must not return
+        q, k, v = _heads(("kernel", i), 1, 1, 1, 64, 64, 16)
+        res = student.probe("ex07_flash_attention.run_checked", q, k, v, pass_sm_scale=False,
+                            pass_causal=False)
+        what = "flash_attention(q, k, v)" + (" (a second call, new inputs)" if i else "")
+        if not i:
+            flash.check_authentic(res, q, k, v, what=what)
+        # the second call's output first: a cached one comes back without a launch
+        flash.check_output(res, q, flash.reference(q, k, v, True), what=what,
+                           mistakes=flash.flash_mistakes(q, k, v, True, names=KERNEL_MISTAKES),
+                           hint="An earlier call's output came back? Compute every output "
+                                "from its own inputs; cache nothing between calls."
+                           if i else None)
+        if i:
+            flash.check_authentic(res, q, k, v, what=what)
 
 
 @needs_triton

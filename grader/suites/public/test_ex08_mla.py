@@ -56,7 +56,7 @@ def test_mla_decode_is_the_last_row(student):
 
 @pytest.mark.points(1)
 def test_deepseek_v3_constants(student):
-    """DEEPSEEK_V3_MLA_BYTES_PER_TOKEN and DEEPSEEK_V3_MHA_OVER_MLA"""
+    """DEEPSEEK_V3_MLA_BYTES_PER_TOKEN, DEEPSEEK_V3_MHA_OVER_MLA, and mla_cache_saving for GQA-8"""
     for name, want, wrong in [
             ("DEEPSEEK_V3_MLA_BYTES_PER_TOKEN", ref.cache_bytes(61, 512, 64, 1),
              ref.mistakes_of(ref.cache_bytes, CACHE_BYTES_MISTAKES, 61, 512, 64, 1)),
@@ -68,18 +68,29 @@ def test_deepseek_v3_constants(student):
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise Feedback(f"{name} must be a number, got {value!r}")
         check_close(float(value), float(want), what=name, atol=0, rtol=2e-3, mistakes=wrong)
+    # the function behind the ratio, for a GQA-8 cache at DeepSeek-V3's widths
+    args = (8, 128, 64, 128, 512)
+    check_close(float(student.mla_cache_saving(*args)), ref.cache_saving(*args),
+                what=f"mla_cache_saving{args}", atol=0, rtol=1e-9,
+                mistakes=ref.mistakes_of(ref.cache_saving, SAVING_MISTAKES, *args))
 
 
 @pytest.mark.points(1)
 def test_deepseek_v3_cache_bytes(student):
-    """mla_cache_bytes at DeepSeek-V3's shape, S=4096 and 32768"""
+    """mla_cache_bytes at DeepSeek-V3's shape, S=4096 and 32768, and at 1 byte per element"""
+    # Judged as one row: at the bf16 default, a cache counted twice (as a K and
+    # a V) and one counted in fp32 give the same number; at bytes_per_elem=1
+    # they do not.
     v = V3
-    for s in (4096, 32768):
-        check_equal(student.mla_cache_bytes(v["n_layers"], v["d_c"], v["d_rope"], s),
-                    ref.cache_bytes(v["n_layers"], v["d_c"], v["d_rope"], s),
-                    what=f"mla_cache_bytes(61, 512, 64, {s})",
-                    mistakes=ref.mistakes_of(ref.cache_bytes, CACHE_BYTES_MISTAKES,
-                                             v["n_layers"], v["d_c"], v["d_rope"], s))
+    cases = [(v["n_layers"], v["d_c"], v["d_rope"], s) for s in (4096, 32768)]
+    cases.append((v["n_layers"], v["d_c"], v["d_rope"], 4096, 1, 1))
+    got = tuple(student.mla_cache_bytes(*args) for args in cases)
+    want = tuple(ref.cache_bytes(*args) for args in cases)
+    mistakes = {ref.MISTAKES[name]: tuple(ref.cache_bytes(*args, mistake=name) for args in cases)
+                for name in CACHE_BYTES_MISTAKES}
+    check_equal(got, want, what="(mla_cache_bytes(61, 512, 64, 4096), "
+                "mla_cache_bytes(61, 512, 64, 32768), mla_cache_bytes(61, 512, 64, 4096, "
+                "batch=1, bytes_per_elem=1))", mistakes=mistakes)
 
 
 def check_intensity_at(student, s):
