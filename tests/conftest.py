@@ -1,6 +1,7 @@
 """Shared helpers for the package's own tests."""
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -216,3 +217,12 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
             build(folder)
             done.touch()
     return folder
+
+
+@functools.lru_cache(maxsize=None)
+def ex01_max() -> float:
+    """Exercise A's maximum in the hidden suite, from the one place it is fixed
+    (``grader.core.maximum``): tests that grade A compare with it, not a number
+    that moves when a task is added."""
+    from grader.core import maximum
+    return maximum(Options(exercises=["ex01_by_hand"]))["ex01_by_hand"]

@@ -401,6 +401,33 @@ def mla_decode_intensity(n_heads, seq_len, d_c, d_rope, batch=1, bytes_per_elem=
     weighted = 2 * d_c * n_heads * seq_len
     moved = seq_len * (d_c + d_rope) + n_heads * (d_c + d_rope) + n_heads * d_c
     return (scores + weighted) / (moved * bytes_per_elem)
+
+
+def plot_mla_heads(x, w_q, w_dkv, w_uk, w_kr, n_heads, path, *, positions=None,
+                   rope_base=10000.0):
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    S = x.shape[0]
+    d_c, d_r = w_dkv.shape[0], w_kr.shape[0]
+    dn = w_uk.shape[0] // n_heads
+    pos = list(range(S)) if positions is None else positions
+    c, kr = mla_cache(x[None], w_dkv, w_kr, positions=pos, rope_base=rope_base)
+    q = torch.einsum("sd,qd->sq", x, w_q).reshape(S, n_heads, dn + d_r)
+    qr = _rot(q[..., dn:].transpose(0, 1), pos, rope_base)                     # (h, S, dr)
+    kn = torch.einsum("sc,hnc->hsn", c[0], w_uk.reshape(n_heads, dn, d_c))
+    s = torch.einsum("qhn,hkn->hqk", q[..., :dn], kn) + torch.einsum("hqr,kr->hqk", qr, kr[0])
+    s = (s / math.sqrt(dn + d_r)).masked_fill(
+        torch.triu(torch.ones(S, S, dtype=torch.bool), 1), float("-inf"))
+    weights = s.softmax(-1)
+    fig = Figure(figsize=(3 * n_heads, 3))
+    for i, ax in enumerate(fig.subplots(1, n_heads, squeeze=False)[0]):
+        ax.pcolormesh(weights[i].detach().double().numpy())
+        ax.invert_yaxis()
+        ax.set_title(f"head {i}")
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+    fig.savefig(path)
 '''
 
 

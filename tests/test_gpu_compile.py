@@ -130,5 +130,10 @@ def test_the_stub_holds_no_kernel_skeleton_left_uncompiled():
     tree = ast.parse(path.read_text())
     jitted = [node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
               and any("jit" in ast.unparse(d) for d in node.decorator_list)]
+    # The step before the kernel (issue 29): the student writes tile_update and
+    # tile_finish inside the given _query_block_kernel; unwritten, they cannot
+    # compile, and the interpreter checks them (the public and hidden suites).
+    step = {"tile_update", "tile_finish", "_query_block_kernel"}
+    jitted = [name for name in jitted if name not in step]
     listed = any(f == "exercises/ex07_flash_attention.py" for f, _ in aot.KERNEL_FILES.values())
     assert not jitted or listed, f"the stub defines kernels {jitted}: add it to aot.KERNEL_FILES"

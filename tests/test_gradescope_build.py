@@ -32,7 +32,7 @@ from grader.cli import main
 from grader.gradescope import (RECORD_FILE, autograder_tree, build_bundle, place_upload,
                                run_autograder, validate_results)
 from grader.sandbox import bwrap, confine
-from tests.conftest import copy_solutions
+from tests.conftest import copy_solutions, ex01_max
 
 # What bubblewrap prints where a container's seccomp profile blocks it: without
 # root (a user namespace) and as root (the uid map, or the unshare itself).
@@ -177,7 +177,7 @@ def test_an_auto_bundle_grades_each_worker_as_its_own_uid_and_says_so(tmp_path, 
     result = run_autograder(auto, python, timeout=600, env=env)
     assert result.returncode == 0 and result.problems == [], result.log
     data = result.results
-    assert data["score"] == 7, result.log
+    assert data["score"] == ex01_max(), result.log
     assert data["extra_data"]["isolation"] == "uid"
     assert data["extra_data"]["isolation_at_build"]["bundle"] == "auto"
     staff = [t for t in data["tests"] if t["name"] == "Isolation (staff only)"]

@@ -79,7 +79,8 @@ def test_hang_exit_and_crash_cost_only_the_tests_that_hit_them(tmp_path):
               "    raise SystemExit(0)\n    per_token = kv_cache_bytes(")
     _sabotage(sub, "ex03_gqa", "    b, h_kv, s, d_head = x.shape\n",
               "    raise KeyboardInterrupt\n")
-    report = grade_dir(sub, FOUNDATION, call_timeout=2, import_timeout=3)
+    # (the heatmaps' tests left out: drawing takes longer than these 2 s limits)
+    report = grade_dir(sub, FOUNDATION, call_timeout=2, import_timeout=3, keyword="not plot")
     assert not report.errors, report.errors
     by_ex = report.by_exercise()
     assert all(t.score == 0 for t in by_ex["ex01_by_hand"])

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from grader.cli import main
 from grader.submission import (MAX_FILES, MAX_UNPACKED_BYTES, Budget, SubmissionError,
                                materialize)
-from tests.conftest import REPO, copy_solutions
+from tests.conftest import REPO, copy_solutions, ex01_max
 from tests.hostile_uploads import (HOSTILE, MODULE, SOLUTION, deep_notebook, file_and_folder,
                                    long_name, zip_bomb)
 
@@ -158,7 +158,7 @@ def test_a_bad_upload_in_a_batch_is_a_zero_row_beside_the_graded_ones(tmp_path):
     assert "Traceback" not in result.output
     rows = _rows(out)
     assert set(rows) == {"alice", "clash", "deep", "bob_1234"}   # a Canvas student: name_userid
-    assert float(rows["alice"]["total"]) == 7 and not rows["alice"]["error"]
+    assert float(rows["alice"]["total"]) == ex01_max() and not rows["alice"]["error"]
     for name, phrase in [("clash", "a file and a folder both named ex01_by_hand.py"),
                          ("deep", "nests more than"), ("bob_1234", f"more than {MB} MB")]:
         assert float(rows[name]["total"]) == 0

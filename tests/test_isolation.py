@@ -11,7 +11,7 @@ from grader.cli import EXIT_UNGRADED, main
 from grader.core import Options, maximum
 from grader.report import NEEDS_REGRADE, to_gradescope, to_junit, to_text
 from grader.sandbox import bwrap
-from tests.conftest import copy_solutions, grade_dir
+from tests.conftest import copy_solutions, grade_dir, ex01_max
 
 NAMESPACES, WHY = bwrap.usable()
 
@@ -41,7 +41,7 @@ def test_the_fallback_says_so_first_in_every_format(tmp_path, no_bwrap):
     data = to_gradescope(report)
     assert data["output"].splitlines()[0] == first
     assert data["extra_data"]["isolation"] == report.isolation
-    assert report.exercise_scores()["ex01_by_hand"] == (7, 7)   # still graded
+    assert report.exercise_scores()["ex01_by_hand"] == (ex01_max(), ex01_max())   # still graded
 
 
 @pytest.mark.skipif(not NAMESPACES, reason=f"bubblewrap cannot run here: {WHY}")
@@ -54,7 +54,7 @@ def test_namespaces_are_said_too(tmp_path):
     data = json.loads(out.read_text())
     assert data["extra_data"]["isolation"] == "namespaces"
     assert data["output"].startswith("Isolation: namespaces (bubblewrap)")
-    assert data["score"] == 7
+    assert data["score"] == ex01_max()
 
 
 def test_doctor_names_each_need(no_bwrap):
@@ -163,7 +163,7 @@ def test_grading_protects_the_secret_folders_as_a_step_of_its_own(tmp_path, monk
     assert CliRunner().invoke(main, ["doctor"]).exit_code == 0 and calls == []
     sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand"])
     report = grade_dir(sub, ["ex01_by_hand"])
-    assert calls == ["protect"] and report.exercise_scores()["ex01_by_hand"] == (7, 7)
+    assert calls == ["protect"] and report.exercise_scores()["ex01_by_hand"] == (ex01_max(), ex01_max())
     calls.clear()
     core.protect_secret_folders(isolation.Isolation(isolation.NAMESPACES, "", True))
     assert calls == []   # in namespaces nothing of the package is mounted

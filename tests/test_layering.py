@@ -12,11 +12,12 @@ import pytest
 from grader.paths import PACKAGE_DIR, SUITES_DIR
 from tests.conftest import REPO
 
+# The quick tier (tests/conftest.py): no PyTorch import, no grading.
+pytestmark = pytest.mark.quick
+
 IMPORTS = """\
 import json, sys
 
-# The quick tier (tests/conftest.py): no PyTorch import, no grading.
-pytestmark = pytest.mark.quick
 before = set(sys.modules)
 for name in sys.argv[1:]:
     __import__(name)

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from grader.batch import Submission, discover, roster_by_name
 from grader.cli import main
-from tests.conftest import SOLUTIONS
+from tests.conftest import SOLUTIONS, ex01_max
 
 
 GOOD = (SOLUTIONS / "ex01_by_hand.py").read_text()
@@ -81,7 +81,8 @@ def test_a_bulk_download_graded_and_exported_for_canvas(tmp_path):
     assert "skipped stray.txt" in result.output
     grades = {r["submission"]: r for r in csv.DictReader(out.open(encoding="utf-8"))}
     assert len(grades) == 5
-    assert grades["smithjohn_10005"]["ex01_by_hand"] == "7"
+    full = f"{ex01_max():g}"      # exercise A's maximum, as the CSV writes it
+    assert grades["smithjohn_10005"]["ex01_by_hand"] == full
     assert grades["smithjohn_10006"]["ex01_by_hand"] == "0"
     assert grades["müllerjörg_10007"]["lms_user_id"] == "10007"
     assert grades["leeann_10008"]["late"] == "yes" and grades["smithjohn_10005"]["late"] == "no"
@@ -101,13 +102,13 @@ def test_a_bulk_download_graded_and_exported_for_canvas(tmp_path):
                       "Attention exercises (555)"]   # the existing assignment, by its name
     got = {r["ID"]: r for r in rows_of(text)}
     assert {i: r["Attention exercises (555)"] for i, r in got.items()} == {
-        "10005": "7", "10006": "0", "10007": "7", "10008": "7", "10009": "7"}
+        "10005": full, "10006": "0", "10007": full, "10008": full, "10009": full}
     assert got["10007"]["Student"] == "Müller, Jörg" and got["10009"]["SIS Login ID"] == "nobody"
     assert "Points Possible" not in text
 
     generic = rows_of((tmp_path / "canvas-import-generic.csv").read_text(encoding="utf-8"))
     assert {r["submission"]: (r["lms_user_id"], r["score"], r["points_possible"], r["late"])
-            for r in generic}["leeann_10008"] == ("10008", "7", "7", "yes")
+            for r in generic}["leeann_10008"] == ("10008", full, full, "yes")
 
 
 def test_export_says_which_grades_have_no_student_and_makes_new_columns(tmp_path):

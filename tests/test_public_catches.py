@@ -23,7 +23,8 @@ identifier: ``test_release``), so a slip that is consistent and well formed
 shows only when graded.  ``NOT_YET``: mutants the public check does not catch
 with the hidden suite's diagnosis yet (the measuring tests of D, F and H are
 being made real in the edition: issue 26, item 2).  Together they stay under
-10 % of the corpus.
+10 % of the corpus.  The questions' mutants (wrong answers) are not in it:
+the public check never shows an answer.
 """
 from __future__ import annotations
 
@@ -34,24 +35,29 @@ from tests.conftest import SOLUTIONS, failures, grade_dir
 from tests.mutants import Mutant, all_mutants, diagnosis_lines
 from tests.test_mutants import _rounds
 
-MUTANTS = all_mutants()
+# The interview questions' mutants are wrong answers: the public check shows a
+# question's form, never its answer (that is the hidden suite's key), so no
+# wrong answer can show there; they are graded by tests/test_mutants.py.
+MUTANTS = [m for m in all_mutants() if m.file != "questions"]
 ALL_NAMES = {f"{m.file}:{m.name}" for m in MUTANTS}
 
 NO_PUBLIC_ANSWER = {
     "ex01_by_hand:two_decimals",          # its own weights, rounded, times V: consistent
 }
 NOT_YET = {
-    # ex04's timer and measurement: named by the measuring kit (time_fn's probes,
-    # the scaling run), grading-only code in the edition today (issue 26, item 2)
+    # ex04's timer: the public check times the student's time_fn at short
+    # lengths, where a missing warm-up, synchronize (CPU) or a mean does not show
     "ex04_quadratic:no_warmup", "ex04_quadratic:no_synchronization",
-    "ex04_quadratic:mean_not_median", "ex04_quadratic:fabricated_times",
-    "ex04_quadratic:milliseconds",
-    # ex06's counted intensity: its tracer is grading-only code today (item 2)
-    "ex06_gqa_intensity:repeat_interleave", "ex06_gqa_intensity:flops_counted_twice",
-    "ex06_gqa_intensity:formula_with_repeat_interleave",
-    "ex06_gqa_intensity:formula_not_counted", "ex06_gqa_intensity:table_wrong_grouping",
-    # ex08's traced decode (the same tracer)
-    "ex08_mla:cache_rebuilt_kv",
+    "ex04_quadratic:mean_not_median",
+    # ex06: the public trace fails it, but words it differently from the hidden
+    # suite's "factor of 2"
+    "ex06_gqa_intensity:flops_counted_twice",
+    # ex06's cache counts (issue 29's lessons): the public cases do not tell
+    # these sizing slips apart yet
+    "ex06_gqa_intensity:kv_fixed_2_bytes", "ex06_gqa_intensity:ratio_no_batch",
+    # the heatmaps (issue 29): the public cases draw square, one-K/V-head inputs,
+    # where these slips draw the same picture
+    "ex02_mha:plot_top_left_mask", "ex03_gqa:plot_kv_modulo", "ex08_mla:plot_scale_d_c",
 }
 MAX_MISSED = 0.10
 
@@ -62,6 +68,8 @@ PUBLIC_KEYWORD = {
        if m.file == "ex07_flash_attention" and m.name.startswith(("numpy_", "blockwise_"))},
     "ex07_flash_attention:kernel_global_read": "compiles",
     "ex07_flash_attention:kernel_dot_8_wide": "compiles",
+    **{f"ex07_flash_attention:{m.name}": "query_block" for m in MUTANTS
+       if m.file == "ex07_flash_attention" and m.name.startswith("block_")},
 }
 _KERNEL_TESTS = "flash_attention_small or in_your_kernel"
 

@@ -1,8 +1,8 @@
 """Hidden tests of ex02_mha's picture: fewer queries than keys (a chunk of a
 longer prompt: the end-aligned mask), no mask, and three heads."""
-import numpy as np
 import pytest
 
+from grader.reference.cases import fixed_rng
 from grader.reference import heatmap_checks as hm
 from grader.reference.secret import attention as ref
 
@@ -19,7 +19,7 @@ PLOT_MISTAKES = ["plotted_scores", "plotted_no_mask", "no_scale", "softmax_over_
 @pytest.mark.parametrize("causal", [True, False])
 def test_plot_attention_heads_hidden(student, causal):
     """plot_attention_heads with S_q < S_k (end-aligned mask), or without a mask"""
-    rng = np.random.default_rng(2029)
+    rng = fixed_rng("ex02-plot-hidden")
     q = rng.standard_normal((3, 4, 8)) * 2.0          # 4 queries: the last of 9 positions
     k = rng.standard_normal((3, 9, 8)) * 2.0
     out = student.probe("heatmap.draw", "plot_attention_heads", [q, k], {"causal": causal},

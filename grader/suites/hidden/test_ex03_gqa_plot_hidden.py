@@ -1,8 +1,8 @@
 """Hidden tests of ex03_gqa's picture: three query heads per K/V head, fewer
 queries than keys, and multi-query attention (one K/V head for all)."""
-import numpy as np
 import pytest
 
+from grader.reference.cases import fixed_rng
 from grader.reference import heatmap_checks as hm
 from grader.reference.secret import attention as ref
 
@@ -19,7 +19,7 @@ PLOT_MISTAKES = ["plotted_kv_modulo", "plotted_scores", "plotted_no_mask", "no_s
 @pytest.mark.parametrize("h, h_kv", [(6, 2), (3, 1)])
 def test_plot_gqa_heads_hidden(student, h, h_kv):
     """plot_gqa_heads with S_q < S_k: panels, titles and weights of each query head"""
-    rng = np.random.default_rng(3029 + h)
+    rng = fixed_rng("ex03-plot-hidden", h)
     q = rng.standard_normal((h, 3, 8)) * 2.0          # 3 queries: the last of 7 positions
     k = rng.standard_normal((h_kv, 7, 8)) * 2.0
     out = student.probe("heatmap.draw", "plot_gqa_heads", [q, k], {"causal": True},

@@ -88,17 +88,17 @@ def test_kv_cache_costs_llama(student):
     """kv_bytes_per_token, kv_cache_over_weights and gqa_bytes_saved for Llama-3"""
     _count_check(student.kv_bytes_per_token(32, 8, 128), rl.kv_bytes_per_token(32, 8, 128),
                  what="kv_bytes_per_token(32, 8, 128)",
-                 mistakes=lambda: rl.mistakes_of(rl.kv_bytes_per_token, rl.KV_SLIPS, 32, 8, 128),
+                 mistakes=rl.mistakes_of(rl.kv_bytes_per_token, rl.KV_SLIPS, 32, 8, 128),
                  how=rl.how("kv_bytes_per_token", 32, 8, 128))
     args = (32, 8, 128, 131072, 16e9)
     _count_check(student.kv_cache_over_weights(*args), rl.kv_cache_over_weights(*args),
                  what="kv_cache_over_weights(32, 8, 128, 131072, 16e9)",
-                 mistakes=lambda: rl.mistakes_of(rl.kv_cache_over_weights, rl.RATIO_SLIPS,
+                 mistakes=rl.mistakes_of(rl.kv_cache_over_weights, rl.RATIO_SLIPS,
                                                  *args),
                  how=rl.how("kv_cache_over_weights", *args))
     _count_check(student.gqa_bytes_saved(80, 64, 8, 128), rl.gqa_bytes_saved(80, 64, 8, 128),
                  what="gqa_bytes_saved(80, 64, 8, 128)",
-                 mistakes=lambda: rl.mistakes_of(rl.gqa_bytes_saved, rl.SAVING_SLIPS,
+                 mistakes=rl.mistakes_of(rl.gqa_bytes_saved, rl.SAVING_SLIPS,
                                                  80, 64, 8, 128),
                  how=rl.how("gqa_bytes_saved", 80, 64, 8, 128))
 
@@ -109,6 +109,6 @@ def test_attention_ffn_crossover_llama(student):
     args = (4096, 14336, 32, 8, 128)
     _count_check(student.attention_ffn_crossover(*args), rl.attention_ffn_crossover(*args),
                  what=f"attention_ffn_crossover{args}",
-                 mistakes=lambda: rl.mistakes_of(rl.attention_ffn_crossover,
+                 mistakes=rl.mistakes_of(rl.attention_ffn_crossover,
                                                  rl.CROSSOVER_SLIPS, *args),
                  how=rl.how("attention_ffn_crossover", *args))
