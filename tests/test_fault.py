@@ -40,13 +40,13 @@ def test_a_reference_that_raises_is_a_regrade_not_a_failure(tmp_path, monkeypatc
 
 
 def test_a_malformed_answer_that_makes_the_suite_raise_is_a_failure(tmp_path):
-    # rope returns None: the suite's `rope(q) @ np.swapaxes(rope(k), -1, -2)`
+    # multi_head_attention returns None: the suite's `np.asarray(b)[:, :t]`
     # raises inside NumPy, on what the student returned.
     sub = copy_solutions(tmp_path / "sub", ["ex02_mha"])
-    _sabotage(sub, "ex02_mha", "def rope(x, positions, base=10000.0):\n",
-              "def rope(x, positions, base=10000.0):\n    return None\n\n\n"
-              "def _unused(x, positions, base=10000.0):\n")
-    report = grade_dir(sub, ["ex02_mha"], keyword="relative_position")
+    _sabotage(sub, "ex02_mha", "def multi_head_attention(",
+              "def multi_head_attention(*args, **kwargs):\n    return None\n\n\n"
+              "def _unused_mha(")
+    report = grade_dir(sub, ["ex02_mha"], keyword="mha_is_causal")
     [test] = report.tests
     assert test.status == FAILED, test.output
     assert test.output.startswith("your answer has the wrong type or shape for this check: ")

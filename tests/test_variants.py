@@ -12,7 +12,7 @@ from grader.cli import main
 from grader.reference import cases
 from grader.reference.secret import by_hand
 from grader.variants import COMMON, BadStudentId, inputs_for, normalize
-from tests.conftest import copy_solutions, failures, grade_dir, ex01_max
+from tests.conftest import REPO, copy_solutions, ex01_max, failures, grade_dir
 
 IDS = [f"s{n:07d}" for n in range(400)] + ["alice", "Bob Smith", "élodie@uni.example"]
 
@@ -26,7 +26,12 @@ def answers_module(inputs, student_id=None, **override) -> str:
         if step != "ROWS_UNCHANGED_BY_MASK":
             value = np.round(np.asarray(value, dtype=float), 3).tolist()
         lines.append(f"{step} = {value!r}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + PLOT
+
+
+# Exercise A's heatmap, as the solution draws it (these tests are about the answers).
+_SOLUTION = (REPO / "solutions" / "ex01_by_hand.py").read_text()
+PLOT = "\n\n" + _SOLUTION[_SOLUTION.index("def plot_weights("):].split("\n\n\n")[0] + "\n"
 
 
 def submit(tmp_path, text, name="sub"):
