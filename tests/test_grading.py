@@ -147,9 +147,10 @@ def test_carry_forward_costs_only_the_first_wrong_step(tmp_path):
                      for k, v in answers.items())
     (sub / "ex01_by_hand.py").write_text(text + "\n")
     report = grade_dir(sub, ["ex01_by_hand"])
-    steps = [t for t in report.tests if t.name.startswith("test_step")]
+    steps = [t for t in report.tests if t.name.startswith("test_step[")]
     assert [t.status for t in steps].count("failed") == 1
-    assert steps[0].status == "failed" and "[SCORES]" in steps[0].title
+    assert steps[0].status == "failed" and "[SCORES]" in steps[0].name, \
+        [t.name for t in steps]
     assert "follows correctly from your own earlier answer" in steps[1].output
 
 

@@ -522,9 +522,3 @@ def key(name: str) -> dict:
     """A question's entry of the answer key (hidden suite only)."""
     return {**FORMS[name], **_KEY[name]}
 
-
-def slip_ids() -> dict[str, str]:
-    """{a numeric slip's words: its key}, over every question (the class's
-    mistakes table names a slip by its key: ``grader.insight``)."""
-    return {text: slip for entry in _KEY.values()
-            for slip, (text, _) in entry.get("mistakes", {}).items()}
