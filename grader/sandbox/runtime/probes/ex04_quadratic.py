@@ -9,14 +9,13 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import math
-import os
 import sys
-import tempfile
 import time
 
 import torch
 
 from .. import measure
+from .common import watch_figures
 
 
 def _number(value):
@@ -340,56 +339,21 @@ def scaling_run(module, seq_lens, device="cpu", batch=1, n_heads=4, d_head=64):
 
 # -- the plot -------------------------------------------------------------------
 
+def _axes(figure) -> list:
+    """What ``plot_scaling`` drew, read as the figure is saved: per axes, its
+    scales, lines (points and styles) and labels."""
+    return [{"xscale": ax.get_xscale(), "yscale": ax.get_yscale(),
+             "lines": [line.get_xydata().astype("float64").tolist()
+                       for line in ax.get_lines()][:10],
+             "styles": [str(line.get_linestyle()) for line in ax.get_lines()][:10],
+             "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel()}
+            for ax in figure.get_axes()]
+
+
 def plot(module, pairs, name="scaling.png"):
     """Run ``module.plot_scaling`` on ``{S: seconds}``; report what was drawn.
 
     ``Figure.savefig`` is watched to read the axes' scales and the plotted
     data at the moment the figure is saved; the file's bytes come back."""
-    if importlib.util.find_spec("matplotlib") is None:
-        return {"no_matplotlib": True}
-    import matplotlib
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
-    saved = []
-    original = Figure.savefig
-
-    def watched(self, *args, **kwargs):
-        axes = []
-        for ax in self.get_axes():
-            axes.append({"xscale": ax.get_xscale(), "yscale": ax.get_yscale(),
-                         "lines": [line.get_xydata().astype("float64").tolist()
-                                   for line in ax.get_lines()][:10],
-                         "styles": [str(line.get_linestyle()) for line in ax.get_lines()][:10],
-                         "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel()})
-        saved.append(axes)
-        return original(self, *args, **kwargs)
-
-    folder = tempfile.mkdtemp(prefix="plot-")
-    path = os.path.join(folder, name)
-    Figure.savefig = watched
-    try:
-        module.plot_scaling({int(s): float(t) for s, t in pairs}, path)
-    finally:
-        Figure.savefig = original
-    data = _read_plain_file(path, 8 << 20)
-    import numpy as np
-    return {"saved": saved[:3], "exists": data is not None,
-            "png": np.frombuffer(data or b"", dtype=np.uint8).copy()}
-
-
-def _read_plain_file(path: str, limit: int):
-    """The bytes of a regular file at ``path``, never through a link (a FIFO
-    or a device there would block or never end); None when there is none."""
-    import stat
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(limit)
-    finally:
-        os.close(fd)
+    times = {int(s): float(t) for s, t in pairs}
+    return watch_figures(lambda path: module.plot_scaling(times, path), _axes, name, "plot-")

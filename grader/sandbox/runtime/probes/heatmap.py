@@ -10,13 +10,10 @@ grader decides what to keep (``grader.artifacts``).
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import tempfile
+from .common import watch_figures
 
 MAX_PANELS = 64           # more panels than any test draws: the rest is not read
 MAX_CELLS = 1 << 16       # a heatmap's values read back, at most
-MAX_BYTES = 8 << 20       # the PNG read back, at most
 
 
 def _heatmaps(ax) -> list:
@@ -60,44 +57,5 @@ def _text(artist) -> str:
 def draw(module, function, args, kwargs=None, name="weights.png"):
     """Call ``module.<function>(*args, path, **kwargs)``; report every figure
     it saved (``saved``), whether the file exists and its bytes (``png``)."""
-    if importlib.util.find_spec("matplotlib") is None:
-        return {"no_matplotlib": True}
-    import matplotlib
-    matplotlib.use("Agg")
-    import numpy as np
-    from matplotlib.figure import Figure
-
-    saved = []
-    original = Figure.savefig
-
-    def watched(self, *a, **k):
-        if len(saved) < 3:
-            saved.append(_figure(self))
-        return original(self, *a, **k)
-
-    path = os.path.join(tempfile.mkdtemp(prefix="heatmap-"), name)
-    Figure.savefig = watched
-    try:
-        getattr(module, function)(*args, path, **(kwargs or {}))
-    finally:
-        Figure.savefig = original
-    data = _read_plain_file(path, MAX_BYTES)
-    return {"saved": saved, "exists": data is not None,
-            "png": np.frombuffer(data or b"", dtype=np.uint8).copy()}
-
-
-def _read_plain_file(path: str, limit: int):
-    """The bytes of a regular file at ``path``, never through a link; None
-    when there is none."""
-    import stat
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(limit)
-    finally:
-        os.close(fd)
+    return watch_figures(lambda path: getattr(module, function)(*args, path, **(kwargs or {})),
+                         _figure, name, "heatmap-")
