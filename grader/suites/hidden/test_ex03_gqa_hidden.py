@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal, expect_raises
+from grader.reference.ex03_checks import NO_BYTES, NO_LAYERS, ONLY_K, exceeds_mistakes
 from grader.reference.secret import attention as ref
 from grader.reference.cases import fixed_rng, mha_case, mha_data, on_case, rng_for
 
@@ -20,11 +21,6 @@ GQA_MISTAKES = ["kv_tile", "no_scale", "softmax_over_queries", "no_mask", "diago
                 "rope_on_values", "no_rope", "rope_interleaved", "rope_positions_ignored",
                 "split_without_transpose", "no_output_projection", "scale_by_d_model",
                 "softmax_base_2", "rope_only_q"]
-# Sizing slips, in the same words for kv_cache_bytes and for the functions built
-# on it: a slip in kv_cache_bytes is then named once as the root cause.
-ONLY_K = "only K (or only V) was counted: the cache holds both K and V"
-NO_LAYERS = "the layers were not counted (every layer keeps its own K and V)"
-NO_BYTES = "bytes_per_elem was ignored (sizes are in bytes: multiply by the element size)"
 
 
 def _case_args(c):
@@ -218,17 +214,6 @@ def test_kv_exceeds_weights_at_hidden(student):
                            f"got {got!r}")
         check_equal(got, want, what=f"kv_exceeds_weights_at({n_layers}, {h_kv}, {d_head}, "
                                     f"{weights:g}, {bpe})",
-                    mistakes={"the answer is one token short: the cache must be strictly "
-                              "larger than the weights, which it first is at "
-                              "weight_bytes // per_token + 1 tokens": want - 1,
-                              "the answer is one token too long: weight_bytes // per_token + 1 "
-                              "is already the first length where the cache is larger": want + 1,
-                              ONLY_K: int(weights // (per_token // 2)) + 1,
-                              NO_LAYERS: int(weights // (per_token // n_layers)) + 1,
-                              NO_BYTES: int(weights // (per_token // bpe)) + 1
-                              if bpe > 1 else -1,
-                              "bytes_per_elem was not passed on to the cache size (the default "
-                              "2 bytes was used)": int(weights // (per_token // bpe * 2)) + 1
-                              if bpe != 2 else -1,
+                    mistakes={**exceeds_mistakes(want, weights, per_token, n_layers, bpe),
                               "the weights were taken in GiB (2**30) instead of decimal GB":
                               int(weights / 1e9 * 2**30 // per_token) + 1})

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from grader.feedback import Feedback, check_close, check_equal
+from grader.reference.ex03_checks import NO_BYTES, NO_LAYERS, ONLY_K, exceeds_mistakes
 from grader.reference.secret import attention as ref
 
 pytestmark = [pytest.mark.exercise("ex03_gqa")]
@@ -42,10 +43,7 @@ def test_gqa_small(student):
                 mistakes=ref.mistakes_of(ref.gqa, GQA_MISTAKES, *args, positions=positions))
 
 
-# Sizing slips, in the hidden suite's words.
-ONLY_K = "only K (or only V) was counted: the cache holds both K and V"
-NO_LAYERS = "the layers were not counted (every layer keeps its own K and V)"
-NO_BYTES = "bytes_per_elem was ignored (sizes are in bytes: multiply by the element size)"
+# Sizing slips, in the hidden suite's words (grader/reference/ex03_checks.py).
 UPSIDE_DOWN = "the ratio is upside down (MHA cache / this cache is h / h_kv)"
 
 
@@ -88,15 +86,4 @@ def test_kv_exceeds_weights_chapter_case(student):
             got = int(got)
         check_equal(got, want, what=f"kv_exceeds_weights_at({n_layers}, {h_kv}, {d_head}, "
                                     f"{weights:g}, {bpe})",
-                    mistakes={"the answer is one token short: the cache must be strictly "
-                              "larger than the weights, which it first is at "
-                              "weight_bytes // per_token + 1 tokens": want - 1,
-                              "the answer is one token too long: weight_bytes // per_token + 1 "
-                              "is already the first length where the cache is larger": want + 1,
-                              ONLY_K: int(weights // (per_token // 2)) + 1,
-                              NO_LAYERS: int(weights // (per_token // n_layers)) + 1,
-                              NO_BYTES: int(weights // (per_token // bpe)) + 1
-                              if bpe > 1 else -1,
-                              "bytes_per_elem was not passed on to the cache size (the default "
-                              "2 bytes was used)": int(weights // (per_token // bpe * 2)) + 1
-                              if bpe != 2 else -1})
+                    mistakes=exceeds_mistakes(want, weights, per_token, n_layers, bpe))

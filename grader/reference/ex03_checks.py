@@ -1,0 +1,28 @@
+"""Exercise C's sizing slips, shared by its public and hidden suites (this
+module ships with the public suite): the words, and the wrong answers of
+``kv_exceeds_weights_at``, in one place."""
+from __future__ import annotations
+
+# Sizing slips, in the same words for kv_cache_bytes and for the functions built
+# on it: a slip in kv_cache_bytes is then named once as the root cause.
+ONLY_K = "only K (or only V) was counted: the cache holds both K and V"
+NO_LAYERS = "the layers were not counted (every layer keeps its own K and V)"
+NO_BYTES = "bytes_per_elem was ignored (sizes are in bytes: multiply by the element size)"
+
+
+def exceeds_mistakes(want: int, weights: float, per_token: int, n_layers: int,
+                     bpe: int) -> dict:
+    """``{description: wrong answer}`` of ``kv_exceeds_weights_at`` for a case
+    whose right answer is ``want`` (``per_token``: the cache's bytes per
+    token; -1 where a slip changes nothing on this case)."""
+    return {"the answer is one token short: the cache must be strictly "
+            "larger than the weights, which it first is at "
+            "weight_bytes // per_token + 1 tokens": want - 1,
+            "the answer is one token too long: weight_bytes // per_token + 1 "
+            "is already the first length where the cache is larger": want + 1,
+            ONLY_K: int(weights // (per_token // 2)) + 1,
+            NO_LAYERS: int(weights // (per_token // n_layers)) + 1,
+            NO_BYTES: int(weights // (per_token // bpe)) + 1 if bpe > 1 else -1,
+            "bytes_per_elem was not passed on to the cache size (the default "
+            "2 bytes was used)": int(weights // (per_token // bpe * 2)) + 1
+            if bpe != 2 else -1}
