@@ -356,7 +356,12 @@ class GradingPlugin:
         outcome = yield
         rep = outcome.get_result()
         if rep.when == "call" or (rep.when == "setup" and not rep.passed):
-            self._record(item, rep, call)
+            try:
+                self._record(item, rep, call)
+            except Exception as exc:   # noqa: BLE001 - the grader's own failure
+                # this test only: the session goes on, and a person regrades it
+                self.report.errors.append(f"{item.nodeid}: the grader failed recording "
+                                          f"this test: {type(exc).__name__}: {exc}")
 
     def _record(self, item, rep, call) -> None:
         ex_mark = item.get_closest_marker("exercise")
@@ -434,6 +439,12 @@ class GradingPlugin:
         if report.failed:
             self.report.errors.append(f"could not load suite {report.nodeid}: "
                                       f"{str(report.longrepr)[-800:]}")
+
+    def pytest_internalerror(self, excrepr, excinfo):
+        """The grader's own crash inside pytest (a hook that raised): the
+        session ends there, the tests not run are marked for regrade
+        (``unrecorded``), and the report says where it broke."""
+        self.report.errors.append(f"the grader failed inside pytest: {str(excrepr)[-800:]}")
 
 
 def _one_thread() -> None:

@@ -8,7 +8,7 @@ import torch
 
 from grader.feedback import Feedback, check_equal
 from grader.report import FAILED, NEEDS_REGRADE, PASSED, to_gradescope, to_text
-from tests.conftest import copy_solutions, grade_dir
+from tests.conftest import SOLUTIONS, copy_solutions, grade_dir
 
 
 def _sabotage(path, module, old, new):
@@ -144,3 +144,39 @@ def test_a_probe_failure_from_the_worker_is_the_graders_but_a_students_raise_is_
     assert not fault.graders(_raised("ProbeFailed", "ex07_flash_attention.py, line 9, in f"),
                              [])
     assert not fault.graders(_raised("ValueError", ""), [])
+
+
+def test_a_crash_while_recording_one_test_costs_that_test_only(monkeypatch):
+    """The grader's own exception while it records a result (a hook of the
+    plugin that raised) marks that test for regrade and says so; the tests
+    after it are still run and graded."""
+    from grader import core
+    real, seen = core.GradingPlugin._record, []
+
+    def record(self, item, rep, call):
+        seen.append(item.name)
+        if len(seen) == 2:
+            raise RuntimeError("recording broke")
+        return real(self, item, rep, call)
+
+    monkeypatch.setattr(core.GradingPlugin, "_record", record)
+    report = grade_dir(SOLUTIONS, ["ex01_by_hand"], suite="public")
+    broken = [t for t in report.tests if t.name == seen[1]]
+    assert [t.status for t in broken] == [NEEDS_REGRADE]
+    assert any("recording broke" in e for e in report.errors) and report.ungraded
+    rest = [t for t in report.tests if t.name not in seen[1:2]]
+    assert len(rest) >= 3 and all(t.status == PASSED for t in rest), rest
+
+
+def test_a_crash_inside_pytest_is_in_the_report(monkeypatch):
+    """Where the grader's own hook breaks the session (pytest's internal
+    error), the report says where, and the tests not run need a regrade."""
+    from grader import core
+
+    def collected(self, session):
+        raise RuntimeError("planning broke")
+
+    monkeypatch.setattr(core.GradingPlugin, "pytest_collection_finish", collected)
+    report = grade_dir(SOLUTIONS, ["ex01_by_hand"], suite="public")
+    assert any("planning broke" in e for e in report.errors), report.errors
+    assert report.ungraded

@@ -518,6 +518,7 @@ _EDITION_REPORT = """\
 import json, sys
 from grader.core import Options, grade
 report = grade(sys.argv[1], Options(suite="public", markers="not gpu"))
+print(json.dumps(report.errors))
 print(json.dumps([[t.exercise, t.name, t.status, t.output] for t in report.tests]))
 """
 
@@ -533,7 +534,8 @@ def test_every_public_test_of_the_solutions_checks_something_in_the_edition(edit
     proc = subprocess.run([sys.executable, "-c", _EDITION_REPORT, str(sub)], cwd=edition,
                           env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr
-    tests = json.loads(proc.stdout.strip().splitlines()[-1])
+    *_, errors, tests = [json.loads(line) for line in proc.stdout.strip().splitlines()[-2:]]
+    assert not errors, errors
     assert {t[0] for t in tests} >= {"ex05_decode_prefill", "ex07_flash_attention"}
     unchecked = {(ex, name.split("[")[0]) for ex, name, status, output in tests
                  if NOT_CHECKED in output}

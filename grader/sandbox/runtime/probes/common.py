@@ -37,13 +37,15 @@ def watch_figures(draw, describe, name: str, prefix: str) -> dict:
             saved.append(describe(self))
         return original(self, *args, **kwargs)
 
-    path = os.path.join(tempfile.mkdtemp(prefix=prefix), name)
-    Figure.savefig = watched
-    try:
-        draw(path)
-    finally:
-        Figure.savefig = original
-    data = read_plain_file(path, MAX_PNG_BYTES)
+    # removed afterwards, whatever the student's function wrote there
+    with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as folder:
+        path = os.path.join(folder, name)
+        Figure.savefig = watched
+        try:
+            draw(path)
+        finally:
+            Figure.savefig = original
+        data = read_plain_file(path, MAX_PNG_BYTES)
     return {"saved": saved, "exists": data is not None,
             "png": np.frombuffer(data or b"", dtype=np.uint8).copy()}
 
