@@ -329,6 +329,7 @@ def record_public_answers(dest_reference: Path) -> Recorder:
     # called) have no answer to record; the package's tests prove the
     # solutions pass them (tests/test_gpu_compile.py, tests/test_ex04_06.py),
     # and tests/test_release.py that they call no secret reference.
+    _forget_suite_modules()
     with Recorder() as recorder:
         report = grade(SOLUTIONS_DIR, Options(suite="public", markers="not nothing_to_record"))
     # A test this (busy) machine could not judge keeps its points in the
@@ -341,6 +342,20 @@ def record_public_answers(dest_reference: Path) -> Recorder:
                            f"{report.errors[:3]}): fix them before a release")
     recorder.save(dest_reference)
     return recorder
+
+
+def _forget_suite_modules() -> None:
+    """A suite imported by an earlier grading in this process is imported
+    again, so that what its module body asks of a reference (exercise A's
+    worked example, say) is recorded too: pytest reuses a module it finds in
+    ``sys.modules`` and would not run that body again."""
+    import sys
+
+    suites = str(SUITES_DIR.resolve())
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None) or ""
+        if file and str(Path(file).resolve()).startswith(suites):
+            del sys.modules[name]
 
 
 # Public tests of the solutions that may still say "not checked in the student

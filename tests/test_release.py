@@ -591,3 +591,22 @@ def test_a_replay_before_pytorch_is_imported_leaves_later_tensors_tensors(tmp_pa
         assert reads == ["numpy", "torch"]
     finally:
         replay._read_recorded.cache_clear()
+
+
+def test_the_release_records_what_a_suite_module_asks_even_after_a_grading(tmp_path,
+                                                                          monkeypatch):
+    """A process that graded before (pytest keeps the suite modules it
+    imported) still records what a suite's module body asks of a reference:
+    exercise A's plot suite draws the worked example at import."""
+    import dataclasses
+
+    import grader.core
+    from grader import release, replay
+
+    real = grader.core.grade
+    grade_a = lambda submission, options: real(   # noqa: E731
+        submission, dataclasses.replace(options, exercises=["ex01_by_hand"]))
+    grade_a(SOLUTIONS, grader.core.Options(suite="public"))
+    monkeypatch.setattr(grader.core, "grade", grade_a)
+    recorder = release.record_public_answers(tmp_path / "secret")
+    assert replay.key_of("by_hand", "exact", (), {}) in recorder.calls
