@@ -39,7 +39,7 @@ from grader.registry import EXERCISES, suite_files
 from grader.feedback import Feedback
 from grader.paths import SOLUTIONS_DIR, SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
-from grader.sandbox import bwrap, confine, isolation, forkserver
+from grader.sandbox import bwrap, confine, forkserver, isolation, reach
 from grader.sandbox.client import StudentError, StudentModule, Worker
 from grader.sandbox.launch import GRADING_BUDGET_S, Launcher
 from grader.sandbox.process import remove_stale_staging_once
@@ -246,6 +246,7 @@ class GradingPlugin:
         One at a time, in course order, so that no two starts run at once
         (each may take a fresh user id).  ``worker()`` waits for its own."""
         needs = {n for e in exercises for n in EXERCISES[e].needs}
+        reach.parse_all(self.submission)   # here, not beside pytest's parsing (reach)
         if self.options.fork_server:
             self.fork_server = self.launcher.fork_server(needs)
         for exercise in exercises:

@@ -162,3 +162,28 @@ def test_gpu_speed_feedback_is_never_published(tmp_path):
     assert speed and all(t.visibility == "hidden" for t in speed)
     assert all(t.status == "not_run" for t in speed) or all(t.status != "not_run"
                                                            for t in speed)
+
+
+def test_only_the_main_thread_parses_while_workers_start_in_the_background(tmp_path,
+                                                                          monkeypatch):
+    """The submission's imports are read (parsed) before its workers start in
+    the background: CPython 3.11 fails two threads that build ASTs at once
+    ("AST constructor recursion depth mismatch"), and pytest parses every
+    suite on the main thread meanwhile (grader.sandbox.reach)."""
+    import ast
+    import threading
+
+    sub = copy_solutions(tmp_path / "sub", ["ex02_mha", "ex03_gqa"])
+    for name in ("ex02_mha", "ex03_gqa"):     # contents no earlier grading parsed
+        path = sub / f"{name}.py"
+        path.write_text(path.read_text() + f"\n# {tmp_path.name}\n")
+    threads, real = [], ast.parse
+
+    def parse(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", parse)
+    report = grade_dir(sub, ["ex02_mha", "ex03_gqa"], suite="public")
+    assert report.score == report.max_score > 0 and not report.errors
+    assert threads and set(threads) == {threading.main_thread().name}

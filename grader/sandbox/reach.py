@@ -8,14 +8,27 @@ needs them, so a submission that names them is not judged on what they
 measured: those tests need a person's look ("needs regrade").
 
 Read here, in the grading process, as text (parsed, never run).
+
+Parsed on the grading's main thread only (``parse_all``, before any worker
+starts in the background): CPython 3.11 keeps one AST-construction depth per
+interpreter, and two threads building ASTs at once (pytest rewriting a suite's
+asserts while a worker's start reads the submission's imports) fail with
+"SystemError: AST constructor recursion depth mismatch".  What is parsed is
+kept by content, so the background threads find it parsed.
 """
 from __future__ import annotations
 
 import ast
 import functools
+import threading
 from pathlib import Path
 
 from grader.paths import RUNTIME_PACKAGE
+
+# Our own threads parse one at a time (pytest's main thread is kept apart by
+# ``parse_all``); kept parses: more than any grading's files.
+_PARSE = threading.Lock()
+KEPT = 256
 
 # Calls that import, or find, a module by its name as a string.
 BY_NAME = frozenset({"__import__", "import_module", "find_spec"})
@@ -69,13 +82,33 @@ def runtime_reach(folder: Path) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=64)
+def parse_all(folder: Path) -> None:
+    """Parse each top-level module of ``folder`` now, on this thread, for what
+    ``runtime_reach`` and ``imported_modules`` read: the workers started in
+    the background then parse nothing."""
+    for path in sorted(Path(folder).glob("*.py")):
+        if path.is_symlink() or not path.is_file():
+            continue
+        try:
+            source = path.read_bytes()
+        except OSError:
+            continue
+        _first_reach(source)
+        _imports(source)
+
+
+def _parse(text: str) -> ast.AST:
+    with _PARSE:
+        return ast.parse(text)
+
+
+@functools.lru_cache(maxsize=KEPT)
 def _first_reach(source: bytes):
     """The line where ``source`` first names the runtime, "?" where the node
     has none, None where it never does.  Kept by content: every worker of a
     grading asks about the same files."""
     try:
-        tree = ast.parse(source.decode("utf-8", errors="replace"))
+        tree = _parse(source.decode("utf-8", errors="replace"))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None   # the import error is reported where it belongs
     for node in ast.walk(tree):
@@ -114,7 +147,7 @@ def imported_modules(folder: Path, module: str) -> list[Path] | None:
     return [local[n] for n in sorted(seen)]
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=KEPT)
 def _imports(source: bytes) -> tuple[str, ...] | None:
     """The top-level names ``source`` imports; None where it imports by a
     name no parse can see.  Kept by content, as ``_first_reach``."""
@@ -122,7 +155,7 @@ def _imports(source: bytes) -> tuple[str, ...] | None:
     if any(word in text for word in DYNAMIC):
         return None
     try:
-        tree = ast.parse(text)
+        tree = _parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ()
     names = []
