@@ -9,7 +9,9 @@ reaches an exercise from a sibling.  A grading runs each exercise in its own
 worker, so a mistake costs only its own exercise (``test_grading`` and
 ``test_attacks`` hold the grader to that), and each mutant is judged on its
 own exercise's results alone; what the round saves is a grading's start (the
-the fork server's PyTorch, pytest's session) per mutant.
+fork server's PyTorch, pytest's session) per mutant.  The same grading's
+public tests are the public check (``tests/test_public_catches.py``): it must
+fail too, naming the mistake, unless the mutant is listed there.
 """
 from __future__ import annotations
 
@@ -18,8 +20,11 @@ import pytest
 from grader.registry import EXERCISES
 from tests.conftest import SOLUTIONS, failures, grade_dir
 from tests.mutants import Mutant, all_mutants, diagnosis_lines
+from tests.test_public_catches import MUTANTS as PUBLIC_MUTANTS
+from tests.test_public_catches import public_keyword, public_problems
 
 MUTANTS = all_mutants()
+PUBLIC_EXERCISES = {m.file for m in PUBLIC_MUTANTS}   # not the questions
 
 
 def _group(exercise: str) -> str:
@@ -56,10 +61,20 @@ ROUNDS = _rounds(MUTANTS)
 
 def _keyword(round_: list[Mutant]) -> str | None:
     """One -k expression for the round: a mutant's ``only`` selects within its
-    own exercise's suites (their files are named after the exercise)."""
+    own exercise's suites (their files are named after the exercise), and its
+    public tests are selected beside them (``public_keyword``: the public
+    check is read from the same grading)."""
     if not any(m.only for m in round_):
         return None
-    return " or ".join(f"({m.file} and ({m.only}))" if m.only else m.file for m in round_)
+    parts = []
+    for m in round_:
+        if not m.only:
+            parts.append(m.file)
+        elif m.file in PUBLIC_EXERCISES:
+            parts.append(f"({m.file} and ({m.only})) or {public_keyword(m)}")
+        else:
+            parts.append(f"({m.file} and ({m.only}))")
+    return " or ".join(parts)
 
 
 def _problem(mutant: Mutant, report) -> str | None:
@@ -87,8 +102,26 @@ def pytest_generate_tests(metafunc):
                          ids=["+".join(f"{m.file}:{m.name}" for m in r) for r in rounds])
 
 
+@pytest.fixture
+def own_outputs(monkeypatch):
+    """Each test's feedback as the test itself wrote it, kept on the result
+    (``own_output``) before root causes are attributed across the grading: a
+    public test's own words are what the public check shows, where the hidden
+    grading may say "the mistake named above" of a hidden test."""
+    from grader import core
+    real = core.rootcause.attribute
+
+    def attribute(report, *args, **kwargs):
+        for t in report.tests:
+            t.own_output = t.output
+        return real(report, *args, **kwargs)
+
+    monkeypatch.setattr(core.rootcause, "attribute", attribute)
+
+
 @pytest.mark.slow
 @pytest.mark.author
+@pytest.mark.usefixtures("own_outputs")
 def test_mutant_loses_points_and_is_named(round_, tmp_path):
     sub = tmp_path / "submission"
     sub.mkdir()
@@ -99,6 +132,9 @@ def test_mutant_loses_points_and_is_named(round_, tmp_path):
     report = grade_dir(sub, [m.file for m in round_], keyword=_keyword(round_))
     assert not report.errors, report.errors
     problems = [p for p in (_problem(m, report) for m in round_) if p]
+    assert not problems, "\n\n".join(problems)
+    # The same grading's public tests: the public check (tests/test_public_catches.py)
+    problems = public_problems(round_, report)
     assert not problems, "\n\n".join(problems)
 
 
