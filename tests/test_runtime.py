@@ -124,3 +124,39 @@ def test_a_trusted_worker_runs_the_reference_kernel_where_it_lies(tmp_path, name
         assert worker.load_error is None and not list(tmp_path.iterdir())
     finally:
         worker.close()
+
+
+FORKS = """
+import os
+import time
+
+
+def fork_a_child():
+    if os.fork() == 0:
+        time.sleep(0.5)
+        raise RuntimeError("the child returns into the worker's loop")
+    return os.getpid()
+
+
+def echo(x):
+    return x
+"""
+
+
+@pytest.mark.parametrize("namespaces", [
+    pytest.param(True, marks=pytest.mark.skipif(not NAMESPACES, reason=WHY)), False])
+def test_a_child_the_student_forks_never_answers_for_the_worker(tmp_path, namespaces):
+    """A process forked by student code has the worker's channels closed and
+    leaves when it returns into the request loop: every answer after the fork
+    is the worker's own, to its own request."""
+    import time
+
+    (tmp_path / "ex02_mha.py").write_text(FORKS)
+    worker = launch(tmp_path, "ex02_mha", namespaces=namespaces)
+    try:
+        student = StudentModule(worker)
+        student.fork_a_child()
+        time.sleep(1.0)                 # the child has raised by now
+        assert [student.echo(i) for i in range(20)] == list(range(20))
+    finally:
+        worker.close()

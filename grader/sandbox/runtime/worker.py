@@ -42,6 +42,14 @@ def _private_channels():
     return req, resp
 
 
+def _close_channels(*channels) -> None:
+    for channel in channels:
+        try:
+            os.close(channel.fileno())
+        except OSError:
+            pass
+
+
 def _apply_limits(cfg: dict) -> None:
     try:
         import resource
@@ -214,6 +222,11 @@ def serve(cfg: dict) -> None:
 
     _apply_limits(cfg)  # after the switch: RLIMIT_NPROC counts the worker's uid
     session = Session(codec, root, package)
+    # A process the student's code forks is not this worker: it never reads a
+    # request or writes an answer (two readers of one channel would take each
+    # other's requests and answers); one that returns into this loop ends.
+    own = os.getpid()
+    os.register_at_fork(after_in_child=lambda: _close_channels(req_ch, resp_ch))
     max_request = int(cfg.get("max_request_bytes", 1 << 31))
 
     def read_exact(n: int) -> bytes:
@@ -235,6 +248,8 @@ def serve(cfg: dict) -> None:
             answer = {"ok": session.handle(req)}
         except BaseException as exc:  # SystemExit and KeyboardInterrupt too
             answer = {"raised": _raised(codec, exc, root)}
+        if os.getpid() != own:
+            os._exit(0)
         try:
             data = codec.pack(answer)
         except BaseException as exc:
