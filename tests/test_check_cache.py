@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.feedback import Feedback
 from grader.reference import flash_judge
 from tests.conftest import copy_solutions
 from tests.mutants.ex07_flash_attention import MUTANTS
@@ -126,9 +127,13 @@ def test_check_twice_reuses_the_compile_answer(tmp_path, monkeypatch):
         started.append(1)
         return real(launch_worker)
     monkeypatch.setattr(flash_judge, "compile_worker", counting)
-    answers = [flash_judge.compile_results(sub, launcher().binder(sub), tmp_path / "direct")
-               for _ in range(2)]
-    assert [cached for _, cached in answers] == [False, True] and started == [1]
+    answers = []
+    for _ in range(2):
+        answers.append(flash_judge.compile_results(sub, launcher().binder(sub),
+                                                   tmp_path / "direct"))
+        answers[-1] += (len(started),)
+    assert [(cached, n) for _, cached, n in answers] == \
+        [(False, flash_judge._n_workers()), (True, flash_judge._n_workers())]
     assert answers[0][0] == answers[1][0]
 
 
@@ -151,3 +156,188 @@ def test_no_cache_checks_without_the_user_cache(tmp_path, monkeypatch):
         result = CliRunner().invoke(cli.main, ["check", "G", "--path", str(sub), *flags])
         assert result.exit_code == 0, result.output
     assert seen == [tmp_path / "xdg" / "attn-grade", None, tmp_path / "xdg" / "attn-grade"]
+
+
+# -- what `check` compiles before it answers, and what a grading compiles ------------
+LARGEST = "BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3"
+SMALLEST = "BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2"
+ALL_CONFIGS = [f"BLOCK_M={bm}, BLOCK_N={bn}, num_warps={w}, num_stages={s}"
+               for bm, w, bn in ((64, 4, 32), (128, 8, 32), (128, 8, 64)) for s in (2, 3)]
+
+
+class _InProcess:
+    """The compile worker, answering as the probes do but in this process
+    (the solution imported as on a GPU), with ``gpu_compile.compile_launch``
+    replaced by ``fake_compile``.  ``kill`` releases a compile held at the gate."""
+    module = None
+    release = None
+
+    def __init__(self, launch_worker):
+        self._worker = self
+
+    def close(self):
+        pass
+
+    def kill(self):
+        type(self).release.set()
+
+    def probe(self, name, *args, **kwargs):
+        from grader.sandbox.runtime.probes import ex07_flash_attention as probe
+        return getattr(probe, name.split(".")[-1])(type(self).module, *args, **kwargs)
+
+
+@pytest.fixture
+def in_process(tmp_path, monkeypatch):
+    """``(compiled, broken, hold)``: the launches compiled, as ``(capability,
+    config)``; the ones to fail (``broken``); the ones whose compile waits
+    until ``_InProcess.release`` is set (``hold``: `check`'s later launches)."""
+    if os.environ.get("TRITON_INTERPRET"):
+        pytest.skip("the kernels must be JITFunctions (no TRITON_INTERPRET)")
+    import importlib.util
+    import threading
+
+    from grader.sandbox.runtime.probes import gpu_compile
+    sub = copy_solutions(tmp_path / "sub", ["ex07_flash_attention"])
+    spec = importlib.util.spec_from_file_location("ex07_flash_attention",
+                                                  sub / "ex07_flash_attention.py")
+    _InProcess.module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(_InProcess.module)
+    _InProcess.release = threading.Event()
+    monkeypatch.chdir(sub)
+    monkeypatch.setattr(flash_judge, "compile_worker", _InProcess)
+    compiled, broken, hold = [], set(), set()
+
+    def fake_compile(fn, args, kwargs, capability):
+        config = gpu_compile._config_text(_Config(kwargs))
+        if config in hold:
+            _InProcess.release.wait(30)
+        compiled.append((capability, config))
+        if config in broken:
+            return {"ok": False, "error": "CompilationError: at 1:2: AssertionFailure",
+                    "file": "ex07_flash_attention.py", "line": 300}
+        shared = kwargs["BLOCK_N"] * kwargs["D_HEAD"] * 4 * kwargs["num_stages"]
+        return {"ok": True, "registers": 128, "spill_bytes": 0, "shared_bytes": shared,
+                "fits": True, "wgmma": capability >= 90, "tma": False,
+                "num_warps": kwargs["num_warps"], "num_stages": kwargs["num_stages"]}
+    monkeypatch.setattr(gpu_compile, "compile_launch", fake_compile)
+    yield compiled, broken, hold
+    _InProcess.release.set()
+
+
+class _Config:
+    """What ``gpu_compile._config_text`` reads of an autotuner's config."""
+
+    def __init__(self, kwargs):
+        self.kwargs = {k: kwargs[k] for k in ("BLOCK_M", "BLOCK_N")}
+        self.num_warps, self.num_stages = kwargs["num_warps"], kwargs["num_stages"]
+
+
+def _answered(res) -> list:
+    return sorted((t["capability"], r["config"]) for t in res["targets"] for r in t["rows"]
+                  if not r.get("pending"))
+
+
+def test_check_answers_once_the_likeliest_failures_compiled(in_process):
+    """`check` waits for three launches: per GPU the config with the most
+    shared memory, and on sm_80 the smallest tiles; it says which it did not
+    compile, then compiles them into its cache."""
+    compiled, _, hold = in_process
+    hold.update(c for c in ALL_CONFIGS if c not in (LARGEST, SMALLEST))
+    kept = []
+    early = flash_judge.CompileEarly(None, {}, quick=True, keep=kept.extend)
+    try:
+        res = early.result()
+        assert _answered(res) == [(80, LARGEST), (80, SMALLEST), (90, LARGEST)]
+        text = flash_judge.judge_compile(res)
+        assert "not compiled by this check (9 of 12" in text
+        assert "your grade compiles every one" in text and "--no-cache" in text
+        rows = text.split("not compiled by this check")[1].splitlines()[1:]
+        assert len(rows) == 9 and all(LARGEST not in r for r in rows if "sm_90a" in r)
+        _InProcess.release.set()
+        early.wait()          # the others, after the answer, into the cache
+        assert sorted((c, r["config"]) for c, r in kept) == \
+            sorted((c, x) for c in (80, 90) for x in ALL_CONFIGS)
+        assert sorted(compiled) == sorted((c, x) for c in (80, 90) for x in ALL_CONFIGS)
+    finally:
+        early.close()
+
+
+def test_the_cache_fills_and_ranks_the_next_check(in_process, tmp_path):
+    """Each launch that compiled is kept with the shared memory it needed: a
+    check after a kernel edit ranks its launches by those figures."""
+    compiled, _, _ = in_process
+    cache = tmp_path / "cache"
+    flash_judge.compile_early(Path.cwd(), None, cache)
+    flash_judge.compile_results(Path.cwd(), None, cache)
+    flash_judge._early[str(Path.cwd())].wait()      # every launch, after the answer
+    flash_judge.forget_early(Path.cwd())
+    known = flash_judge._known(cache)
+    assert len(known) == 12 and all(k["of"][2] in ALL_CONFIGS for k in known.values())
+    history = flash_judge._history(known)
+    assert history[(90, "_flash_fwd", LARGEST)] == 64 * 128 * 4 * 3
+    # the last check's figures outrank the tile sizes: say a small config
+    # needed the most shared memory last time
+    plan = {"targets": [{"capability": 80, "rows": [
+        {"kernel": "k", "config": c, "in_submission": True, "tiles": t, "num_stages": 2}
+        for c, t in (("a", 4096), ("b", 1024), ("c", 8192))]}]}
+    assert flash_judge.first_launches(plan, {}) == [(0, 2), (0, 1)]
+    last = {(80, "k", "a"): 9000, (80, "k", "b"): 100_000, (80, "k", "c"): 5000}
+    assert flash_judge.first_launches(plan, last) == [(0, 1)]   # the smallest, too
+    # one launch without figures: all ranked by tiles
+    assert flash_judge.first_launches(plan, {k: v for k, v in last.items()
+                                             if k[2] != "c"}) == [(0, 2), (0, 1)]
+
+
+def test_a_timed_test_ends_checks_later_compiles(in_process, tmp_path):
+    """Before a timed exercise measures, `check`'s compile stops once its
+    answer is ready: its later launches are not compiled beside the timing."""
+    compiled, _, hold = in_process
+    hold.update(c for c in ALL_CONFIGS if c not in (LARGEST, SMALLEST))
+    early = flash_judge.compile_early(Path.cwd(), None, tmp_path / "cache")
+    flash_judge.wait_early(Path.cwd())
+    # ended: at most the compiles in flight when it stopped finished after its answer
+    assert not early._live and len(compiled) <= 3 + flash_judge._n_workers()
+    assert {(80, LARGEST), (80, SMALLEST), (90, LARGEST)} <= set(_answered(early.result()))
+    flash_judge.forget_early(Path.cwd())
+
+
+def test_grading_compiles_every_config_and_fails_one_check_did_not(in_process):
+    """A config that `check` did not compile before answering passes the
+    check (which says it did not compile it) and fails the grading, which
+    compiles every config of both GPUs and names the first that fails."""
+    compiled, broken, hold = in_process
+    bad = "BLOCK_M=128, BLOCK_N=32, num_warps=8, num_stages=2"
+    broken.add(bad)
+    hold.update(c for c in ALL_CONFIGS if c not in (LARGEST, SMALLEST))
+    early = flash_judge.CompileEarly(None, {}, quick=True)
+    try:
+        text = flash_judge.judge_compile(early.result())
+        assert f"sm_80 (A100)         _flash_fwd [{bad}]" in \
+            text.split("not compiled by this check")[1]
+    finally:
+        early.close()
+    compiled.clear()
+    graded = flash_judge.CompileEarly(None)
+    try:
+        res = graded.result()
+    finally:
+        graded.close()
+    assert not any(r.get("kept") for t in res["targets"] for r in t["rows"])
+    with pytest.raises(Feedback) as exc:
+        flash_judge.judge_compile(res)
+    assert f"config {bad}" in str(exc.value) and "sm_80" in str(exc.value)
+    assert "static_assert" in str(exc.value)
+    # every config before the failure compiled for both GPUs, the failure too
+    for capability in (80, 90):
+        assert {(capability, c) for c in ALL_CONFIGS[:3]} <= set(compiled)
+    # and without a failure, all twelve
+    broken.clear()
+    compiled.clear()
+    graded = flash_judge.CompileEarly(None)
+    try:
+        res = graded.result()
+    finally:
+        graded.close()
+    assert sorted(compiled) == sorted((c, x) for c in (80, 90) for x in ALL_CONFIGS)
+    assert flash_judge.judge_compile(res).count(" registers, ") == 12
+    assert "not compiled" not in flash_judge.judge_compile(res)
