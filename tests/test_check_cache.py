@@ -160,9 +160,9 @@ def test_no_cache_checks_without_the_user_cache(tmp_path, monkeypatch):
 
 # -- what `check` compiles before it answers, and what a grading compiles ------------
 LARGEST = "BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3"
-SMALLEST = "BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2"
 ALL_CONFIGS = [f"BLOCK_M={bm}, BLOCK_N={bn}, num_warps={w}, num_stages={s}"
                for bm, w, bn in ((64, 4, 32), (128, 8, 32), (128, 8, 64)) for s in (2, 3)]
+EVERY = sorted((c, x) for c in (80, 90) for x in ALL_CONFIGS)
 
 
 class _InProcess:
@@ -188,9 +188,11 @@ class _InProcess:
 
 @pytest.fixture
 def in_process(tmp_path, monkeypatch):
-    """``(compiled, broken, hold)``: the launches compiled, as ``(capability,
-    config)``; the ones to fail (``broken``); the ones whose compile waits
-    until ``_InProcess.release`` is set (``hold``: `check`'s later launches)."""
+    """``(compiled, fronts, broken)``: the launches compiled fully and by the
+    front end only, as ``(capability, config)``; ``broken``: config ->
+    "front" or "full", where it fails.  A full compile of a config that is
+    not ``LARGEST`` waits until ``_InProcess.release`` is set (`check`'s
+    later compiles)."""
     if os.environ.get("TRITON_INTERPRET"):
         pytest.skip("the kernels must be JITFunctions (no TRITON_INTERPRET)")
     import importlib.util
@@ -205,22 +207,30 @@ def in_process(tmp_path, monkeypatch):
     _InProcess.release = threading.Event()
     monkeypatch.chdir(sub)
     monkeypatch.setattr(flash_judge, "compile_worker", _InProcess)
-    compiled, broken, hold = [], set(), set()
+    compiled, fronts, broken = [], [], {}
 
-    def fake_compile(fn, args, kwargs, capability):
+    def fake_compile(fn, args, kwargs, capability, front_end_only=False):
         config = gpu_compile._config_text(_Config(kwargs))
-        if config in hold:
+        failure = {"ok": False, "error": "CompilationError: at 1:2: AssertionFailure",
+                   "file": "ex07_flash_attention.py", "line": 300}
+        if front_end_only:
+            fronts.append((capability, config))
+            return failure if broken.get(config) == "front" else \
+                {"ok": True, "front_end": True}
+        if config != LARGEST:
             _InProcess.release.wait(30)
         compiled.append((capability, config))
-        if config in broken:
-            return {"ok": False, "error": "CompilationError: at 1:2: AssertionFailure",
-                    "file": "ex07_flash_attention.py", "line": 300}
+        if broken.get(config) == "front":
+            return failure
         shared = kwargs["BLOCK_N"] * kwargs["D_HEAD"] * 4 * kwargs["num_stages"]
+        if broken.get(config) == "full":
+            shared = 300 * 1024
         return {"ok": True, "registers": 128, "spill_bytes": 0, "shared_bytes": shared,
-                "fits": True, "wgmma": capability >= 90, "tma": False,
+                "fits": shared <= gpu_compile.SHARED_LIMIT[capability],
+                "wgmma": capability >= 90, "tma": False,
                 "num_warps": kwargs["num_warps"], "num_stages": kwargs["num_stages"]}
     monkeypatch.setattr(gpu_compile, "compile_launch", fake_compile)
-    yield compiled, broken, hold
+    yield compiled, fronts, broken
     _InProcess.release.set()
 
 
@@ -232,32 +242,36 @@ class _Config:
         self.num_warps, self.num_stages = kwargs["num_warps"], kwargs["num_stages"]
 
 
-def _answered(res) -> list:
+def _rows(res, *, front_end=None) -> list:
+    """``(capability, config)`` of the rows answered (``front_end``: True,
+    by the front end only; False, fully)."""
     return sorted((t["capability"], r["config"]) for t in res["targets"] for r in t["rows"]
-                  if not r.get("pending"))
+                  if not r.get("pending")
+                  and (front_end is None or bool(r.get("front_end")) == front_end))
 
 
 def test_check_answers_once_the_likeliest_failures_compiled(in_process):
-    """`check` waits for three launches: per GPU the config with the most
-    shared memory, and on sm_80 the smallest tiles; it says which it did not
-    compile, then compiles them into its cache."""
-    compiled, _, hold = in_process
-    hold.update(c for c in ALL_CONFIGS if c not in (LARGEST, SMALLEST))
+    """`check` waits for the config with the most shared memory compiled
+    fully for each GPU and every other config through Triton's front end;
+    it says so, then compiles the others fully into its cache."""
+    compiled, fronts, _ = in_process
     kept = []
     early = flash_judge.CompileEarly(None, {}, quick=True, keep=kept.extend)
     try:
         res = early.result()
-        assert _answered(res) == [(80, LARGEST), (80, SMALLEST), (90, LARGEST)]
+        assert _rows(res, front_end=False) == sorted(compiled) == [(80, LARGEST), (90, LARGEST)]
+        assert _rows(res, front_end=True) == sorted(fronts) == \
+            [j for j in EVERY if j[1] != LARGEST]
         text = flash_judge.judge_compile(res)
-        assert "not compiled by this check (9 of 12" in text
-        assert "your grade compiles every one" in text and "--no-cache" in text
-        rows = text.split("not compiled by this check")[1].splitlines()[1:]
-        assert len(rows) == 9 and all(LARGEST not in r for r in rows if "sm_90a" in r)
+        assert text.count(" registers, ") == 2
+        assert "checked by Triton's front end only, not yet compiled fully (10 of 12)" in text
+        assert "your grade compiles all 12 fully" in text and "--no-cache" in text
+        listed = text.split("front end only")[1].splitlines()[1:]
+        assert len(listed) == 10 and not any(LARGEST in line for line in listed)
         _InProcess.release.set()
         early.wait()          # the others, after the answer, into the cache
-        assert sorted((c, r["config"]) for c, r in kept) == \
-            sorted((c, x) for c in (80, 90) for x in ALL_CONFIGS)
-        assert sorted(compiled) == sorted((c, x) for c in (80, 90) for x in ALL_CONFIGS)
+        assert sorted((c, r["config"]) for c, r in kept) == sorted(compiled) == EVERY
+        assert _rows(early.result(), front_end=False) == EVERY
     finally:
         early.close()
 
@@ -265,7 +279,7 @@ def test_check_answers_once_the_likeliest_failures_compiled(in_process):
 def test_the_cache_fills_and_ranks_the_next_check(in_process, tmp_path):
     """Each launch that compiled is kept with the shared memory it needed: a
     check after a kernel edit ranks its launches by those figures."""
-    compiled, _, _ = in_process
+    _InProcess.release.set()
     cache = tmp_path / "cache"
     flash_judge.compile_early(Path.cwd(), None, cache)
     flash_judge.compile_results(Path.cwd(), None, cache)
@@ -280,56 +294,75 @@ def test_the_cache_fills_and_ranks_the_next_check(in_process, tmp_path):
     plan = {"targets": [{"capability": 80, "rows": [
         {"kernel": "k", "config": c, "in_submission": True, "tiles": t, "num_stages": 2}
         for c, t in (("a", 4096), ("b", 1024), ("c", 8192))]}]}
-    assert flash_judge.first_launches(plan, {}) == [(0, 2), (0, 1)]
+    assert flash_judge.first_launches(plan, {}) == [(0, 2)]
     last = {(80, "k", "a"): 9000, (80, "k", "b"): 100_000, (80, "k", "c"): 5000}
-    assert flash_judge.first_launches(plan, last) == [(0, 1)]   # the smallest, too
+    assert flash_judge.first_launches(plan, last) == [(0, 1)]
     # one launch without figures: all ranked by tiles
     assert flash_judge.first_launches(plan, {k: v for k, v in last.items()
-                                             if k[2] != "c"}) == [(0, 2), (0, 1)]
+                                             if k[2] != "c"}) == [(0, 2)]
 
 
 def test_a_timed_test_ends_checks_later_compiles(in_process, tmp_path):
     """Before a timed exercise measures, `check`'s compile stops once its
-    answer is ready: its later launches are not compiled beside the timing."""
-    compiled, _, hold = in_process
-    hold.update(c for c in ALL_CONFIGS if c not in (LARGEST, SMALLEST))
+    answer is ready: its later compiles do not run beside the timing."""
+    compiled, _, _ = in_process
     early = flash_judge.compile_early(Path.cwd(), None, tmp_path / "cache")
     flash_judge.wait_early(Path.cwd())
     # ended: at most the compiles in flight when it stopped finished after its answer
-    assert not early._live and len(compiled) <= 3 + flash_judge._n_workers()
-    assert {(80, LARGEST), (80, SMALLEST), (90, LARGEST)} <= set(_answered(early.result()))
+    assert not early._live and len(compiled) <= 2 + flash_judge._n_workers()
+    assert {(80, LARGEST), (90, LARGEST)} <= set(_rows(early.result(), front_end=False))
     flash_judge.forget_early(Path.cwd())
 
 
-def test_grading_compiles_every_config_and_fails_one_check_did_not(in_process):
-    """A config that `check` did not compile before answering passes the
-    check (which says it did not compile it) and fails the grading, which
-    compiles every config of both GPUs and names the first that fails."""
-    compiled, broken, hold = in_process
+def test_a_config_list_broken_in_the_front_end_fails_check_as_graded(in_process):
+    """A config whose tile rule fails (a tl.static_assert, tl.dot's 16) fails
+    `check` through the front end with the words the grading gives."""
+    _, _, broken = in_process
     bad = "BLOCK_M=128, BLOCK_N=32, num_warps=8, num_stages=2"
-    broken.add(bad)
-    hold.update(c for c in ALL_CONFIGS if c not in (LARGEST, SMALLEST))
+    broken[bad] = "front"
+    _InProcess.release.set()
+    said = []
+    for quick in (True, False):
+        early = flash_judge.CompileEarly(None, {}, quick=quick)
+        try:
+            with pytest.raises(Feedback) as exc:
+                flash_judge.judge_compile(early.result())
+        finally:
+            early.close()
+        said.append(str(exc.value))
+    assert said[0] == said[1] and f"config {bad}" in said[0] and "sm_80" in said[0]
+
+
+def test_grading_compiles_every_config_and_fails_one_check_did_not(in_process):
+    """A config that only a full compile shows broken (too much shared
+    memory), and that `check` took through the front end only, passes the
+    check, which says so; the grading compiles every config of both GPUs
+    fully and fails it."""
+    compiled, _, broken = in_process
+    bad = "BLOCK_M=128, BLOCK_N=32, num_warps=8, num_stages=3"
+    broken[bad] = "full"
     early = flash_judge.CompileEarly(None, {}, quick=True)
     try:
         text = flash_judge.judge_compile(early.result())
-        assert f"sm_80 (A100)         _flash_fwd [{bad}]" in \
-            text.split("not compiled by this check")[1]
+        assert f"sm_80 (A100)         _flash_fwd [{bad}]" in text.split("front end only")[1]
     finally:
         early.close()
+    _InProcess.release.set()
     compiled.clear()
     graded = flash_judge.CompileEarly(None)
     try:
         res = graded.result()
     finally:
         graded.close()
-    assert not any(r.get("kept") for t in res["targets"] for r in t["rows"])
+    assert not any(r.get("kept") or r.get("front_end") for t in res["targets"]
+                   for r in t["rows"])
     with pytest.raises(Feedback) as exc:
         flash_judge.judge_compile(res)
     assert f"config {bad}" in str(exc.value) and "sm_80" in str(exc.value)
-    assert "static_assert" in str(exc.value)
-    # every config before the failure compiled for both GPUs, the failure too
+    assert "shared memory" in str(exc.value)
+    # every config up to the failure compiled fully for both GPUs
     for capability in (80, 90):
-        assert {(capability, c) for c in ALL_CONFIGS[:3]} <= set(compiled)
+        assert {(capability, c) for c in ALL_CONFIGS[:4]} <= set(compiled)
     # and without a failure, all twelve
     broken.clear()
     compiled.clear()
@@ -338,6 +371,6 @@ def test_grading_compiles_every_config_and_fails_one_check_did_not(in_process):
         res = graded.result()
     finally:
         graded.close()
-    assert sorted(compiled) == sorted((c, x) for c in (80, 90) for x in ALL_CONFIGS)
+    assert sorted(compiled) == EVERY
     assert flash_judge.judge_compile(res).count(" registers, ") == 12
-    assert "not compiled" not in flash_judge.judge_compile(res)
+    assert "front end" not in flash_judge.judge_compile(res)

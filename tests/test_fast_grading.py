@@ -148,7 +148,7 @@ class _FakeCompiler:
 
     kill = close
 
-    def probe(self, name, *args):
+    def probe(self, name, *args, **kwargs):
         if name.endswith("compile_plan"):
             type(self).calls += 1
             return {"targets": [{"target": "sm_80 (A100)", "capability": 80,
@@ -300,7 +300,9 @@ def test_checks_keep_each_launch_that_compiled(tmp_path, monkeypatch):
     from grader.sandbox.runtime.probes import gpu_compile
     compiled = []
 
-    def fake_compile(fn, args, kwargs, capability):
+    def fake_compile(fn, args, kwargs, capability, front_end_only=False):
+        if front_end_only:
+            return {"ok": True, "front_end": True}
         compiled.append((capability, kwargs["BLOCK_M"], kwargs["BLOCK_N"],
                          kwargs.get("num_stages")))
         return {"ok": True, "registers": 100, "spill_bytes": 0, "shared_bytes": 1024,
@@ -335,8 +337,8 @@ def test_checks_keep_each_launch_that_compiled(tmp_path, monkeypatch):
     compiled.clear()
     res, _ = flash_judge.compile_results(sub, None, cache)
     done = {(t["capability"], r["config"]) for t in res["targets"] for r in t["rows"]
-            if not r.get("pending")}
-    assert len(done) >= 3 and len(compiled) >= 3
+            if not r.get("front_end")}
+    assert len(done) >= 2 and len(compiled) >= 2
     # a one-line edit of the host code: what compiled before is kept
     path = sub / "ex07_flash_attention.py"
     path.write_text(path.read_text().replace("LOG2E = 1.4426950408889634",

@@ -300,14 +300,17 @@ def _history(known: dict) -> dict:
     return out
 
 
-# -- which launches `check` compiles first ------------------------------------------
-# `check` compiles first, for each GPU, the launch likeliest to need too much
-# shared memory, and on the first GPU also the one with the smallest tiles
-# (tl.dot's 16-wide minimum, a tl.static_assert on a tile size): the failures
-# a config list has.  A failure in every config (a global read, a runtime
-# tile shape) shows in any of them.  The others follow, as time allows.
-CHECK_FIRST_TEXT = ("for each GPU the config likeliest to need the most shared memory, and "
-                    "on sm_80 the one with the smallest tiles")
+# -- what `check` compiles before it answers ----------------------------------------
+# `check` compiles fully, first, for each GPU the launch likeliest to need too
+# much shared memory (the limit a config list meets), and takes every other
+# launch through Triton's front end only (gpu_compile.front_end: a twentieth
+# of the time), which sees what a kernel's code or a config's constexprs
+# break: a global read, tl.dot under 16 wide, a failed tl.static_assert.  The
+# full compiles of the others follow, into its cache, until the check ends.
+CHECK_FIRST_TEXT = ("`check` compiles fully first, for each GPU, the config likeliest to need "
+                    "the most shared memory")
+FRONT_END_TEXT = ("their tile shapes, constexprs, globals and static asserts are checked, "
+                  "not yet their shared memory or registers")
 
 
 def _needs_compile(row) -> bool:
@@ -343,22 +346,20 @@ def _int(value) -> int:
 
 
 def first_launches(plan: dict, history: dict) -> list[tuple[int, int]]:
-    """`check`'s launches compiled before it answers (``CHECK_FIRST_TEXT``),
-    as ``(target, launch)`` indices into ``plan``, in the order to start them."""
-    firsts, smallest = [], []
+    """`check`'s launches compiled fully before it answers: per target and
+    kernel of ``plan``, the one likeliest to need the most shared memory
+    (``_shared_guess``; the first in order on a tie), as ``(target, launch)``."""
+    out = []
     for t, target in enumerate(plan.get("targets", [])):
-        rows = target.get("rows", [])
         guess = _shared_guess(target, history)
-        for mine in _by_kernel(rows).values():
-            firsts.append((t, max(mine, key=lambda i: (guess[i], -i))))
-            if not smallest or smallest[0][0] == t:
-                smallest.append((t, min(mine, key=lambda i: (
-                    _int(rows[i].get("tiles")), _int(rows[i].get("num_stages")), i))))
-    return list(dict.fromkeys(firsts + smallest))
+        for mine in _by_kernel(target.get("rows", [])).values():
+            out.append((t, max(mine, key=lambda i: (guess[i], -i))))
+    return out
 
 
 # -- the compile, in workers of its own ---------------------------------------------
 COMPILE_WORKERS = 2   # compiling at once (never more than this machine's CPUs)
+FULL, FRONT = "full", "front"   # a job: a launch compiled fully, or by the front end only
 
 
 def _n_workers() -> int:
@@ -377,12 +378,13 @@ class CompileEarly:
     One worker asks the probe for the launches (``compile_plan``); then
     ``COMPILE_WORKERS`` workers compile one launch a call (``compile_one``),
     each made by the same ``launch_worker`` (confined as every worker, on
-    ex07's budget).  A grading waits for every launch (up to
-    ``MAX_COMPILES``); launches after a failure of the same target, in the
-    order made, are not compiled (the first failure is the answer, whatever
-    the timing).  ``quick`` (`check`, with its cache): ``result`` waits only
-    for ``first_launches`` (``CHECK_FIRST_TEXT``), the others are compiled
-    after them into the cache (``keep``) until the check ends (``close``).
+    ex07's budget).  A grading compiles every launch fully (up to
+    ``MAX_COMPILES``) and waits for all; a launch after a failure of its
+    target, in the order made, is not compiled (the first failure is the
+    answer, whatever the timing).  ``quick`` (`check`, with its cache):
+    ``result`` waits for ``first_launches`` compiled fully and every other
+    launch through the front end; their full compiles follow, each answer
+    given to ``keep`` (check's cache), until the check ends (``close``).
     ``known``: `check`'s kept answers, never compiled again.  The thread that
     starts a worker lives until it is closed (a worker's parent-death signal
     follows the thread that started it)."""
@@ -392,11 +394,12 @@ class CompileEarly:
         self._known = known or {}
         self._cond = threading.Condition()
         self._plan = self._error = None
-        self._answers: dict = {}          # (target, launch) -> its row
+        self._answers: dict = {}          # (target, launch) -> its full compile's row
+        self._fronts: dict = {}           # (target, launch) -> its front end's row
         self._taken: set = set()
-        self._order: list = []            # the launches to compile, in the order to start them
-        self._first: set = set()          # what ``result`` waits for
-        self._capped: set = set()         # beyond MAX_COMPILES
+        self._order: list = []            # jobs (kind, target, launch), in the order to start
+        self._first: set = set()          # the jobs ``result`` waits for
+        self._capped: set = set()         # launches beyond MAX_COMPILES
         self._workers: list = []
         self._closing = False
         self._began = time.perf_counter()
@@ -426,9 +429,10 @@ class CompileEarly:
                 if plans:
                     self._set_plan(compiler.probe("ex07_flash_attention.compile_plan"))
                 while (job := self._take()) is not None:
-                    t, i, key = job
-                    self._answer(t, i, compiler.probe("ex07_flash_attention.compile_one",
-                                                      t, i, key))
+                    kind, t, i, key = job
+                    row = compiler.probe("ex07_flash_attention.compile_one", t, i, key,
+                                         front_end_only=kind == FRONT)
+                    self._answer(kind, t, i, row)
             finally:
                 compiler._worker.close()
         except BaseException as exc:   # raised again where the test asks for it
@@ -446,36 +450,41 @@ class CompileEarly:
         from grader.sandbox.runtime.probes.ex07_flash_attention import MAX_COMPILES
         if not isinstance(plan, dict) or not isinstance(plan.get("targets"), list):
             raise TypeError(f"the compile plan is not a dict of targets: {plan!r:.200}")
-        jobs = []
+        launches, answers = [], {}
         for t, target in enumerate(plan["targets"]):
             for i, row in enumerate(target.get("rows", [])):
                 if not _needs_compile(row):
                     continue
                 kept = self._known.get(row.get("key")) if row.get("key") else None
                 if isinstance(kept, dict):
-                    self._answers[(t, i)] = {**{k: kept[k] for k in ROW_ANSWER if k in kept},
-                                             "kept": True}
+                    answers[(t, i)] = {**{k: kept[k] for k in ROW_ANSWER if k in kept},
+                                       "kept": True}
                 else:
-                    jobs.append((t, i))
+                    launches.append((t, i))
+        capped = set(launches[MAX_COMPILES:])
         if self.quick:
             history = _history(self._known)
-            first = [j for j in first_launches(plan, history) if j in jobs]
+            full = [j for j in first_launches(plan, history) if j in launches[:MAX_COMPILES]]
             guess = {(t, i): g for t, target in enumerate(plan["targets"])
                      for i, g in _shared_guess(target, history).items()}
-            rest = sorted((j for j in jobs if j not in first), key=lambda j: (-guess[j], j))
-            jobs = first + rest
+            rest = sorted((j for j in launches[:MAX_COMPILES] if j not in full),
+                          key=lambda j: (-guess[j], j))
+            first = [(FULL, *j) for j in full] + [(FRONT, *j) for j in rest]
+            order = first + [(FULL, *j) for j in rest]
+        else:
+            first = order = [(FULL, *j) for j in launches[:MAX_COMPILES]]
         with self._cond:
-            self._plan = plan
-            self._order = jobs[:MAX_COMPILES]
-            self._capped = set(jobs[MAX_COMPILES:])
-            self._first = set(first) & set(self._order) if self.quick else set(self._order)
+            self._plan, self._answers, self._capped = plan, answers, capped
+            self._order, self._first = order, set(first)
             self._cond.notify_all()
 
     def _settled(self, job) -> bool:
         """Answered, or never to be: a launch after a failure of its target."""
-        t, i = job
-        return job in self._answers or any(
-            tt == t and ii < i and _failed(row) for (tt, ii), row in self._answers.items())
+        kind, t, i = job
+        if (t, i) in self._answers or (kind == FRONT and (t, i) in self._fronts):
+            return True
+        return any(tt == t and ii <= i and _failed(row)
+                   for done in (self._answers, self._fronts) for (tt, ii), row in done.items())
 
     def _take(self):
         with self._cond:
@@ -488,22 +497,22 @@ class CompileEarly:
                         if job not in self._first and not first_done:
                             break     # the rest waits for what `check` answers with
                         self._taken.add(job)
-                        t, i = job
-                        return t, i, self._plan["targets"][t]["rows"][i].get("key")
+                        kind, t, i = job
+                        return kind, t, i, self._plan["targets"][t]["rows"][i].get("key")
                     if all(self._settled(j) for j in self._order):
                         return None
                 self._cond.wait()
             return None
 
-    def _answer(self, t: int, i: int, row) -> None:
+    def _answer(self, kind: str, t: int, i: int, row) -> None:
         if not isinstance(row, dict):
             raise TypeError(f"a compile answer is not a dict: {row!r:.200}")
         with self._cond:
-            self._answers[(t, i)] = row
+            (self._fronts if kind == FRONT else self._answers)[(t, i)] = row
             self._cond.notify_all()
             plan_row = self._plan["targets"][t]["rows"][i]
             capability = self._plan["targets"][t].get("capability")
-        if self._keep is not None:
+        if self._keep is not None and kind == FULL:
             self._keep([(capability, {**plan_row, **row})])
 
     # -- the grading's side
@@ -514,8 +523,9 @@ class CompileEarly:
     def result(self) -> dict:
         """The compile check's answer, once what it waits for is answered:
         per target of the plan its rows in the order made, each with its
-        answer, ``kept`` (from ``known``) or ``pending`` (not compiled:
-        `check`'s later launches, or a launch after a failure)."""
+        full compile's answer, ``kept`` (from ``known``), its front end's
+        (``front_end``: `check`), or ``pending`` (never compiled: a launch
+        after a failure)."""
         with self._cond:
             while not self._ready():
                 self._cond.wait()
@@ -534,7 +544,7 @@ class CompileEarly:
                 if (t, i) in self._capped:
                     entry["truncated"] = True
                     continue
-                answer = self._answers.get((t, i))
+                answer = self._answers.get((t, i), self._fronts.get((t, i)))
                 if answer is not None:
                     row = {**row, **answer}
                 elif _needs_compile(row):
@@ -561,7 +571,7 @@ class CompileEarly:
             self.wait()
 
     def close(self) -> None:
-        """End it: what no test took up, and `check`'s later launches, are
+        """End it: what no test took up, and `check`'s later compiles, are
         stopped, and the workers closed."""
         with self._cond:
             self._closing = True
@@ -659,10 +669,11 @@ def compile_results(submission_dir, launch_worker, cache_dir=None) -> tuple[dict
 
 def judge_compile(result: dict) -> str:
     """Raises ``Feedback`` naming the compiler's complaint and the line;
-    returns a short table for a pass, and the launches `check` did not
-    compile (``pending``: the grading compiles them)."""
+    returns a short table for a pass, and says which launches `check` took
+    through the front end only (``front_end``) or did not compile
+    (``pending``): the grading compiles every one fully."""
     from grader.feedback import Feedback
-    lines, pending = [], []
+    lines, front, pending = [], [], []
     for t in result["targets"]:
         if "error" in t:
             if t.get("error_type") == "NotImplementedError":
@@ -676,22 +687,27 @@ def judge_compile(result: dict) -> str:
             raise Feedback("flash_attention launched no Triton kernel of your own file "
                            f"(for {t['target']}): the work must happen in your kernel")
         for r in own:
+            name = f"  {t['target']:20s} {r['kernel']} [{r['config'] or 'as launched'}]"
             if r.get("pending"):
-                pending.append(f"  {t['target']:20s} {r['kernel']} "
-                               f"[{r['config'] or 'as launched'}]")
+                pending.append(name)
                 continue
             _judge_row(t, r)
+            if r.get("front_end"):
+                front.append(name)
+                continue
             spill = f", spills {r['spill_bytes']} bytes" if r.get("spill_bytes") else ""
-            lines.append(f"  {t['target']:20s} {r['kernel']} [{r['config'] or 'as launched'}]: "
-                         f"{r['registers']} registers{spill}, "
+            lines.append(f"{name}: {r['registers']} registers{spill}, "
                          f"{r['shared_bytes'] / 1024:.0f} KB shared")
     text = "compiled for real GPUs:\n" + "\n".join(lines)
+    total = len(lines) + len(front) + len(pending)
+    if front:
+        text += (f"\nchecked by Triton's front end only, not yet compiled fully ({len(front)} "
+                 f"of {total}): {FRONT_END_TEXT}.  {CHECK_FIRST_TEXT}; your grade compiles "
+                 f"all {total} fully (as `attn-grade check G --no-cache` does now):\n"
+                 + "\n".join(front))
     if pending:
-        total = len(lines) + len(pending)
-        text += (f"\nnot compiled by this check ({len(pending)} of {total}; `check` compiles "
-                 f"first {CHECK_FIRST_TEXT}, then the others as time allows; your grade "
-                 "compiles every one, and `attn-grade check G --no-cache` does now):\n"
-                 + "\n".join(pending))
+        text += (f"\nnot compiled by this check ({len(pending)} of {total}; your grade "
+                 "compiles every one):\n" + "\n".join(pending))
     return text
 
 
@@ -708,7 +724,7 @@ def _judge_row(t: dict, r: dict) -> None:
             f"({t['dtype']}, config {r['config'] or 'as launched'}): the compiler "
             f"says {r['error']} ({where})" + (f"\nHint: {hint}." if hint else "")
             + "\nTriton's CPU interpreter accepts this; a GPU does not.")
-    if not r["fits"]:
+    if not r.get("fits", True):
         limit = {80: 163, 90: 227}[t["capability"]]
         raise Feedback(
             f"your kernel {r['kernel']} with config {r['config']} needs "

@@ -560,13 +560,14 @@ def compile_plan(module, d_head=128, causal=True):
     return {"targets": targets}
 
 
-def compile_one(module, target, index, key=None, d_head=128, causal=True):
+def compile_one(module, target, index, key=None, d_head=128, causal=True,
+                front_end_only=False):
     """Compile launch ``index`` of target ``target`` of ``compile_plan``'s
     answer (the same launches, made again in this worker unless it made the
-    plan): ``gpu_compile.compile_launch``'s row, without its trace.  ``key``:
-    the plan's key of that launch; a launch that is not the same when the
-    host code runs again is the answer's error, never another launch
-    compiled in its place."""
+    plan): ``gpu_compile.compile_launch``'s row, without its trace
+    (``front_end_only``: Triton's front end alone).  ``key``: the plan's key
+    of that launch; a launch that is not the same when the host code runs
+    again is the answer's error, never another launch compiled in its place."""
     from . import gpu_compile
     capability, dtype_name, _ = COMPILE_TARGETS[int(target)]
     made, launches = _CAPTURED.get((capability, d_head, bool(causal)), (None, None))
@@ -587,7 +588,8 @@ def compile_one(module, target, index, key=None, d_head=128, causal=True):
                 f"{again}: launch the same kernels every time (no random or changing "
                 "configs)", "file": None, "line": None}
     fn, args, kwargs, _ = launches[index]
-    row = gpu_compile.compile_launch(fn, args, kwargs, capability)
+    row = gpu_compile.compile_launch(fn, args, kwargs, capability,
+                                     front_end_only=bool(front_end_only))
     row.pop("trace", None)
     return row
 
