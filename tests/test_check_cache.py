@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,7 @@ class _FakeCompiler:
     def close(self):
         pass
 
-    kill = close
+    _ensure = kill = close   # started at once; ended
 
     def probe(self, name):
         type(self).calls += 1
@@ -171,12 +173,15 @@ class _InProcess:
     replaced by ``fake_compile``.  ``kill`` releases a compile held at the gate."""
     module = None
     release = None
+    threads: set = set()      # the threads that compiled fully
 
     def __init__(self, launch_worker):
         self._worker = self
 
     def close(self):
         pass
+
+    _ensure = close   # started at once
 
     def kill(self):
         type(self).release.set()
@@ -196,7 +201,6 @@ def in_process(tmp_path, monkeypatch):
     if os.environ.get("TRITON_INTERPRET"):
         pytest.skip("the kernels must be JITFunctions (no TRITON_INTERPRET)")
     import importlib.util
-    import threading
 
     from grader.sandbox.runtime.probes import gpu_compile
     sub = copy_solutions(tmp_path / "sub", ["ex07_flash_attention"])
@@ -205,6 +209,7 @@ def in_process(tmp_path, monkeypatch):
     _InProcess.module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(_InProcess.module)
     _InProcess.release = threading.Event()
+    _InProcess.threads = set()
     monkeypatch.chdir(sub)
     monkeypatch.setattr(flash_judge, "compile_worker", _InProcess)
     compiled, fronts, broken = [], [], {}
@@ -219,7 +224,9 @@ def in_process(tmp_path, monkeypatch):
                 {"ok": True, "front_end": True}
         if config != LARGEST:
             _InProcess.release.wait(30)
+        time.sleep(0.05)        # a compile takes a while: the other worker takes the next
         compiled.append((capability, config))
+        _InProcess.threads.add(threading.current_thread().name)
         if broken.get(config) == "front":
             return failure
         shared = kwargs["BLOCK_N"] * kwargs["D_HEAD"] * 4 * kwargs["num_stages"]
@@ -372,5 +379,6 @@ def test_grading_compiles_every_config_and_fails_one_check_did_not(in_process):
     finally:
         graded.close()
     assert sorted(compiled) == EVERY
+    assert len(_InProcess.threads) == flash_judge._n_workers()   # compiled side by side
     assert flash_judge.judge_compile(res).count(" registers, ") == 12
     assert "front end" not in flash_judge.judge_compile(res)

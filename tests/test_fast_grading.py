@@ -56,6 +56,8 @@ class _SlowCompiler:
     def close(self):
         pass
 
+    _ensure = close   # started at once
+
     def probe(self, name):
         type(self).events.append(("compile began", time.monotonic()))
         time.sleep(1.0)
@@ -146,7 +148,7 @@ class _FakeCompiler:
     def close(self):
         pass
 
-    kill = close
+    _ensure = kill = close   # started at once; ended
 
     def probe(self, name, *args, **kwargs):
         if name.endswith("compile_plan"):
@@ -326,6 +328,8 @@ def test_checks_keep_each_launch_that_compiled(tmp_path, monkeypatch):
 
         def close(self):
             pass
+
+        _ensure = close   # started at once
 
         def kill(self):
             pass

@@ -416,6 +416,8 @@ class CompileEarly:
         try:
             try:
                 compiler = compile_worker(launch_worker)
+                if not plans:   # started while the first one plans (a worker starts lazily)
+                    compiler._worker._ensure()
             except BaseException:
                 if plans:
                     raise
@@ -469,7 +471,9 @@ class CompileEarly:
                      for i, g in _shared_guess(target, history).items()}
             rest = sorted((j for j in launches[:MAX_COMPILES] if j not in full),
                           key=lambda j: (-guess[j], j))
-            first = [(FULL, *j) for j in full] + [(FRONT, *j) for j in rest]
+            # the front ends first, in the order made: a kernel that breaks
+            # there answers at once (the full compiles after it are not needed)
+            first = [(FRONT, *j) for j in sorted(rest)] + [(FULL, *j) for j in full]
             order = first + [(FULL, *j) for j in rest]
         else:
             first = order = [(FULL, *j) for j in launches[:MAX_COMPILES]]
