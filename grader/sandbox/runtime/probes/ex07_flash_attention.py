@@ -451,24 +451,25 @@ MAX_COMPILES = 40          # per compile check: a student's long config list is 
 
 
 def _launch_key(fn, args, kwargs, capability) -> str | None:
-    """What one launch's compile depends on: Triton's own key of the kernel
-    (its source and the kernels and constexpr globals it uses), the launch's
-    arguments as a compile specializes on them, the config and the target."""
+    """What one launch's compile depends on, as Triton's own cache of
+    compiled kernels has it: Triton's key of the kernel (its source and the
+    kernels and constexpr globals it uses), the launch's arguments as a
+    compile specializes on them (``gpu_compile.specialization``: a tensor's
+    dtype and alignment, an int's divisibility, a float's type, never its
+    value), the constexprs and options, and the target.  None where this
+    Triton cannot tell (nothing is kept)."""
     import hashlib
 
     import triton
 
-    def arg(a):
-        if hasattr(a, "data_ptr"):
-            return ("tensor", str(a.dtype), tuple(a.shape), tuple(a.stride()),
-                    a.data_ptr() % 16 == 0)
-        return ("value", repr(a))
+    from . import gpu_compile
     try:
         kernel = fn.cache_key
-    except Exception:  # noqa: BLE001 - a Triton without it: nothing is kept
+        spec = gpu_compile.specialization(fn, args, kwargs, capability)
+    except Exception:  # noqa: BLE001 - a Triton without them: nothing is kept
         return None
-    text = repr((getattr(triton, "__version__", "?"), capability, kernel,
-                 [arg(a) for a in args], sorted((k, repr(v)) for k, v in kwargs.items())))
+    text = repr((getattr(triton, "__version__", "?"), capability, kernel, spec,
+                 sorted((k, repr(v)) for k, v in kwargs.items())))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -192,6 +192,21 @@ def compile_launch(fn, args, kwargs, capability: int, *, front_end_only: bool = 
             "num_warps": options.num_warps, "num_stages": options.num_stages}
 
 
+def specialization(fn, args, kwargs, capability: int) -> tuple:
+    """How a compile of ``fn`` for ``sm_<capability>`` sees one launch's
+    arguments, as Triton's binder gives it: per argument its type and what
+    the compile specializes on (a pointer's 16-byte alignment, an int's
+    divisibility by 16 or being 1, a constexpr's value), and the launch
+    options.  Two launches alike here compile alike."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+    backend = make_backend(GPUTarget("cuda", capability, 32))
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    _, spec, opts = binder(*args, **kwargs)
+    return tuple(map(tuple, spec)), tuple(sorted(opts.items()))
+
+
 def front_end(source, target, backend, options: dict):
     """Triton's front end alone, as ``triton.compile`` begins: the kernel's
     Python turned into Triton IR for ``target``.  What a kernel's code and a
