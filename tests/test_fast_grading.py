@@ -317,8 +317,8 @@ def test_checks_keep_each_launch_that_compiled(tmp_path, monkeypatch):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     monkeypatch.chdir(sub)
-    first = probe.compile_check(module)
-    assert compiled and all(r["key"] for t in first["targets"] for r in t["rows"])
+    plan = probe.compile_plan(module)
+    assert all(r["key"] for t in plan["targets"] for r in t["rows"]) and not compiled
 
     class Replay:
         """The compile worker, answering as the probe does in-process."""
@@ -338,7 +338,6 @@ def test_checks_keep_each_launch_that_compiled(tmp_path, monkeypatch):
             return getattr(probe, name.split(".")[-1])(module, *args, **kwargs)
     monkeypatch.setattr(flash_judge, "compile_worker", Replay)
     cache = tmp_path / "cache"
-    compiled.clear()
     res, _ = flash_judge.compile_results(sub, None, cache)
     done = {(t["capability"], r["config"]) for t in res["targets"] for r in t["rows"]
             if not r.get("front_end")}

@@ -18,7 +18,7 @@ return what they saw as data; the suites judge it in the grading process.
   student's worker and, separately, on a trusted worker running the
   reference kernel (``runtime.kernels.flash``); the clock is in the grading process.
 * ``compile_plan`` / ``compile_one``: the student's kernels compiled for sm_80 and
-  sm_90a, one launch a call (``compile_check``: all of them in one call).
+  sm_90a, one launch a call (the grading side: ``flash_judge.CompileEarly``).
 
 Probes are trusted code, not secret ones; they import nothing from the
 grader (``grader.sandbox.runtime.probes.ex07_flash_attention`` is also
@@ -447,7 +447,7 @@ def speed_collect(module, picks, rows):
 # (capability, dtype, name): sm_80 in float16, sm_90a in bfloat16, so both
 # dtypes are seen; d_head 128 is the hardest case for registers and memory.
 COMPILE_TARGETS = ((80, "float16", "sm_80 (A100)"), (90, "bfloat16", "sm_90a (H100/H200)"))
-MAX_COMPILES = 40          # per compile check: a student's long config list is sampled in order
+MAX_COMPILES = 40          # per compile check (flash_judge): a long config list is cut, in order
 
 
 def _launch_key(fn, args, kwargs, capability) -> str | None:
@@ -593,34 +593,3 @@ def compile_one(module, target, index, key=None, d_head=128, causal=True,
                                      front_end_only=bool(front_end_only))
     row.pop("trace", None)
     return row
-
-
-def compile_check(module, d_head=128, causal=True, known=None):
-    """Compile the kernels ``module.flash_attention`` launches for sm_80 and
-    sm_90a, in one call: ``compile_plan``'s answer with each launch of the
-    student's file compiled (``compile_one``), in order, up to
-    ``MAX_COMPILES`` (then the target is ``truncated``), stopping at the
-    first failure per target.  The grading compiles the same launches, in
-    workers of its own (``flash_judge.CompileEarly``); this one-call form
-    serves tests and benchmarks.
-
-    ``known``: earlier answers of launches that compiled, by ``_launch_key``;
-    such a launch is not compiled again (``kept``)."""
-    plan = compile_plan(module, d_head, causal)
-    budget = MAX_COMPILES
-    for t, entry in enumerate(plan["targets"]):
-        rows, entry["rows"] = entry.get("rows", []), []
-        for i, row in enumerate(rows):
-            key = row.get("key")
-            if row.get("in_submission") and known and key and isinstance(known.get(key), dict):
-                row.update(known[key], kept=True)
-            elif row.get("in_submission"):
-                if budget <= 0:
-                    entry["truncated"] = True
-                    break
-                budget -= 1
-                row.update(compile_one(module, t, i, key, d_head, causal))
-            entry["rows"].append(row)
-            if not row.get("ok", True) or not row.get("fits", True):
-                break
-    return plan
