@@ -279,6 +279,7 @@ def test_check_answers_once_the_likeliest_failures_compiled(in_process):
         early.wait()          # the others, after the answer, into the cache
         assert sorted((c, r["config"]) for c, r in kept) == sorted(compiled) == EVERY
         assert _rows(early.result(), front_end=False) == EVERY
+        assert len(_InProcess.threads) == flash_judge._n_workers()   # side by side
     finally:
         early.close()
 
@@ -373,12 +374,13 @@ def test_grading_compiles_every_config_and_fails_one_check_did_not(in_process):
     # and without a failure, all twelve
     broken.clear()
     compiled.clear()
+    _InProcess.threads.clear()
     graded = flash_judge.CompileEarly(None)
     try:
         res = graded.result()
     finally:
         graded.close()
     assert sorted(compiled) == EVERY
-    assert len(_InProcess.threads) == flash_judge._n_workers()   # compiled side by side
+    assert len(_InProcess.threads) == 1    # a grading's one compile worker, as before
     assert flash_judge.judge_compile(res).count(" registers, ") == 12
     assert "front end" not in flash_judge.judge_compile(res)

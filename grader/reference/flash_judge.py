@@ -358,12 +358,15 @@ def first_launches(plan: dict, history: dict) -> list[tuple[int, int]]:
 
 
 # -- the compile, in workers of its own ---------------------------------------------
-COMPILE_WORKERS = 2   # compiling at once (never more than this machine's CPUs)
+# Workers compiling at once in `check` (never more than this machine's CPUs);
+# a grading keeps one, as its compile overlaps the other exercises' tests and
+# a batch sizes its parallel gradings (--jobs) by their workers.
+COMPILE_WORKERS = 2
 FULL, FRONT = "full", "front"   # a job: a launch compiled fully, or by the front end only
 
 
-def _n_workers() -> int:
-    return max(1, min(COMPILE_WORKERS, os.cpu_count() or 1))
+def _n_workers(quick: bool = True) -> int:
+    return max(1, min(COMPILE_WORKERS, os.cpu_count() or 1)) if quick else 1
 
 
 def _failed(row) -> bool:
@@ -375,10 +378,10 @@ class CompileEarly:
     starts (``compile_early``), so that its compiling overlaps the other
     exercises' tests instead of following them.
 
-    One worker asks the probe for the launches (``compile_plan``); then
-    ``COMPILE_WORKERS`` workers compile one launch a call (``compile_one``),
-    each made by the same ``launch_worker`` (confined as every worker, on
-    ex07's budget).  A grading compiles every launch fully (up to
+    One worker asks the probe for the launches (``compile_plan``); then it
+    (a grading) or ``COMPILE_WORKERS`` workers (`check`) compile one launch a
+    call (``compile_one``), each made by the same ``launch_worker`` (confined
+    as every worker, on ex07's budget).  A grading compiles every launch fully (up to
     ``MAX_COMPILES``) and waits for all; a launch after a failure of its
     target, in the order made, is not compiled (the first failure is the
     answer, whatever the timing).  ``quick`` (`check`, with its cache):
@@ -406,7 +409,7 @@ class CompileEarly:
         self.seconds = None
         self._threads = [threading.Thread(target=self._run, args=(launch_worker, i == 0),
                                           name=f"attn-grade-compile-{i}", daemon=True)
-                         for i in range(_n_workers())]
+                         for i in range(_n_workers(quick))]
         self._live = len(self._threads)
         for thread in self._threads:
             thread.start()
