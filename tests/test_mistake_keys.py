@@ -73,6 +73,9 @@ def unkeyed_lines(path: Path, rel: str) -> list[str]:
                 flag(node, "looks_like of words that are no table's: put them in a "
                            "MISTAKES table (grader.insight.TABLES)")
             for kw in node.keywords:
+                if kw.arg == "unchecked" and _literal(kw.value):   # expect_raises's mistake
+                    flag(kw.value, "unchecked= named in words of its own: take them from a "
+                                   "MISTAKES table (grader.insight.TABLES)")
                 if kw.arg != "mistakes":
                     continue
                 for sub in ast.walk(kw.value):
@@ -105,9 +108,11 @@ def test_the_scan_finds_each_way_of_writing_words_of_its_own(tmp_path):
                    'D = looks_like(MISTAKES["kept"])\n'
                    'check_equal(1, 2, what="x", mistakes={"its own words": 1})\n'
                    'check_equal(1, 2, what="x", mistakes=lambda: {f"{n} words": 1})\n'
-                   'check_equal(1, 2, what="x", mistakes={MISTAKES["kept"]: 1})\n')
+                   'check_equal(1, 2, what="x", mistakes={MISTAKES["kept"]: 1})\n'
+                   'expect_raises(f, "ValueError", what="x", unchecked="not checked")\n'
+                   'expect_raises(f, "ValueError", what="x", unchecked=MISTAKES["kept"])\n')
     lines = [int(x.split(":")[1]) for x in unkeyed_lines(bad, "reference/bad.py")]
-    assert lines == [3, 4, 5, 7, 8], unkeyed_lines(bad, "reference/bad.py")
+    assert lines == [3, 4, 5, 7, 8, 10], unkeyed_lines(bad, "reference/bad.py")
 
 
 @pytest.mark.quick

@@ -32,7 +32,7 @@ import pytest
 from grader.release import STILL_NOT_CHECKED
 from tests.conftest import SOLUTIONS, failures, grade_dir
 from tests.mutants import Mutant, all_mutants, diagnosis_lines
-from tests.test_mutants import _rounds
+from tests.test_mutants import _rounds, _unkeyed
 
 # The interview questions' mutants are wrong answers: the public check shows a
 # question's form, never its answer (that is the hidden suite's key), so no
@@ -106,6 +106,9 @@ def _caught(mutant: Mutant, report) -> str | None:
               if (t.exercise, t.name.split("[")[0]) not in STILL_NOT_CHECKED]
     if not failed:
         return f"{mutant.file}:{mutant.name} passed the public check"
+    unkeyed = _unkeyed(mutant, report)   # every diagnosis has a table's key
+    if unkeyed:
+        return unkeyed
     outputs = "\n".join(t.output for t in failed)
     named = diagnosis_lines(outputs) if mutant.diagnosis else outputs
     if mutant.expect.lower() not in named.lower():

@@ -20,6 +20,7 @@ MISTAKES = {
     "wrong_grouping": "the wrong grouping",
     # with what to do instead after it: ". Reshape q ..."
     "kv_repeated": "repeat_interleave (or expand(...).reshape/contiguous) of the cache",
+    "q_shape_unchecked": "the shape of q was not checked (decode has one query position)",
 }
 # A student's byte count may differ from each of the grader's readings of
 # "a view reads nothing" by rounding-level details (a scalar tensor, say).
