@@ -106,12 +106,15 @@ def _reference_tables() -> list[tuple[str, dict]]:
 
 def _question_ids() -> dict[str, str]:
     """{text: questions.<key>} of the questions' slips: one key may have several wordings."""
+    found: dict[str, str] = {}
     try:
         from grader.reference.secret import questions
-        return {text: f"questions.{key}" for name in questions.FORMS
-                for key, (text, _) in questions.key(name).get("mistakes", {}).items()}
+        for name in questions.FORMS:
+            for key, (text, _) in questions.key(name).get("mistakes", {}).items():
+                found.setdefault(text, f"questions.{key}")
     except Exception:   # noqa: BLE001 - the edition: no keys
         return {}
+    return found
 
 
 def known_ids() -> dict[str, str]:

@@ -102,6 +102,7 @@ def test_batch_and_merge_write_the_class_mistakes(tmp_path):
     assert rows[0]["students"] == "'=cat; ann"          # neutralised as every CSV cell is
     assert "1/sqrt(d_head) scale was forgotten" in rows[0]["text"]
     assert rows[0]["mistake_id"] == "by_hand.no_scale"   # the reference's key, qualified
+    assert not [r for r in rows if r["mistake_id"].startswith("unkeyed-")], rows
     summary = out.with_name("grades-summary.txt").read_text()
     assert "Most common mistakes (of 3 submissions):" in summary
     assert "1/sqrt(d_head) scale was forgotten" in summary
