@@ -6,8 +6,8 @@ secret references' ...), and ``grader.insight`` keys the line by those
 words; ``insight.TABLES`` lists every table.  Words written straight into a
 line would get an ``unkeyed-`` id in the class's table, so the grader's
 source is read for them: a line written without ``looks_like``, a
-``looks_like`` of words that are no table's, or a ``mistakes=`` mapping with
-words of its own.  The corpus of mutants (tests/test_mutants.py) checks the
+``looks_like`` of words that are no table's, a ``mistakes=`` mapping or an
+``unchecked=`` (``expect_raises``) with words of its own.  The corpus of mutants (tests/test_mutants.py) checks the
 same on what the grader really prints.
 """
 from __future__ import annotations
