@@ -10,10 +10,13 @@ and times, each ``--repeat`` times (median):
   with its file unchanged;
 * ``check`` of every exercise with the files unchanged (after a first
   ``check``, also timed);
-* ``check G`` after a one-line edit of ex07's host code (the kernels'
-  launches compiled before are kept, by Triton's key of each kernel), and
-  after a comment-only edit (which must compile nothing: its output says the
-  compile answer was kept).
+* ``check G`` after a one-line edit of ex07's kernel (every launch is new:
+  `check` compiles fully, per GPU, the config likeliest to need the most
+  shared memory, and takes the others through Triton's front end), after a
+  one-line edit of its host code (the kernels' launches compiled before are
+  kept, by Triton's key of each kernel), and after a comment-only edit
+  (which must compile nothing: its output says the compile answer was
+  kept).
 
 A benchmark, not a test: the figures depend on the machine and its load
 (printed with them).  ``PYTHONDONTWRITEBYTECODE`` is unset for the runs, as
@@ -35,6 +38,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+KERNEL_LINE = "l_safe = tl.where(l_i > 0.0, l_i, 1.0)"   # in the solution's kernel
 
 
 def _load() -> str:
@@ -90,11 +94,19 @@ def main() -> None:
         report("check (everything), files unchanged", [run()[0] for _ in range(args.repeat)])
         ex07 = edition / "exercises" / "ex07_flash_attention.py"
         original = ex07.read_text()
-        edits, comments = [], []
+        kernels, edits, comments = [], [], []
+        assert original.count(KERNEL_LINE) == 1
         for i in range(args.repeat):
+            # one line of the kernel changed: a row that saw no key divides
+            # its zeros by another number (what the kernel means changes)
+            ex07.write_text(original.replace(KERNEL_LINE, KERNEL_LINE.replace(
+                "1.0)", f"{2.0 + i})"), 1))
+            seconds, out = run("G")
+            assert "Total: 8/8" in out and "checked by Triton's front end only" in out, out
+            kernels.append(seconds)
             # one line of the host code changed (what it means changes)
-            ex07.write_text(original.replace("LOG2E = 1.4426950408889634",
-                                             f"LOG2E = 1.44269504088896{40 + i}", 1))
+            ex07.write_text(ex07.read_text().replace("LOG2E = 1.4426950408889634",
+                                                     f"LOG2E = 1.44269504088896{40 + i}", 1))
             seconds, out = run("G")
             edits.append(seconds)
             # a comment only: the compile answer is kept
@@ -102,6 +114,7 @@ def main() -> None:
             seconds, out = run("G")
             assert "(kept from an earlier check of these same files)" in out, out
             comments.append(seconds)
+        report("check G after a one-line edit of its kernel", kernels)
         report("check G after a one-line edit of its host code", edits)
         report("check G after a comment-only edit (compiles nothing)", comments)
     finally:

@@ -1,15 +1,20 @@
 """What the class got wrong: a stable id for every diagnosis, and the table.
 
-A diagnosis is a feedback line "This looks like: <text>." (``grader.feedback``).
-Its id is the reference's mistake key (``no_scale``, the key of
-``grader.reference.secret.attention.MISTAKES`` and its siblings), found by its
-text, so that rewording a mistake's description changes no id and two
-exercises naming the same slip share one (exercise A's by-hand slips are
-``by_hand.MISTAKES``; a key another reference has already is qualified by its
-module: ``by_hand.no_scale``; an interview question's slip is
-``questions.<key>``, one key for a slip made in several questions).  A
-diagnosis written in a suite without a key (a timing hint) gets
-``unkeyed-<slug>-<hash>`` of its text: stable as long as its wording is.
+A diagnosis is a feedback line "This looks like: <text>." (``grader.feedback``,
+``grader.reference.mistakes.looks_like``).  Its id is the key of the text in a
+table of mistakes' words (``no_scale``, the key of
+``grader.reference.secret.attention.MISTAKES``; every table is listed once, in
+``TABLES``), found by its text, so that rewording a mistake's description
+changes no id and two exercises naming the same slip share one (exercise A's
+by-hand slips are ``by_hand.MISTAKES``; a key another table has already for
+other words is qualified by its module: ``by_hand.no_scale``; an interview
+question's slip is ``questions.<key>``, one key for a slip made in several
+questions).  A line may say more after a table's words ("timing without
+synchronization (call torch.cuda.synchronize() ...)", "the wrong grouping: the
+value listed under h_kv=4 ..."): it is keyed by the longest table text it
+starts with, followed by " (", ": ", ". ", ", " or "; ".  Text found in no
+table gets ``unkeyed-<slug>-<hash>`` of its words: stable as long as its
+wording is (tests/test_mistake_keys.py holds the grader to writing none).
 
 ``annotate`` puts the ids into a Gradescope result (each test's
 ``extra_data.mistakes`` and the result's ``extra_data.mistakes``);
@@ -21,14 +26,17 @@ the parts' sheets of a sharded run.
 """
 from __future__ import annotations
 
+import ast
 import csv
 import hashlib
+import importlib
 import io
 import json
 import re
 from pathlib import Path
 
 from grader.feedback import LOOKS_LIKE
+from grader.paths import SUITES_DIR
 from grader.safetext import NAME_LIMIT, clean, csv_text, csv_value
 
 MISTAKES_COLUMNS = ["exercise", "mistake_id", "text", "count", "students"]
@@ -37,29 +45,82 @@ FOLLOWS_START = "This follows from the "
 STUDENTS_SEP = "; "
 OR = " (or: "    # two mistakes giving one answer (grader.feedback.matching_mistake)
 
+# Every table of mistakes' words ({key: text}) the grader writes diagnoses
+# from, as (module, attribute): the one place to add a module's table.  The
+# order keeps ids stable: a key met again with other words is qualified by its
+# module (``mla.no_scale``), so a new table goes at the end.  The interview
+# questions' slips (several wordings to a key) are read by ``_question_ids``.
+TABLES = (
+    ("grader.reference.secret.attention", "MISTAKES"),
+    ("grader.reference.secret.by_hand", "MISTAKES"),
+    ("grader.reference.secret.flash", "FLASH_MISTAKES"),
+    ("grader.reference.secret.mla", "MISTAKES"),
+    ("grader.reference.secret.roofline", "MISTAKES"),
+    ("grader.reference.timing", "MISTAKES"),
+    ("grader.reference.ex03_checks", "MISTAKES"),
+    ("grader.reference.ex04_checks", "MISTAKES"),
+    ("grader.reference.ex05_checks", "MISTAKES"),
+    ("grader.reference.ex06_checks", "MISTAKES"),
+    ("grader.reference.heatmap_checks", "MISTAKES"),
+    # words only a hidden suite writes stay with it (the edition has none)
+    ("grader.suites.hidden.test_ex03_gqa_hidden", "MISTAKES"),
+    ("grader.suites.hidden.test_ex04_quadratic_hidden", "MISTAKES"),
+)
+SUITES_PACKAGE = "grader.suites."
+# What may follow a table's words on a diagnosis line that says more.
+DETAIL_STARTS = (" (", ": ", ". ", ", ", "; ")
+
 _known: dict[str, str] | None = None
+_by_length: list[str] = []
+_heads: dict[str, str | None] = {}
+
+
+def table_of(module: str, attribute: str) -> dict[str, str]:
+    """One table of ``TABLES``, its empty words left out (``FLASH_MISTAKES``
+    has a key for a mistake ``attention.MISTAKES`` words).  A suite's table
+    is read from its file as a literal, never imported: a suite is pytest's
+    to import (its marks, its fixtures)."""
+    if module.startswith(SUITES_PACKAGE):
+        path = SUITES_DIR.joinpath(*module[len(SUITES_PACKAGE):].split(".")).with_suffix(".py")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        table = next(ast.literal_eval(node.value) for node in tree.body
+                     if isinstance(node, ast.Assign)
+                     and [getattr(t, "id", None) for t in node.targets] == [attribute])
+    else:
+        table = getattr(importlib.import_module(module), attribute)
+    return {k: v for k, v in table.items() if v}
 
 
 def _reference_tables() -> list[tuple[str, dict]]:
-    """(module name, {key: text}) of every reference that names its mistakes.
-    The student edition ships no secret references: there every id is unkeyed."""
+    """(module's short name, {key: text}) of every table in ``TABLES`` that
+    loads.  The student edition ships no hidden suite, and its secret modules
+    are replays: a table that does not load there keys nothing."""
     tables = []
-    try:
-        from grader.reference.secret import attention, by_hand, flash, mla, roofline
-    except Exception:   # noqa: BLE001 - the edition's stubs may raise anything: no keys
-        return tables
-    tables.append(("attention", attention.MISTAKES))
-    tables.append(("by_hand", by_hand.MISTAKES))
-    tables.append(("flash", {k: v for k, v in flash.FLASH_MISTAKES.items() if v}))
-    tables.append(("mla", mla.MISTAKES))
-    tables.append(("roofline", roofline.MISTAKES))
+    for module, attribute in TABLES:
+        try:
+            tables.append((module.rsplit(".", 1)[-1], table_of(module, attribute)))
+        except Exception:   # noqa: BLE001 - the edition's stubs may raise anything: no keys
+            continue
     return tables
 
 
+def _question_ids() -> dict[str, str]:
+    """{text: questions.<key>} of the questions' slips: one key may have several wordings."""
+    found: dict[str, str] = {}
+    try:
+        from grader.reference.secret import questions
+        for name in questions.FORMS:
+            for key, (text, _) in questions.key(name).get("mistakes", {}).items():
+                found.setdefault(text, f"questions.{key}")
+    except Exception:   # noqa: BLE001 - the edition: no keys
+        return {}
+    return found
+
+
 def known_ids() -> dict[str, str]:
-    """{description: mistake id}.  A key that two references use for two
+    """{description: mistake id}.  A key that two tables use for two
     texts is qualified by its module (``mla.no_scale``) after the first."""
-    global _known
+    global _known, _by_length
     if _known is None:
         known: dict[str, str] = {}
         owner: dict[str, str] = {}    # id -> its text
@@ -70,22 +131,31 @@ def known_ids() -> dict[str, str]:
                 ident = key if owner.get(key, text) == text else f"{module}.{key}"
                 owner[ident] = text
                 known[text] = ident
-        try:   # the questions' slips: one key may have several wordings
-            from grader.reference.secret import questions
-            for name in questions.FORMS:
-                for key, (text, _) in questions.key(name).get("mistakes", {}).items():
-                    known.setdefault(text, f"questions.{key}")
-        except Exception:   # noqa: BLE001 - the edition: no keys
-            pass
+        for text, ident in _question_ids().items():
+            known.setdefault(text, ident)
+        _by_length = sorted(known, key=len, reverse=True)
         _known = known
     return _known
 
 
+def known_text(text: str) -> str | None:
+    """The table's words a diagnosis ``text`` names: itself when a table has
+    it, else the longest table text it starts with, followed by more about
+    the case (``DETAIL_STARTS``); None when it names no table's words."""
+    known = known_ids()
+    if text in known:
+        return text
+    if text not in _heads:
+        _heads[text] = next((t for t in _by_length if text.startswith(t)
+                             and text[len(t):len(t) + 2] in DETAIL_STARTS), None)
+    return _heads[text]
+
+
 def mistake_id(text: str) -> str:
     """The stable id of one mistake's description."""
-    known = known_ids().get(text)
-    if known:
-        return known
+    head = known_text(text)
+    if head is not None:
+        return known_ids()[head]
     slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40].strip("-")
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"unkeyed-{slug}-{digest}"
@@ -106,14 +176,16 @@ def _split(text: str) -> list[str]:
 
 
 def diagnoses(output: str) -> list[tuple[str, str]]:
-    """[(id, text)] of the mistakes a test's feedback names, each once."""
+    """[(id, text)] of the mistakes a test's feedback names, each once; the
+    text is the table's words (without what the line says after them)."""
     found: dict[str, str] = {}
     for line in output.splitlines():
         line = line.strip()
         if not (line.startswith(LOOKS_LIKE) and line.endswith(".")):
             continue
         for text in _split(line[len(LOOKS_LIKE):-1]):
-            found.setdefault(mistake_id(text), text)
+            head = known_text(text)
+            found.setdefault(mistake_id(text), text if head is None else head)
     return list(found.items())
 
 

@@ -431,3 +431,44 @@ def test_a_device_guard_passes_the_compile_check_and_a_global_is_named(tmp_path,
             test.output.split("\n")[0], test.output
     else:
         assert test.score == test.max_score == 1, test.output
+
+
+# -- `check` compiles the likeliest failures first; the grading compiles every config --
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["kernel_global_read", "kernel_dot_8_wide"])
+def test_check_catches_the_compile_mutants_with_its_first_launches(tmp_path, name):
+    """The corpus's kernels that compile in the interpreter and not for a GPU
+    fail `check` too, though it answers before compiling every config: a
+    global read fails in any config, an 8-wide tile in the smallest."""
+    mutant = next(m for m in all_mutants() if m.file == EX and m.name == name)
+    sub = copy_solutions(tmp_path / "sub", [EX])
+    path = sub / f"{EX}.py"
+    path.write_text(mutant.apply(path.read_text()))
+    report = grade_dir(sub, [EX], suite="public", keyword="compiles",
+                       check_cache=tmp_path / "cache")
+    (test,) = report.tests
+    assert test.score == 0 and mutant.expect in test.output, test.output
+
+
+@needs_triton
+@pytest.mark.slow
+def test_a_tile_rule_broken_in_some_configs_fails_check_as_it_fails_grading(tmp_path):
+    """A tile rule broken by the middle configs only (BLOCK_M=128 with
+    BLOCK_N=32), which `check` does not compile fully before it answers:
+    Triton's front end shows it, and `check` fails with the grading's words."""
+    sub = copy_solutions(tmp_path / "sub", [EX])
+    path = sub / f"{EX}.py"
+    rule = "        tl.static_assert(BLOCK_N >= 16)\n"
+    assert path.read_text().count(rule) == 1
+    path.write_text(path.read_text().replace(
+        rule, rule + "        tl.static_assert(BLOCK_M * BLOCK_N != 4096)\n", 1))
+    bad = "BLOCK_M=128, BLOCK_N=32, num_warps=8, num_stages=2"
+    said = []
+    for cache in (tmp_path / "cache", None):
+        report = grade_dir(sub, [EX], suite="public", keyword="compiles", check_cache=cache)
+        (test,) = report.tests
+        assert test.score == 0 and f"config {bad}" in test.output, test.output
+        assert "sm_80" in test.output and "static_assert" in test.output, test.output
+        said.append(test.output)
+    assert said[0] == said[1]

@@ -56,6 +56,8 @@ class _SlowCompiler:
     def close(self):
         pass
 
+    _ensure = close   # started at once
+
     def probe(self, name):
         type(self).events.append(("compile began", time.monotonic()))
         time.sleep(1.0)
@@ -137,6 +139,7 @@ def test_early_compile_not_taken_up_is_ended(tmp_path, monkeypatch):
 
 
 class _FakeCompiler:
+    """Its plan: one launch, which fails at the kernel's ``def``; counts the plans."""
     calls = 0
 
     def __init__(self, *args):
@@ -145,13 +148,19 @@ class _FakeCompiler:
     def close(self):
         pass
 
-    def probe(self, name):
-        type(self).calls += 1
+    _ensure = kill = close   # started at once; ended
+
+    def probe(self, name, *args, **kwargs):
+        if name.endswith("compile_plan"):
+            type(self).calls += 1
+            return {"targets": [{"target": "sm_80 (A100)", "capability": 80,
+                                 "dtype": "float16", "rows": [
+                                     {"kernel": "_flash_fwd", "config": "",
+                                      "in_submission": True, "key": None}]}]}
         line = next(i for i, text in enumerate(self.source().splitlines(), start=1)
                     if "def _flash_fwd" in text)
-        return {"targets": [{"target": "sm_80 (A100)", "rows": [
-            {"kernel": "_flash_fwd", "ok": False, "file": "ex07_flash_attention.py",
-             "line": line, "in_submission": True}]}]}
+        return {"ok": False, "error": "CompilationError: no", "file": "ex07_flash_attention.py",
+                "line": line}
 
     source = staticmethod(lambda: "")
 
@@ -280,9 +289,9 @@ def test_the_compile_test_is_named_where_the_conftest_looks():
 
 
 def test_checks_keep_each_launch_that_compiled(tmp_path, monkeypatch):
-    """`check` passes the probe the launches that compiled before (by
-    Triton's key of the kernel, the arguments, the config and the target):
-    an edit of the host code compiles nothing; a grading passes none."""
+    """`check` keeps each launch that compiled (by Triton's key of the kernel,
+    the arguments, the config and the target): an edit of the host code
+    compiles none of them again; a grading keeps nothing and compiles all."""
     pytest.importorskip("triton")
     if os.environ.get("TRITON_INTERPRET"):
         pytest.skip("the kernels must be JITFunctions (no TRITON_INTERPRET)")
@@ -293,8 +302,11 @@ def test_checks_keep_each_launch_that_compiled(tmp_path, monkeypatch):
     from grader.sandbox.runtime.probes import gpu_compile
     compiled = []
 
-    def fake_compile(fn, args, kwargs, capability):
-        compiled.append((fn.__name__, capability))
+    def fake_compile(fn, args, kwargs, capability, front_end_only=False):
+        if front_end_only:
+            return {"ok": True, "front_end": True}
+        compiled.append((capability, kwargs["BLOCK_M"], kwargs["BLOCK_N"],
+                         kwargs.get("num_stages")))
         return {"ok": True, "registers": 100, "spill_bytes": 0, "shared_bytes": 1024,
                 "fits": True, "wgmma": capability >= 90, "tma": False,
                 "num_warps": kwargs.get("num_warps"), "num_stages": kwargs.get("num_stages")}
@@ -305,12 +317,11 @@ def test_checks_keep_each_launch_that_compiled(tmp_path, monkeypatch):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     monkeypatch.chdir(sub)
-    first = probe.compile_check(module)
-    assert compiled and all(r["key"] for t in first["targets"] for r in t["rows"])
+    plan = probe.compile_plan(module)
+    assert all(r["key"] for t in plan["targets"] for r in t["rows"]) and not compiled
 
     class Replay:
         """The compile worker, answering as the probe does in-process."""
-        asked = []
 
         def __init__(self, launch_worker):
             self._worker = self
@@ -318,22 +329,33 @@ def test_checks_keep_each_launch_that_compiled(tmp_path, monkeypatch):
         def close(self):
             pass
 
-        def probe(self, name, **kwargs):
-            type(self).asked.append(kwargs)
-            return probe.compile_check(module, **kwargs)
+        _ensure = close   # started at once
+
+        def kill(self):
+            pass
+
+        def probe(self, name, *args, **kwargs):
+            return getattr(probe, name.split(".")[-1])(module, *args, **kwargs)
     monkeypatch.setattr(flash_judge, "compile_worker", Replay)
     cache = tmp_path / "cache"
-    flash_judge.compile_results(sub, None, cache)
-    n = len(compiled)
-    # a one-line edit of the host code: the same launches, nothing compiled
+    res, _ = flash_judge.compile_results(sub, None, cache)
+    done = {(t["capability"], r["config"]) for t in res["targets"] for r in t["rows"]
+            if not r.get("front_end")}
+    assert len(done) >= 2 and len(compiled) >= 2
+    # a one-line edit of the host code: what compiled before is kept
     path = sub / "ex07_flash_attention.py"
     path.write_text(path.read_text().replace("LOG2E = 1.4426950408889634",
                                              "LOG2E = 1.442695040888963", 1))
+    before = list(compiled)
     again, cached = flash_judge.compile_results(sub, None, cache)
-    assert not cached and len(compiled) == n
-    assert all(r.get("kept") for t in again["targets"] for r in t["rows"])
-    assert again["targets"][0]["rows"][0]["registers"] == 100
-    # a grading passes nothing kept
-    Replay.asked.clear()
-    flash_judge.compile_results(sub, None, None)
-    assert Replay.asked == [{}] and len(compiled) > n
+    assert not cached and not set(compiled[len(before):]) & set(before)
+    rows = [(t["capability"], r) for t in again["targets"] for r in t["rows"]]
+    assert {(c, r["config"]) for c, r in rows if r.get("kept")} >= done
+    assert all(r.get("kept") for c, r in rows if (c, r["config"]) in done)
+    assert again["targets"][0]["rows"][-1]["registers"] == 100
+    # a grading keeps nothing and compiles every launch
+    compiled.clear()
+    graded, _ = flash_judge.compile_results(sub, None, None)
+    rows = [r for t in graded["targets"] for r in t["rows"]]
+    assert len(compiled) == len(rows) == 12
+    assert not any(r.get("kept") or r.get("pending") for r in rows)

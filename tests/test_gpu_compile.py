@@ -121,6 +121,78 @@ def test_a_global_read_is_named_with_its_line(tmp_path):
     assert (got["file"], got["line"]) == ("k.py", 11), got
 
 
+FRONT_END_KERNEL = (
+    "import triton\nimport triton.language as tl\n\nSCALE = 2.0\n\n\n"
+    "@triton.jit\ndef _k(X, N, BLOCK: tl.constexpr, GLOBAL: tl.constexpr):\n"
+    "    tl.static_assert(BLOCK >= 16)\n"
+    "    offs = tl.arange(0, BLOCK)\n"
+    "    x = tl.load(X + offs, mask=offs < N)\n"
+    "    if GLOBAL:\n"
+    "        x = x * SCALE\n"
+    "    tl.store(X + offs, x, mask=offs < N)\n")
+
+
+@pytest.mark.parametrize("block,global_read,words", [
+    (64, False, None), (64, True, "global variable SCALE"),
+    (8, False, "AssertionFailure"), (48, False, "power of 2")])
+def test_the_front_end_fails_as_the_full_compile_does(tmp_path, block, global_read, words):
+    """`check`'s front end only (gpu_compile.front_end): what a config
+    breaks in the kernel's code fails there with the full compile's words
+    and line; a kernel that compiles passes it, telling no shared memory."""
+    import torch
+
+    from grader.sandbox.runtime.probes import gpu_compile
+    src = tmp_path / "k.py"
+    src.write_text(FRONT_END_KERNEL)
+    mod = gpu_compile.load_for_gpu(str(src), "_k_front_end")
+    args, kwargs = (torch.empty(64), 64), {"BLOCK": block, "GLOBAL": global_read}
+    front = gpu_compile.compile_launch(mod._k, args, kwargs, 80, front_end_only=True)
+    full = gpu_compile.compile_launch(mod._k, args, kwargs, 80)
+    if words is None:
+        assert front == {"ok": True, "front_end": True, "num_warps": 4, "num_stages": 3}
+        assert full["ok"] and full["fits"] and "shared_bytes" in full
+        return
+    assert not front["ok"] and not full["ok"] and words in front["error"], front
+    front.pop("trace"), full.pop("trace")
+    assert front == full
+
+
+def test_the_front_end_blames_itself_when_triton_lacks_what_it_uses(tmp_path, monkeypatch):
+    import torch
+    from triton.compiler import ASTSource
+
+    from grader.sandbox.runtime.probes import gpu_compile
+    src = tmp_path / "k.py"
+    src.write_text(FRONT_END_KERNEL)
+    mod = gpu_compile.load_for_gpu(str(src), "_k_front_end_gone")
+    monkeypatch.delattr(ASTSource, "make_ir")
+    with pytest.raises(gpu_compile.ProbeFailed, match="AttributeError: .*make_ir"):
+        gpu_compile.compile_launch(mod._k, (torch.empty(64), 64), {"BLOCK": 64, "GLOBAL": 0},
+                                   80, front_end_only=True)
+
+
+def test_launches_alike_to_the_compiler_share_a_key(tmp_path):
+    """`check` keeps a launch's answer by what its compile depends on: a
+    float argument's value is not (a host edit of a scale compiles nothing
+    again), a dtype, an int's divisibility, a constexpr and a config are."""
+    import torch
+
+    from grader.sandbox.runtime.probes import ex07_flash_attention as probe
+    from grader.sandbox.runtime.probes import gpu_compile
+    src = tmp_path / "k.py"
+    src.write_text(FRONT_END_KERNEL.replace("def _k(X, N,", "def _k(X, N, S,"))
+    mod = gpu_compile.load_for_gpu(str(src), "_k_keys")
+    x = torch.empty(64)
+
+    def key(x=x, n=64, s=0.5, **kwargs):
+        return probe._launch_key(mod._k, (x, n, s), {"BLOCK": 64, "GLOBAL": False, **kwargs},
+                                 80)
+    assert key() == key(s=0.25) == key(n=128) == key(x=torch.ones(64))
+    others = [key(x=x.half()), key(n=63), key(n=1), key(BLOCK=128), key(num_warps=8),
+              probe._launch_key(mod._k, (x, 64, 0.5), {"BLOCK": 64, "GLOBAL": False}, 90)]
+    assert len({key(), *others}) == 1 + len(others)
+
+
 def test_the_stub_holds_no_kernel_skeleton_left_uncompiled():
     """A kernel skeleton added to the student stub must join grader/aot.py's list."""
     import ast

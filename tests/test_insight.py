@@ -27,10 +27,19 @@ def test_a_diagnosis_carries_the_references_key_not_its_wording():
     assert insight.diagnoses(out) == [("no_scale", MISTAKES["no_scale"])]
     both = f"This looks like: {MISTAKES['no_mask']} (or: {MISTAKES['kv_tile']})."
     assert [i for i, _ in insight.diagnoses(both)] == ["no_mask", "kv_tile"]
-    # a suite's own wording without a key: an id stable as long as the words are
-    unkeyed = insight.diagnoses("This looks like: timing without warm-up.")
-    assert unkeyed[0][0].startswith("unkeyed-timing-without-warm-up-")
-    assert insight.diagnoses("This looks like: timing without warm-up.") == unkeyed
+    # the grader's own diagnoses have keys too (the timer's, the heatmaps', ...),
+    # kept when the line says more after the table's words
+    warm_up = ("This looks like: timing without warm-up (call fn warmup times before "
+               "the timed repeats).")
+    assert insight.diagnoses(warm_up) == [("no_warmup", "timing without warm-up")]
+    from grader.reference import heatmap_checks, timing
+    assert insight.diagnoses(f"This looks like: {timing.MISTAKES['milliseconds']}.") == \
+        [("milliseconds", timing.MISTAKES["milliseconds"])]
+    assert insight.mistake_id(heatmap_checks.MISTAKES["transposed"]) == "transposed"
+    # words no table holds: an id stable as long as the words are
+    unkeyed = insight.diagnoses("This looks like: a slip no table names.")
+    assert unkeyed[0][0].startswith("unkeyed-a-slip-no-table-names-")
+    assert insight.diagnoses("This looks like: a slip no table names.") == unkeyed
     assert insight.diagnoses("all good") == []
     # exercise A's and the questions' slips have keys too
     from grader.reference.secret import by_hand, questions
@@ -93,6 +102,7 @@ def test_batch_and_merge_write_the_class_mistakes(tmp_path):
     assert rows[0]["students"] == "'=cat; ann"          # neutralised as every CSV cell is
     assert "1/sqrt(d_head) scale was forgotten" in rows[0]["text"]
     assert rows[0]["mistake_id"] == "by_hand.no_scale"   # the reference's key, qualified
+    assert not [r for r in rows if r["mistake_id"].startswith("unkeyed-")], rows
     summary = out.with_name("grades-summary.txt").read_text()
     assert "Most common mistakes (of 3 submissions):" in summary
     assert "1/sqrt(d_head) scale was forgotten" in summary

@@ -12,11 +12,17 @@ own exercise's results alone; what the round saves is a grading's start (the
 fork server's PyTorch, pytest's session) per mutant.  The same grading's
 public tests are the public check (``tests/test_public_catches.py``): it must
 fail too, naming the mistake, unless the mutant is listed there.
+
+Every diagnosis the failing tests print carries a table's key: none of the
+mistakes the corpus makes is named in words that no table holds
+(``grader.insight``'s ``unkeyed-`` ids; tests/test_mistake_keys.py checks the
+grader's source for them).
 """
 from __future__ import annotations
 
 import pytest
 
+from grader import insight
 from grader.registry import EXERCISES
 from tests.conftest import SOLUTIONS, failures, grade_dir
 from tests.mutants import Mutant, all_mutants, diagnosis_lines
@@ -77,10 +83,23 @@ def _keyword(round_: list[Mutant]) -> str | None:
     return " or ".join(parts)
 
 
+def _unkeyed(mutant: Mutant, report) -> str | None:
+    """The diagnoses of the mutant's failing tests that no table keys."""
+    found = [f"{t.name}: {text!r}" for t in failures(report, mutant.file)
+             for ident, text in insight.diagnoses(t.output) if ident.startswith("unkeyed-")]
+    if found:
+        return (f"{mutant.file}:{mutant.name}: diagnoses in words no MISTAKES table holds "
+                "(add them to a table of grader.insight.TABLES):\n" + "\n".join(found))
+    return None
+
+
 def _problem(mutant: Mutant, report) -> str | None:
     got, total = report.exercise_scores()[mutant.file]
     if got >= total:
         return f"{mutant.file}:{mutant.name} kept full marks ({got}/{total})"
+    unkeyed = _unkeyed(mutant, report)
+    if unkeyed:
+        return unkeyed
     outputs = "\n".join(t.output for t in failures(report, mutant.file))
     named = diagnosis_lines(outputs) if mutant.diagnosis else outputs
     if mutant.expect.lower() not in named.lower():

@@ -6,6 +6,15 @@ import numpy as np
 
 from grader.feedback import Feedback
 from grader.reference import timing
+from grader.reference.mistakes import looks_like
+
+# The plot's and the written answer's mistakes (the timer's are timing.MISTAKES).
+MISTAKES = {
+    "linear_axes": "the plot has linear axes (on log-log axes a power law is a straight line "
+                   "whose slope is the exponent)",
+    "slope_not_words": "the slope itself instead of where it comes from: say in words which "
+                       "work grows like S**2 and why the measured slope may differ",
+}
 
 
 def timer_result(run, what, expected):
@@ -25,8 +34,7 @@ def timer_result(run, what, expected):
     per_call = run["wall"] / max(run["calls"], 1)   # what each call really took, on average
     if got > 2.5 * per_call + 0.01:
         ratio = got / per_call
-        hint = ("This looks like: the total of all repeats was returned instead of the "
-                "time of one call (the median)." if ratio > 2.5 else "")
+        hint = looks_like(timing.MISTAKES["repeats_total"]) if ratio > 2.5 else ""
         raise Feedback(f"{what}: time_fn returned {got:.4g} s, but its {run['calls']} calls "
                        f"took {run['wall']:.3g} s in all ({per_call:.3g} s each).\n{hint}")
     return got
@@ -58,8 +66,7 @@ def check_loglog(out, pairs):
         raise Feedback("plot_scaling saved no matplotlib figure (use fig.savefig(path) or "
                        "plt.savefig(path))")
     linear = scales and all(scale == ("linear", "linear") for scale in scales)
-    named = ("\nThis looks like: the plot has linear axes (on log-log axes a power law is a "
-             "straight line whose slope is the exponent)." if linear else "")
+    named = "\n" + looks_like(MISTAKES["linear_axes"]) if linear else ""
     raise Feedback("plot_scaling's figure has no line of time against S on log-log axes "
                    f"(axes scales found: {scales}); use ax.loglog(...) or set both scales "
                    f"to 'log'{named}")
@@ -97,8 +104,7 @@ def answer_problem(value) -> str | None:
         return f"not implemented yet: {ANSWER_NAME} is still None (answer it in a few sentences)"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return (f"{ANSWER_NAME} must be text (a str), got the number {value!r}.\n"
-                "This looks like: the slope itself instead of where it comes from: say in "
-                "words which work grows like S**2 and why the measured slope may differ")
+                + looks_like(MISTAKES["slope_not_words"]))
     if not isinstance(value, str):
         return f"{ANSWER_NAME} must be text (a str), got {type(value).__name__}"
     words = len(value.split())

@@ -1,12 +1,23 @@
 """Checks that exercise E's public and hidden suites share (shipped with the
-public suite): seeded inputs, and decode with a KV cache against the
-reference, every known mistake named."""
+public suite): seeded inputs, decode with a KV cache against the
+reference, every known mistake named, and the words of achieved()'s units
+slips."""
 import math
 
 import torch
 
 from grader.feedback import TOLERANCES, Feedback, check_close
 from grader.reference.secret import roofline as rl
+
+# The units slips of achieved() (the public suite's check_achieved).
+MISTAKES = {
+    "gflops": "GFLOP/s instead of TFLOP/s (1 TFLOP/s = 1e12 FLOP/s)",
+    "tflops_binary": "binary units (2**40) instead of decimal (1e12)",
+    "flops_per_s": "FLOP/s instead of TFLOP/s",
+    "mbps": "MB/s instead of GB/s (1 GB/s = 1e9 bytes/s)",
+    "gbps_binary": "binary units (2**30) instead of decimal (1e9)",
+    "bytes_per_s": "bytes/s instead of GB/s",
+}
 
 
 def randn(seed, *shape, dtype=torch.float32):

@@ -6,9 +6,22 @@ import torch
 
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference.secret import attention as ref
+from grader.reference.mistakes import looks_like
 from grader.reference.secret import roofline as rl
 
 ATOL, RTOL = TOLERANCES["float32"]
+# The measuring slips named here (the counting slips are roofline.MISTAKES).
+MISTAKES = {
+    "bytes_from_formula": "the bytes came from the formula (attention_bytes), not from "
+                          "counting what gqa_decode_attention executes",
+    "intensity_from_formula": "the intensity came from the formula (decode_intensity), not "
+                              "from counting",
+    # with the lengths it mixed up after it: ": the value listed under h_kv=..."
+    "wrong_grouping": "the wrong grouping",
+    # with what to do instead after it: ". Reshape q ..."
+    "kv_repeated": "repeat_interleave (or expand(...).reshape/contiguous) of the cache",
+    "q_shape_unchecked": "the shape of q was not checked (decode has one query position)",
+}
 # A student's byte count may differ from each of the grader's readings of
 # "a view reads nothing" by rounding-level details (a scalar tensor, say).
 BYTES_SLACK = 0.03
@@ -65,8 +78,7 @@ def judge_counts(student_row, trace, *, batch, n_heads, n_kv_heads, seq_len, d_h
     if not (1 - BYTES_SLACK) * lo <= nbytes <= (1 + BYTES_SLACK) * hi:
         hint = ""
         if abs(nbytes - formula) <= 0.005 * formula:
-            hint = ("\nThis looks like: the bytes came from the formula (attention_bytes), not "
-                    "from counting what gqa_decode_attention executes.")
+            hint = "\n" + looks_like(MISTAKES["bytes_from_formula"])
         elif nbytes < kv_bytes:
             hint = f"\nThat is less than the K/V cache itself ({kv_bytes:,} bytes)."
         raise Feedback(f"{what}['bytes'] = {nbytes:,.0f}, but the operations of your "
@@ -112,11 +124,12 @@ def check_table(run, h, kv_heads, s, d):
         if not (lo / (1 + BYTES_SLACK) <= yours <= hi / (1 - BYTES_SLACK)):
             ideal = rl.decode_intensity(h, h_kv, s, d)
             other = _counted_as(run, yours, exclude=h_kv)
-            hint = ("\nThis looks like: the intensity came from the formula (decode_intensity), "
-                    "not from counting." if abs(yours - ideal) <= 0.005 * ideal else
-                    f"\nThis looks like: the wrong grouping: the value listed under "
-                    f"h_kv={h_kv} was measured with {other} KV heads (pass each h_kv itself "
-                    f"as n_kv_heads, not the group size n_heads // h_kv)"
+            hint = ("\n" + looks_like(MISTAKES["intensity_from_formula"])
+                    if abs(yours - ideal) <= 0.005 * ideal else
+                    "\n" + looks_like(MISTAKES["wrong_grouping"],
+                                      f": the value listed under h_kv={h_kv} was measured "
+                                      f"with {other} KV heads (pass each h_kv itself as "
+                                      "n_kv_heads, not the group size n_heads // h_kv)")
                     if other is not None else "")
             raise Feedback(f"{what}[{h_kv}] = {yours:.4g}, but the operations of your "
                            f"gqa_decode_attention at h_kv={h_kv} give {lo:.4g}..{hi:.4g} "
@@ -150,6 +163,5 @@ def check_not_repeated(trace, *, b, h, h_kv, s, d, bytes_per_elem=2):
             f"your gqa_decode_attention allocated a tensor of {big[0]['out_numel'][0]:,} "
             f"elements (B*h*S*d_head = {b * h * s * d:,}; op: {names}, shape "
             f"{big[0]['out_shapes'][0]}): K or V repeated for every query head.\n"
-            "This looks like: repeat_interleave (or expand(...).reshape/contiguous) of the "
-            "cache. Reshape q to (B, h_kv, h/h_kv, d_head) instead, so that each K/V head is "
-            "read once for its whole group.")
+            + looks_like(MISTAKES["kv_repeated"], ". Reshape q to (B, h_kv, h/h_kv, d_head) "
+                         "instead, so that each K/V head is read once for its whole group"))

@@ -244,25 +244,11 @@ def _compile_key(submission_dir) -> str:
     return h.hexdigest()[:32]
 
 
-def _compile(launch_worker, started=None, known=None):
-    """Compile in a worker of its own, ended before this returns;
-    ``started(worker)`` is told of it first.  ``known``: `check`'s kept
-    answers of single launches (``_known``), never a grading's."""
-    compiler = compile_worker(launch_worker)
-    if started is not None:
-        started(compiler._worker)
-    try:
-        if known:
-            return compiler.probe("ex07_flash_attention.compile_check", known=known)
-        return compiler.probe("ex07_flash_attention.compile_check")
-    finally:
-        compiler._worker.close()
-
-
 KNOWN_FILE = "compile-launches.json"   # in check's cache: {launch key: its answer}
 KNOWN_LIMIT = 500                      # the latest answers kept
 ROW_ANSWER = ("ok", "registers", "spill_bytes", "shared_bytes", "fits", "wgmma", "tma",
               "num_warps", "num_stages")
+_KNOWN_LOCK = threading.Lock()         # the compile workers' threads keep answers at once
 
 
 def _known(cache_dir) -> dict:
@@ -279,70 +265,343 @@ def _known(cache_dir) -> dict:
     return known if isinstance(known, dict) else {}
 
 
-def _keep_known(cache_dir, res) -> None:
-    if cache_dir is None or not isinstance(res, dict):
+def _keep_known(cache_dir, rows) -> None:
+    """Keep each row that compiled (with its target, kernel and config: what
+    ``_history`` ranks the next check's launches by)."""
+    if cache_dir is None:
         return
-    known = _known(cache_dir)
-    for target in res.get("targets", []):
-        for row in target.get("rows", []):
+    with _KNOWN_LOCK:
+        known = _known(cache_dir)
+        for capability, row in rows:
             if isinstance(row, dict) and row.get("ok") and not row.get("skipped") \
                     and isinstance(row.get("key"), str):
                 known.pop(row["key"], None)
-                known[row["key"]] = {k: row[k] for k in ROW_ANSWER if k in row}
-    known = dict(list(known.items())[-KNOWN_LIMIT:])
-    path = Path(cache_dir) / KNOWN_FILE
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known))
-        os.replace(tmp, path)
-    except (OSError, TypeError, ValueError):
-        pass
+                known[row["key"]] = {**{k: row[k] for k in ROW_ANSWER if k in row},
+                                     "of": [capability, row.get("kernel"), row.get("config")]}
+        known = dict(list(known.items())[-KNOWN_LIMIT:])
+        path = Path(cache_dir) / KNOWN_FILE
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_text(json.dumps(known))
+            os.replace(tmp, path)
+        except (OSError, TypeError, ValueError):
+            pass
+
+
+def _history(known: dict) -> dict:
+    """The shared memory each (capability, kernel, config) needed when it
+    last compiled in `check`, whatever the kernel's code was then."""
+    out = {}
+    for answer in known.values():
+        of = answer.get("of") if isinstance(answer, dict) else None
+        if isinstance(of, list) and len(of) == 3 and isinstance(answer.get("shared_bytes"), int):
+            out[tuple(of)] = answer["shared_bytes"]
+    return out
+
+
+# -- what `check` compiles before it answers ----------------------------------------
+# `check` compiles fully, first, for each GPU the launch likeliest to need too
+# much shared memory (the limit a config list meets), and takes every other
+# launch through Triton's front end only (gpu_compile.front_end: a twentieth
+# of the time), which sees what a kernel's code or a config's constexprs
+# break: a global read, tl.dot under 16 wide, a failed tl.static_assert.  The
+# full compiles of the others follow, into its cache, until the check ends.
+CHECK_FIRST_TEXT = ("`check` compiles fully first, for each GPU, the config likeliest to need "
+                    "the most shared memory")
+FRONT_END_TEXT = ("their tile shapes, constexprs, globals and static asserts are checked, "
+                  "not yet their shared memory or registers")
+
+
+def _needs_compile(row) -> bool:
+    return bool(row.get("in_submission")) and not row.get("skipped")
+
+
+def _by_kernel(rows: list) -> dict:
+    """Kernel name -> the indices of its launches to compile, in order."""
+    out: dict = {}
+    for i, row in enumerate(rows):
+        if _needs_compile(row):
+            out.setdefault(row.get("kernel"), []).append(i)
+    return out
+
+
+def _shared_guess(plan_target: dict, history: dict) -> dict:
+    """Launch index -> what its shared memory is ranked by: the bytes it
+    needed at the last check where every launch of its kernel has them
+    (``_history``), else its tile sizes times its pipeline stages."""
+    rows = plan_target.get("rows", [])
+    out = {}
+    for kernel, mine in _by_kernel(rows).items():
+        seen = [history.get((plan_target.get("capability"), kernel, rows[i].get("config")))
+                for i in mine]
+        for i, last in zip(mine, seen):
+            out[i] = last if None not in seen else \
+                _int(rows[i].get("tiles")) * max(_int(rows[i].get("num_stages")), 1)
+    return out
+
+
+def _int(value) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+
+def first_launches(plan: dict, history: dict) -> list[tuple[int, int]]:
+    """`check`'s launches compiled fully before it answers: per target and
+    kernel of ``plan``, the one likeliest to need the most shared memory
+    (``_shared_guess``; the first in order on a tie), as ``(target, launch)``."""
+    out = []
+    for t, target in enumerate(plan.get("targets", [])):
+        guess = _shared_guess(target, history)
+        for mine in _by_kernel(target.get("rows", [])).values():
+            out.append((t, max(mine, key=lambda i: (guess[i], -i))))
+    return out
+
+
+# -- the compile, in workers of its own ---------------------------------------------
+# Workers compiling at once in `check` (never more than this machine's CPUs);
+# a grading keeps one, as its compile overlaps the other exercises' tests and
+# a batch sizes its parallel gradings (--jobs) by their workers.
+COMPILE_WORKERS = 2
+FULL, FRONT = "full", "front"   # a job: a launch compiled fully, or by the front end only
+
+
+def _n_workers(quick: bool = True) -> int:
+    return max(1, min(COMPILE_WORKERS, os.cpu_count() or 1)) if quick else 1
+
+
+def _failed(row) -> bool:
+    return not row.get("ok", True) or not row.get("fits", True)
 
 
 class CompileEarly:
-    """The compile check begun in the background when a grading starts, so
-    that its compiling overlaps the other exercises' tests instead of
-    following them: the same probe, in a worker made by the same
-    ``launch_worker`` (confined as every worker, on ex07's budget).  The
-    thread that starts the worker lives until it is closed (a worker's
-    parent-death signal follows the thread that started it)."""
+    """Exercise G's compile check, begun in the background when a grading
+    starts (``compile_early``), so that its compiling overlaps the other
+    exercises' tests instead of following them.
 
-    def __init__(self, launch_worker, known=None):
-        self._done = threading.Event()
-        self._result = self._error = self._worker = None
-        self._thread = threading.Thread(target=self._run, args=(launch_worker, known),
-                                        name="attn-grade-compile", daemon=True)
-        self._thread.start()
+    One worker asks the probe for the launches (``compile_plan``); then it
+    (a grading) or ``COMPILE_WORKERS`` workers (`check`) compile one launch a
+    call (``compile_one``), each made by the same ``launch_worker`` (confined
+    as every worker, on ex07's budget).  A grading compiles every launch fully (up to
+    ``MAX_COMPILES``) and waits for all; a launch after a failure of its
+    target, in the order made, is not compiled (the first failure is the
+    answer, whatever the timing).  ``quick`` (`check`, with its cache):
+    ``result`` waits for ``first_launches`` compiled fully and every other
+    launch through the front end; their full compiles follow, each answer
+    given to ``keep`` (check's cache), until the check ends (``close``).
+    ``known``: `check`'s kept answers, never compiled again.  The thread that
+    starts a worker lives until it is closed (a worker's parent-death signal
+    follows the thread that started it)."""
 
-    def _run(self, launch_worker, known):
-        began = time.perf_counter()
+    def __init__(self, launch_worker, known=None, *, quick=False, keep=None):
+        self.quick, self._keep = quick, keep
+        self._known = known or {}
+        self._cond = threading.Condition()
+        self._plan = self._error = None
+        self._answers: dict = {}          # (target, launch) -> its full compile's row
+        self._fronts: dict = {}           # (target, launch) -> its front end's row
+        self._taken: set = set()
+        self._order: list = []            # jobs (kind, target, launch), in the order to start
+        self._first: set = set()          # the jobs ``result`` waits for
+        self._capped: set = set()         # launches beyond MAX_COMPILES
+        self._workers: list = []
+        self._closing = False
+        self._began = time.perf_counter()
+        self.seconds = None
+        self._threads = [threading.Thread(target=self._run, args=(launch_worker, i == 0),
+                                          name=f"attn-grade-compile-{i}", daemon=True)
+                         for i in range(_n_workers(quick))]
+        self._live = len(self._threads)
+        for thread in self._threads:
+            thread.start()
+
+    # -- the workers' side
+    def _run(self, launch_worker, plans: bool) -> None:
         try:
-            self._result = _compile(launch_worker, self._started, known)
+            try:
+                compiler = compile_worker(launch_worker)
+                if not plans:   # started while the first one plans (a worker starts lazily)
+                    compiler._worker._ensure()
+            except BaseException:
+                if plans:
+                    raise
+                return        # the planning worker compiles what this one would have
+            with self._cond:
+                self._workers.append(compiler._worker)
+                closing = self._closing
+            try:
+                if closing:
+                    return
+                if plans:
+                    self._set_plan(compiler.probe("ex07_flash_attention.compile_plan"))
+                while (job := self._take()) is not None:
+                    kind, t, i, key = job
+                    row = compiler.probe("ex07_flash_attention.compile_one", t, i, key,
+                                         front_end_only=kind == FRONT)
+                    self._answer(kind, t, i, row)
+            finally:
+                compiler._worker.close()
         except BaseException as exc:   # raised again where the test asks for it
-            self._error = exc
+            with self._cond:
+                if not self._closing and self._error is None:
+                    self._error = exc
         finally:
-            self.seconds = time.perf_counter() - began
-            self._done.set()
+            with self._cond:
+                self._live -= 1
+                if not self._live:
+                    self.seconds = time.perf_counter() - self._began
+                self._cond.notify_all()
 
-    def _started(self, worker) -> None:
-        self._worker = worker
+    def _set_plan(self, plan) -> None:
+        from grader.sandbox.runtime.probes.ex07_flash_attention import MAX_COMPILES
+        if not isinstance(plan, dict) or not isinstance(plan.get("targets"), list):
+            raise TypeError(f"the compile plan is not a dict of targets: {plan!r:.200}")
+        launches, answers = [], {}
+        for t, target in enumerate(plan["targets"]):
+            for i, row in enumerate(target.get("rows", [])):
+                if not _needs_compile(row):
+                    continue
+                kept = self._known.get(row.get("key")) if row.get("key") else None
+                if isinstance(kept, dict):
+                    answers[(t, i)] = {**{k: kept[k] for k in ROW_ANSWER if k in kept},
+                                       "kept": True}
+                else:
+                    launches.append((t, i))
+        capped = set(launches[MAX_COMPILES:])
+        if self.quick:
+            history = _history(self._known)
+            full = [j for j in first_launches(plan, history) if j in launches[:MAX_COMPILES]]
+            guess = {(t, i): g for t, target in enumerate(plan["targets"])
+                     for i, g in _shared_guess(target, history).items()}
+            rest = sorted((j for j in launches[:MAX_COMPILES] if j not in full),
+                          key=lambda j: (-guess[j], j))
+            # the front ends first, in the order made: a kernel that breaks
+            # there answers at once (the full compiles after it are not needed)
+            first = [(FRONT, *j) for j in sorted(rest)] + [(FULL, *j) for j in full]
+            order = first + [(FULL, *j) for j in rest]
+        else:
+            first = order = [(FULL, *j) for j in launches[:MAX_COMPILES]]
+        with self._cond:
+            self._plan, self._answers, self._capped = plan, answers, capped
+            self._order, self._first = order, set(first)
+            self._cond.notify_all()
 
-    def result(self):
-        self._done.wait()
-        if self._error is not None:
-            raise self._error
-        return self._result
+    def _settled(self, job) -> bool:
+        """Answered, or never to be: a launch after a failure of its target."""
+        kind, t, i = job
+        if (t, i) in self._answers or (kind == FRONT and (t, i) in self._fronts):
+            return True
+        return any(tt == t and ii <= i and _failed(row)
+                   for done in (self._answers, self._fronts) for (tt, ii), row in done.items())
+
+    def _take(self):
+        with self._cond:
+            while not self._closing and self._error is None:
+                if self._plan is not None:
+                    first_done = all(self._settled(j) for j in self._first)
+                    for job in self._order:
+                        if job in self._taken or self._settled(job):
+                            continue
+                        if job not in self._first and not first_done:
+                            break     # the rest waits for what `check` answers with
+                        self._taken.add(job)
+                        kind, t, i = job
+                        return kind, t, i, self._plan["targets"][t]["rows"][i].get("key")
+                    if all(self._settled(j) for j in self._order):
+                        return None
+                self._cond.wait()
+            return None
+
+    def _answer(self, kind: str, t: int, i: int, row) -> None:
+        if not isinstance(row, dict):
+            raise TypeError(f"a compile answer is not a dict: {row!r:.200}")
+        with self._cond:
+            (self._fronts if kind == FRONT else self._answers)[(t, i)] = row
+            self._cond.notify_all()
+            plan_row = self._plan["targets"][t]["rows"][i]
+            capability = self._plan["targets"][t].get("capability")
+        if self._keep is not None and kind == FULL:
+            self._keep([(capability, {**plan_row, **row})])
+
+    # -- the grading's side
+    def _ready(self) -> bool:
+        return self._error is not None or not self._live or (
+            self._plan is not None and all(self._settled(j) for j in self._first))
+
+    def result(self) -> dict:
+        """The compile check's answer, once what it waits for is answered:
+        per target of the plan its rows in the order made, each with its
+        full compile's answer, ``kept`` (from ``known``), its front end's
+        (``front_end``: `check`), or ``pending`` (never compiled: a launch
+        after a failure)."""
+        with self._cond:
+            while not self._ready():
+                self._cond.wait()
+            if self._error is not None:
+                raise self._error
+            if self._plan is None:
+                raise RuntimeError("the compile workers ended without an answer")
+            return self._built()
+
+    def _built(self) -> dict:
+        targets = []
+        for t, target in enumerate(self._plan["targets"]):
+            entry = {k: v for k, v in target.items() if k != "rows"}
+            entry["rows"] = []
+            for i, row in enumerate(target.get("rows", [])):
+                if (t, i) in self._capped:
+                    entry["truncated"] = True
+                    continue
+                answer = self._answers.get((t, i), self._fronts.get((t, i)))
+                if answer is not None:
+                    row = {**row, **answer}
+                elif _needs_compile(row):
+                    row = {**row, "pending": True}
+                entry["rows"].append(row)
+            targets.append(entry)
+        return {"targets": targets}
+
+    def wait(self) -> None:
+        """Until every worker has ended (``close`` ends them sooner)."""
+        with self._cond:
+            while self._live:
+                self._cond.wait()
+
+    def quiet(self) -> None:
+        """Nothing of it runs from now on: a grading waits for the end of its
+        compile; `check` for what it answers with, the rest is ended."""
+        if self.quick:
+            with self._cond:
+                while not self._ready():
+                    self._cond.wait()
+            self.close()
+        else:
+            self.wait()
 
     def close(self) -> None:
-        """End it: a compile no test took up (its test was not run) is
-        stopped, and its worker closed."""
-        if not self._done.is_set() and self._worker is not None:
-            self._worker.kill()
-        self._thread.join()
+        """End it: what no test took up, and `check`'s later compiles, are
+        stopped, and the workers closed."""
+        with self._cond:
+            self._closing = True
+            live = self._live
+            workers = list(self._workers)
+            self._cond.notify_all()
+        if live:
+            for worker in workers:
+                worker.kill()
+        for thread in self._threads:
+            thread.join()
 
 
 _early: dict[str, CompileEarly] = {}   # submission folder -> the compile begun for it
+
+
+def _begin(launch_worker, cache_dir) -> CompileEarly:
+    """A grading's compile (every launch), or with ``cache_dir`` `check`'s
+    (``quick``; what compiles is kept there)."""
+    if cache_dir is None:
+        return CompileEarly(launch_worker)
+    return CompileEarly(launch_worker, _known(cache_dir), quick=True,
+                        keep=lambda rows: _keep_known(cache_dir, rows))
 
 
 def compile_early(submission_dir, launch_worker, cache_dir=None) -> CompileEarly | None:
@@ -350,15 +609,16 @@ def compile_early(submission_dir, launch_worker, cache_dir=None) -> CompileEarly
     answer is kept in ``cache_dir``; ``compile_results`` takes it up."""
     if cache_dir is not None and _cache_path(submission_dir, cache_dir).is_file():
         return None
-    early = _early[str(submission_dir)] = CompileEarly(launch_worker, _known(cache_dir))
+    early = _early[str(submission_dir)] = _begin(launch_worker, cache_dir)
     return early
 
 
 def wait_early(submission_dir) -> None:
-    """Until the compile begun for this submission has ended (if one was)."""
+    """Until nothing of the compile begun for this submission (if one was)
+    runs any more (``CompileEarly.quiet``)."""
     early = _early.get(str(submission_dir))
     if early is not None:
-        early._done.wait()
+        early.quiet()
 
 
 def forget_early(submission_dir) -> CompileEarly | None:
@@ -375,16 +635,17 @@ def _cache_path(submission_dir, cache_dir) -> Path:
 
 
 def compile_results(submission_dir, launch_worker, cache_dir=None) -> tuple[dict, bool]:
-    """``ex07_flash_attention.compile_check``'s answer for this submission, and
-    whether it came from ``cache_dir``.
+    """``CompileEarly.result`` for this submission, and whether it came from
+    ``cache_dir``.
 
-    Compiling every config for two GPUs takes about a second a config; a
-    student who runs ``attn-grade check`` again without changing what the
-    code means (a comment is not a change: ``_compile_key``) gets the answer
-    kept from the last time (``cache_dir``: ``check``'s own cache, on the
-    student's machine).  Grading never passes one: every grade compiles,
-    begun when the grading starts where the suites' conftest could
-    (``compile_early``)."""
+    Compiling a config for two GPUs takes one to two seconds of CPU.  A
+    grading (no ``cache_dir``) compiles every config, begun when the grading
+    starts where the suites' conftest could (``compile_early``).  `check`
+    (``cache_dir``: its own cache, on the student's machine) answers once it
+    has compiled ``first_launches`` and keeps every answer; a student who
+    runs it again without changing what the code means (a comment is not a
+    change: ``_compile_key``) gets the answer kept from the last time, and a
+    launch that compiled before is not compiled again (``known``)."""
     path = None
     if cache_dir is not None:
         path = _cache_path(submission_dir, cache_dir)
@@ -393,10 +654,15 @@ def compile_results(submission_dir, launch_worker, cache_dir=None) -> tuple[dict
         except (OSError, ValueError, KeyError, TypeError):
             pass
     early = _early.get(str(submission_dir))
-    res = early.result() if early is not None else \
-        _compile(launch_worker, known=_known(cache_dir))
-    _keep_known(cache_dir, res)
-    if path is not None and isinstance(res, dict):
+    own = early is None
+    if own:
+        early = _begin(launch_worker, cache_dir)
+    try:
+        res = early.result()
+    finally:
+        if own:
+            early.close()
+    if path is not None:
         try:  # best effort: a cache that cannot be written only costs time
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -410,9 +676,11 @@ def compile_results(submission_dir, launch_worker, cache_dir=None) -> tuple[dict
 
 def judge_compile(result: dict) -> str:
     """Raises ``Feedback`` naming the compiler's complaint and the line;
-    returns a short table for a pass."""
+    returns a short table for a pass, and says which launches `check` took
+    through the front end only (``front_end``) or did not compile
+    (``pending``): the grading compiles every one fully."""
     from grader.feedback import Feedback
-    lines = []
+    lines, front, pending = [], [], []
     for t in result["targets"]:
         if "error" in t:
             if t.get("error_type") == "NotImplementedError":
@@ -426,24 +694,47 @@ def judge_compile(result: dict) -> str:
             raise Feedback("flash_attention launched no Triton kernel of your own file "
                            f"(for {t['target']}): the work must happen in your kernel")
         for r in own:
-            where = f"{r.get('file') or 'your file'}, line {r['line']}" if r.get("line") \
-                else (r.get("file") or "your file")
-            if not r["ok"]:
-                hint = next((h for key, h in COMPILE_HINTS if key in r["error"]), "")
-                raise Feedback(
-                    f"your kernel {r['kernel']} does not compile for {t['target']} "
-                    f"({t['dtype']}, config {r['config'] or 'as launched'}): the compiler "
-                    f"says {r['error']} ({where})" + (f"\nHint: {hint}." if hint else "")
-                    + "\nTriton's CPU interpreter accepts this; a GPU does not.")
-            if not r["fits"]:
-                limit = {80: 163, 90: 227}[t["capability"]]
-                raise Feedback(
-                    f"your kernel {r['kernel']} with config {r['config']} needs "
-                    f"{r['shared_bytes'] / 1024:.0f} KB of shared memory on {t['target']}, "
-                    f"more than its {limit} KB per block: use smaller tiles or fewer "
-                    "pipeline stages (num_stages) in that config")
+            name = f"  {t['target']:20s} {r['kernel']} [{r['config'] or 'as launched'}]"
+            if r.get("pending"):
+                pending.append(name)
+                continue
+            _judge_row(t, r)
+            if r.get("front_end"):
+                front.append(name)
+                continue
             spill = f", spills {r['spill_bytes']} bytes" if r.get("spill_bytes") else ""
-            lines.append(f"  {t['target']:20s} {r['kernel']} [{r['config'] or 'as launched'}]: "
-                         f"{r['registers']} registers{spill}, "
+            lines.append(f"{name}: {r['registers']} registers{spill}, "
                          f"{r['shared_bytes'] / 1024:.0f} KB shared")
-    return "compiled for real GPUs:\n" + "\n".join(lines)
+    text = "compiled for real GPUs:\n" + "\n".join(lines)
+    total = len(lines) + len(front) + len(pending)
+    if front:
+        text += (f"\nchecked by Triton's front end only, not yet compiled fully ({len(front)} "
+                 f"of {total}): {FRONT_END_TEXT}.  {CHECK_FIRST_TEXT}; your grade compiles "
+                 f"all {total} fully (as `attn-grade check G --no-cache` does now):\n"
+                 + "\n".join(front))
+    if pending:
+        text += (f"\nnot compiled by this check ({len(pending)} of {total}; your grade "
+                 "compiles every one):\n" + "\n".join(pending))
+    return text
+
+
+def _judge_row(t: dict, r: dict) -> None:
+    """Raises ``Feedback`` where launch ``r`` of target ``t`` failed to
+    compile or does not fit the GPU's shared memory."""
+    from grader.feedback import Feedback
+    where = f"{r.get('file') or 'your file'}, line {r['line']}" if r.get("line") \
+        else (r.get("file") or "your file")
+    if not r["ok"]:
+        hint = next((h for key, h in COMPILE_HINTS if key in r["error"]), "")
+        raise Feedback(
+            f"your kernel {r['kernel']} does not compile for {t['target']} "
+            f"({t['dtype']}, config {r['config'] or 'as launched'}): the compiler "
+            f"says {r['error']} ({where})" + (f"\nHint: {hint}." if hint else "")
+            + "\nTriton's CPU interpreter accepts this; a GPU does not.")
+    if not r.get("fits", True):
+        limit = {80: 163, 90: 227}[t["capability"]]
+        raise Feedback(
+            f"your kernel {r['kernel']} with config {r['config']} needs "
+            f"{r['shared_bytes'] / 1024:.0f} KB of shared memory on {t['target']}, "
+            f"more than its {limit} KB per block: use smaller tiles or fewer "
+            "pipeline stages (num_stages) in that config")

@@ -26,11 +26,24 @@ import pytest
 
 from grader import artifacts
 from grader.feedback import Feedback, check_close
+from grader.reference.mistakes import looks_like
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ATOL, RTOL = 1e-5, 1e-4     # the weights go through float32 in matplotlib
-CONCATENATED = ("the heads were drawn as one image side by side (concatenated) instead of one "
-                "panel each")
+# The drawing slips named here, keyed for the class's table (grader.insight).
+MISTAKES = {
+    "axes_unlabelled": "the axes are not labelled (say which axis is which: "
+                       "ax.set_xlabel('key'), ax.set_ylabel('query'))",
+    "axes_swapped": "the axes' labels are swapped (rows are queries, columns are keys)",
+    "heads_concatenated": "the heads were drawn as one image side by side (concatenated) "
+                          "instead of one panel each",
+    "transposed": "the matrix was drawn transposed (keys as rows)",
+    "kv_head_modulo": "each query head was marked with K/V head i % h_kv where i // (h / h_kv) "
+                      "is meant (consecutive query heads share a K/V head)",
+    "panels_swapped": "the panels are swapped (the causal weights are on the left)",
+    "causal_panel_unmasked": "the right panel draws the weights without the mask (weights_full "
+                             "twice: the causal panel must show weights_causal)",
+}
 
 
 def figure(out, function: str) -> dict:
@@ -86,16 +99,14 @@ def check_labels(fig: dict, found: list[dict], function: str) -> None:
 
     for p in found:
         if not (p["xlabel"] or p["ylabel"] or fig.get("supxlabel") or fig.get("supylabel")):
-            raise Feedback("This looks like: the axes are not labelled (say which axis is "
-                           "which: ax.set_xlabel('key'), ax.set_ylabel('query')).\n"
+            raise Feedback(looks_like(MISTAKES["axes_unlabelled"]) + "\n"
                            f"{function}: panel {p['title'] or 'untitled'!r} has no axis labels")
         if not (says(p["xlabel"], "key") or says(fig.get("supxlabel"), "key")):
             swapped = says(p["xlabel"], "quer")
             raise Feedback(f"{function}: the x axis of panel {p['title'] or 'untitled'!r} is "
                            f"labelled {p['xlabel']!r}; columns are keys: label it "
                            "(ax.set_xlabel('key'))" +
-                           ("\nThis looks like: the axes' labels are swapped (rows are "
-                            "queries, columns are keys)." if swapped else ""))
+                           ("\n" + looks_like(MISTAKES["axes_swapped"]) if swapped else ""))
         row = [q for q in found if abs(q["box"][3] - p["box"][3]) <= 0.02]
         leftmost = min(row, key=lambda q: q["box"][0])
         if not (says(p["ylabel"], "quer") or says(leftmost["ylabel"], "quer")
@@ -131,7 +142,7 @@ def check_count(found: list[dict], want: list[np.ndarray], function: str) -> Non
     s_q, s_k = want[0].shape
     n = len(want)
     concatenated = shape in ((s_q, n * s_k), (n * s_q, s_k)) and n > 1
-    raise Feedback((f"This looks like: {CONCATENATED}.\n" if concatenated else "") +
+    raise Feedback((looks_like(MISTAKES["heads_concatenated"]) + "\n" if concatenated else "") +
                    f"{function} drew {len(found)} heatmap panel(s); expected {n}, one "
                    f"({s_q} x {s_k}) panel per matrix")
 
@@ -140,14 +151,14 @@ def check_panel(p: dict, want: np.ndarray, what: str, mistakes: dict | None = No
     """The panel's heatmap is ``want`` (masked cells drawn blank count as 0)."""
     got = np.asarray(p["heatmaps"][0], dtype=np.float64)
     if got.shape == want.T.shape and got.shape != want.shape:
-        raise Feedback(f"This looks like: the matrix was drawn transposed (keys as rows).\n"
+        raise Feedback(looks_like(MISTAKES["transposed"]) + "\n"
                        f"{what} has shape {got.shape}; expected {want.shape} (rows are "
                        "queries, columns are keys)")
     blank = np.isnan(got)
     got = np.where(blank, 0.0, got)
     extra = dict(mistakes or {})
     if want.shape[0] == want.shape[1]:
-        extra.setdefault("the matrix was drawn transposed (keys as rows)", want.T)
+        extra.setdefault(MISTAKES["transposed"], want.T)
     # matplotlib masks what it cannot colour (-inf scores): such a cell came back
     # blank, so a mistake that puts -inf there is compared on the other cells.
     extra = {d: np.where(blank & ~np.isfinite(m), 0.0, m) if np.shape(m) == got.shape else m
@@ -196,9 +207,7 @@ def check_gqa_heads(out, function: str, want: np.ndarray, n_kv_heads: int,
         p, g = named[i]
         if g != i // n_rep:
             modulo = g == i % n_kv_heads
-            raise Feedback(("This looks like: each query head was marked with K/V head "
-                            "i % h_kv where i // (h / h_kv) is meant (consecutive query heads "
-                            "share a K/V head).\n" if modulo else "") +
+            raise Feedback((looks_like(MISTAKES["kv_head_modulo"]) + "\n" if modulo else "") +
                            f"{function}: panel {p['title']!r} says query head {i} reads K/V "
                            f"head {g}; with h={h} and h_kv={n_kv_heads} it reads "
                            f"{i // n_rep}")
@@ -217,10 +226,9 @@ def check_two_panels(out, full, causal):
                        "weights_full on the left and weights_causal on the right")
     check_labels(fig, found, "plot_weights")
     check_panel(found[0], full, "plot_weights: the left heatmap (no mask)",
-                   {"the panels are swapped (the causal weights are on the left)": causal})
+                {MISTAKES["panels_swapped"]: causal})
     check_panel(found[1], causal, "plot_weights: the right heatmap (causal)",
-                   {"the right panel draws the weights without the mask (weights_full "
-                    "twice: the causal panel must show weights_causal)": full})
+                {MISTAKES["causal_panel_unmasked"]: full})
 
 
 def keep(out, artifacts_dir, name: str, function: str) -> str:

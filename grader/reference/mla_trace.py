@@ -12,6 +12,7 @@ bytes is what the context adds, without the projections (``w_q``, ``w_uk``,
 from __future__ import annotations
 
 from grader.feedback import Feedback
+from grader.reference.mistakes import looks_like
 from grader.reference.traces import materialized, read_bytes
 
 # An unfused decode reads more than the one-pass ideal: the latent a second
@@ -114,7 +115,7 @@ def judge_decode(traces, *, batch, n_heads, d, d_c, d_rope, d_nope, d_v, ideal, 
             name, what = found
             raise Feedback(f"with a cache of S={s} tokens ({shape_text}), your mla_decode "
                            f"built a tensor per head and cached token: {what}.\n"
-                           f"This looks like: {names[name]}.")
+                           + looks_like(names[name]))
     s1, s2 = lens[0], lens[-1]
     t1, t2 = traces[str(s1)], traces[str(s2)]
     ds = s2 - s1
@@ -129,7 +130,7 @@ def judge_decode(traces, *, batch, n_heads, d, d_c, d_rope, d_nope, d_v, ideal, 
                        f"multiplies {where}; the absorbed decode needs "
                        f"2*B*h*(2*d_c + d_rope) = {ideal['flops']:,}, and rebuilding the "
                        f"token's K and V for every head adds {rebuilt['flops']:,}.\n"
-                       f"This looks like: {names['cache_rebuilt_kv']}.")
+                       + looks_like(names['cache_rebuilt_kv']))
     if not ideal["flops"] * (1 - 1e-9) <= flops <= (1 + FLOPS_SLACK) * ideal["flops"]:
         raise Feedback(f"each cached token costs your mla_decode {flops:,.0f} FLOPs in matrix "
                        f"multiplies {where}; the absorbed decode needs 2*(d_c + d_rope) per "
@@ -153,7 +154,7 @@ def judge_decode(traces, *, batch, n_heads, d, d_c, d_rope, d_nope, d_v, ideal, 
             hint = (f"\nOf these, {from_cache:,.0f} bytes are read from the cache: its "
                     f"entry {from_cache / ideal['cache_bytes']:.1f} times, where an unfused "
                     f"decode reads it at most {1 + EXTRA_LATENT_READS} times.\n"
-                    f"This looks like: {names['latent_per_head']}.")
+                    + looks_like(names['latent_per_head']))
         raise Feedback(f"each cached token adds {readings} bytes of reads to your mla_decode "
                        f"{where}. Its cache entry is {ideal['cache_bytes']:,} bytes; an "
                        f"unfused decode may read the latent again for the weighted sum and "

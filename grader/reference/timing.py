@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from grader.reference.mistakes import looks_like
+
 PASS, FAIL, RETRY_STUDENT, RETRY_NOISY = "pass", "fail", "student_out", "noisy"
 ATTEMPTS = 3     # attempts with a steady control and a slope out of the band: a failure
 MAX_ATTEMPTS = 6  # runs of the student's measurement before "not graded"
@@ -51,9 +53,21 @@ OBSERVED_SLACK = (0.8, 1.25)
 # naive attention in PyTorch runs 10x faster than the grader's (a slow one,
 # say a mask built in Python loops, is still honest: no upper bound).
 MAGNITUDE_FLOOR = 0.1
-# The diagnosis of times that were not measured (see grader.feedback.LOOKS_LIKE).
-NOT_MEASURED = ("\nThis looks like: times that were not measured (computed or typed in): "
-                "time each call with time_fn.")
+# The timer's mistakes, named in the feedback ("This looks like: ...", keyed
+# by grader.insight): the times judged here, and the timers of ex04's hidden
+# suite and ex05's public one.
+MISTAKES = {
+    "not_measured": "times that were not measured (computed or typed in): time each call "
+                    "with time_fn",
+    "milliseconds": "the times are in milliseconds, not seconds",
+    "repeats_total": "the total of all repeats was returned instead of the time of one call "
+                     "(the median)",
+    "clock_stopped_early": "the clock stopped before the work finished (timing without "
+                           "synchronization), or the times were not measured",
+    # with what to do after it: " (call torch.cuda.synchronize() ...)"
+    "no_sync": "timing without synchronization",
+}
+NOT_MEASURED = "\n" + looks_like(MISTAKES["not_measured"])
 
 
 def time_problem(seconds) -> str | None:
@@ -119,14 +133,12 @@ def _why_not_measured(t: float, calls: list[float], repeats_hint: int) -> str:
         return OBSERVED_SLACK[0] * low <= x <= OBSERVED_SLACK[1] * high
 
     if 300 <= ratio <= 3000 or spans(t / 1000, lo, hi):
-        return "This looks like: the times are in milliseconds, not seconds."
+        return looks_like(MISTAKES["milliseconds"])
     if (0.7 * repeats_hint <= ratio <= 1.5 * (repeats_hint + 2)
             or spans(t, sum(sorted(calls)[:2]), sum(calls))):
-        return ("This looks like: the total of all repeats was returned instead of "
-                "the time of one call (the median).")
+        return looks_like(MISTAKES["repeats_total"])
     if ratio < 0.1:
-        return ("This looks like: the clock stopped before the work finished "
-                "(timing without synchronization), or the times were not measured.")
+        return looks_like(MISTAKES["clock_stopped_early"])
     return "These do not look measured: time the calls with time_fn."
 
 

@@ -153,7 +153,8 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_runtest_setup(item):
-    """A timed exercise's test waits for the background compile to end."""
+    """A timed exercise's test waits for the background compile to end
+    (`check`'s is ended once its answer is ready: ``CompileEarly.quiet``)."""
     if _exercise_of(item) in TIMED:
         from grader.reference import flash_judge
         flash_judge.wait_early(_plugin(item.config).submission)
@@ -163,8 +164,9 @@ def pytest_runtest_setup(item):
 def compile_early(request):
     """Exercise G's compile check (``flash_judge.compile_results``), begun in
     the background before the first test when the grading runs it, so that
-    its compiling overlaps the other exercises' tests: the same probe in a
-    worker from the same ``launch_worker``, its test takes the answer up.
+    its compiling overlaps the other exercises' tests: the same probes in
+    workers from the same ``launch_worker``, its test takes the answer up
+    (`check`'s once its first launches are compiled: ``CompileEarly``).
     Before it begins, the machine's peaks are measured where a test may read
     them (``machine``), so that nothing runs beside that measurement either,
     and the workers ``prestart`` began have started."""

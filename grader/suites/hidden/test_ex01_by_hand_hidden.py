@@ -14,6 +14,7 @@ import pytest
 
 from grader import variants
 from grader.feedback import Feedback, matching_mistake
+from grader.reference.mistakes import looks_like
 from grader.reference.secret import by_hand
 from grader.sandbox.client import StudentError
 
@@ -131,7 +132,7 @@ def _explain(step, answers, exact, raw, inputs) -> str:
         lines.append(f"  got rows {got}")
         for description, wrong in by_hand.slips(step, inputs).items():
             if tuple(got) == tuple(wrong):
-                lines.append(f"This looks like: {description}.")
+                lines.append(looks_like(description))
         return "\n".join(lines)
     want = exact[step]
     diff = np.abs(got - want)
@@ -140,7 +141,7 @@ def _explain(step, answers, exact, raw, inputs) -> str:
                  f"expected about {want[idx]:.3f} (each entry is graded to +-{TOL})")
     mistake = matching_mistake(got, by_hand.slips(step, inputs), atol=TOL, rtol=0)
     if mistake:
-        lines.append(f"This looks like: {mistake}.")
+        lines.append(looks_like(mistake))
     first = next((s for s in by_hand.STEPS if not _step_ok(s, answers, exact, inputs)), None)
     if first and first != step:
         lines.append(f"(The first step that went wrong is {first}.)")

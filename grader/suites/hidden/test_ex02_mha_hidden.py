@@ -10,6 +10,7 @@ import pytest
 
 from grader.feedback import TOLERANCES, Feedback, check_close, check_responds, expect_raises, \
     named_mistake
+from grader.reference.mistakes import looks_like
 from grader.reference.secret import attention as ref
 from grader.reference.cases import fixed_rng, heads, mha_case, mha_data, on_case, rng_for
 
@@ -284,7 +285,7 @@ def test_attention_keeps_float32(student):
         upstream = " (your softmax already returns float64 for a float32 input)"
     raise Feedback(f"attention(q, k, v, mask) with float32 q, k, v and mask returned "
                    f"{np.dtype(dtype).name}; every function keeps its input's dtype{upstream}"
-                   f"\nThis looks like: {ref.MISTAKES['float64_for_float32']}.")
+                   "\n" + looks_like(ref.MISTAKES['float64_for_float32']))
 
 
 @pytest.mark.points(1)

@@ -12,6 +12,7 @@ from grader.reference.secret import attention as ref
 from grader.reference.secret import roofline as rl
 from grader.reference import timing
 from grader.reference.cases import fixed_rng, fixed_seed, on_case, rng_for
+from grader.reference.mistakes import looks_like
 # one definition of how a timer and a plot are judged, the public suite's
 from grader.reference.ex04_checks import ANSWER_NAME, answer_problem, check_loglog, \
     timer_result
@@ -19,6 +20,15 @@ from grader.reference.ex04_checks import ANSWER_NAME, answer_problem, check_logl
 pytestmark = [pytest.mark.exercise("ex04_quadratic"), pytest.mark.hidden]
 
 ATOL, RTOL = TOLERANCES["float32"]
+
+# The timer's mistakes that only this suite names (grader.insight keys them;
+# the others are grader.reference.timing.MISTAKES).
+MISTAKES = {
+    # with what to do after it: " (call fn warmup times ...)"
+    "no_warmup": "timing without warm-up",
+    "median_minimum": "the minimum instead of the median",
+    "median_mean": "the mean instead of the median (one slow call moves a mean, not a median)",
+}
 
 
 ATTENTION_MISTAKES = ["no_scale", "scale_by_d", "softmax_over_queries", "no_mask",
@@ -64,8 +74,8 @@ def check_calls(run, warmup, repeats, what):
         return
     hint = ""
     if run["calls"] == repeats:
-        hint = ("\nThis looks like: timing without warm-up (call fn warmup times before "
-                "the timed repeats).")
+        hint = "\n" + looks_like(MISTAKES["no_warmup"],
+                                 " (call fn warmup times before the timed repeats)")
     warmups = f"{warmup} warm-up call" + "s" * (warmup != 1)
     timed = f"{repeats} timed one" + "s" * (repeats != 1)
     raise Feedback(f"{what} called the function {run['calls']} times; expected "
@@ -89,8 +99,8 @@ def test_time_fn_warms_up(student):
         if got >= 0.2 and overrun < 0.1:
             raise Feedback(f"time_fn(f, warmup=2, repeats=3) returned {got:.3g} s where the "
                            "timed calls take 0.02 s: the slow first calls were timed.\n"
-                           "This looks like: timing without warm-up (call fn warmup times "
-                           "before starting the clock).")
+                           + looks_like(MISTAKES["no_warmup"],
+                                        " (call fn warmup times before starting the clock)"))
         if got <= 0.1:
             return
     pytest.skip(f"not graded: machine too noisy (a 20 ms sleep measured {got:.3g} s)")
@@ -111,13 +121,12 @@ def test_time_fn_takes_the_median(student):
         overrun = run["wall"] - sum(delays[min(i, len(delays) - 1)] for i in range(run["calls"]))
         if got < 0.058:
             raise Feedback(f"time_fn returned {got:.3g} s where the timed calls took 20, 60, "
-                           "60, 300 and 60 ms: the median is 60 ms.\nThis looks like: the "
-                           "minimum instead of the median.")
+                           "60, 300 and 60 ms: the median is 60 ms.\n"
+                           + looks_like(MISTAKES["median_minimum"]))
         if got < 0.09:
             return
         if overrun < 0.03:
-            mean = ("\nThis looks like: the mean instead of the median (one slow call moves a "
-                    "mean, not a median)." if got < 0.13 else "")
+            mean = "\n" + looks_like(MISTAKES["median_mean"]) if got < 0.13 else ""
             raise Feedback(f"time_fn returned {got:.3g} s where the timed calls took 20, 60, "
                            f"60, 300 and 60 ms: the median is 60 ms.{mean}")
     pytest.skip(f"not graded: machine too noisy (a 60 ms median measured {got:.3g} s)")
@@ -138,8 +147,8 @@ def test_time_fn_passes_arguments(student):
                            "own and must not reach fn)")
 
 
-SYNC_HINT = ("This looks like: timing without synchronization (call torch.cuda.synchronize() "
-             "before starting and before stopping the clock).")
+SYNC_HINT = looks_like(timing.MISTAKES["no_sync"], " (call torch.cuda.synchronize() before "
+                      "starting and before stopping the clock)")
 
 
 @pytest.mark.points(1)

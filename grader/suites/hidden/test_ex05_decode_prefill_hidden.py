@@ -11,6 +11,7 @@ from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference.secret import roofline as rl
 from grader.reference.cases import case_seed, fixed_seed, on_case, rng_for
 from grader.reference.ex05_checks import check_decode_with_cache
+from grader.reference.mistakes import looks_like
 
 pytestmark = [pytest.mark.exercise("ex05_decode_prefill"), pytest.mark.hidden]
 
@@ -94,7 +95,7 @@ def test_bound_at_the_ridge(student):
              if g != w]
     for name in ("bound_strict", "bound_swapped", "bound_inverted_ridge"):
         if got == [rl.bound(*args, mistake=name) for args in cases]:
-            lines.append(f"This looks like: {rl.MISTAKES[name]}.")
+            lines.append(looks_like(rl.MISTAKES[name]))
             break
     else:
         lines.append("The ridge point is peak_flops / peak_bytes_per_s; at or above it, "

@@ -9,8 +9,8 @@ import pytest
 from grader.feedback import Feedback, check_close, check_equal, expect_raises
 from grader.reference.secret import roofline as rl
 from grader.reference.cases import case_seed, fixed_seed, on_case, rng_for
-from grader.reference.ex06_checks import check_gqa_decode, check_not_repeated, check_table, \
-    decode_inputs, judge_counts
+from grader.reference.ex06_checks import MISTAKES, check_gqa_decode, check_not_repeated, \
+    check_table, decode_inputs, judge_counts
 
 pytestmark = [pytest.mark.exercise("ex06_gqa_intensity"), pytest.mark.hidden]
 
@@ -33,7 +33,7 @@ def test_gqa_decode_rejects_two_query_positions(student):
     q, k, v = decode_inputs(fixed_seed("ex06-errors", 1), 1, 4, 2, 5, 8)
     expect_raises(lambda: student.gqa_decode_attention(q.expand(1, 4, 2, 8).contiguous(), k, v),
                   "ValueError", what="gqa_decode_attention with q of 2 positions",
-                  unchecked="the shape of q was not checked (decode has one query position)")
+                  unchecked=MISTAKES["q_shape_unchecked"])
 
 
 @pytest.mark.points(1)

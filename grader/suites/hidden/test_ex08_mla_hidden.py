@@ -13,6 +13,7 @@ import torch
 
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal, check_responds, \
     expect_raises
+from grader.reference.mistakes import looks_like
 from grader.reference.secret import mla as ref
 from grader.reference import mla_trace
 from grader.reference.cases import fixed_seed, on_case, rng_for
@@ -202,7 +203,7 @@ def test_relative_positions(student):
         except Feedback as exc:
             named = ""
             if np.allclose(np.asarray(shifted), wrong.numpy(), atol=1e-6, rtol=1e-4):
-                named = f"\nThis looks like: {ref.MISTAKES['rope_on_latent']}."
+                named = "\n" + looks_like(ref.MISTAKES['rope_on_latent'])
             raise Feedback(f"{exc}\nRoPE makes q . k depend on positions only through "
                            f"their difference, and the latent carries no position.{named}") \
                 from None

@@ -11,6 +11,7 @@ import math
 import pytest
 
 from grader.feedback import Feedback
+from grader.reference.mistakes import looks_like
 from grader.reference.secret import questions as qref
 
 pytestmark = [pytest.mark.exercise("questions"), pytest.mark.hidden]
@@ -40,7 +41,7 @@ def test_number(student, name, request):
              f"{rtol:.0%}; yours is off by {abs(got - want) / abs(want):.0%})."]
     slip = next((d for d, v in key["mistakes"].values() if _close(got, v, rtol)), None)
     if slip:
-        lines.append(f"This looks like: {slip}.")
+        lines.append(looks_like(slip))
     lines.append(f"How: {key['how']}.")
     raise Feedback("\n".join(lines))
 

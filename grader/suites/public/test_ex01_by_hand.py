@@ -8,6 +8,7 @@ import pytest
 
 from grader import variants
 from grader.feedback import Feedback
+from grader.reference.mistakes import looks_like
 from grader.reference.secret import by_hand
 from grader.sandbox.client import StudentError
 
@@ -36,7 +37,7 @@ def test_filled_in_with_the_right_shape(student, name):
 
 
 def _looks_like(text: str) -> str:
-    return f"\nThis looks like: {text}."
+    return "\n" + looks_like(text)
 
 
 @pytest.mark.points(0)

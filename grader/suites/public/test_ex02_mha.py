@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from grader.feedback import TOLERANCES, Feedback, check_close, expect_raises
+from grader.reference.mistakes import looks_like
 from grader.reference.secret import attention as ref
 
 pytestmark = [pytest.mark.exercise("ex02_mha")]
@@ -116,7 +117,7 @@ def test_attention_chapter_example(student):
     if dtype is not None and np.dtype(dtype) != np.float32:
         raise Feedback(f"attention(Q, K, V, mask) with float32 inputs returned "
                        f"{np.dtype(dtype).name}; every function keeps its input's dtype"
-                       f"\nThis looks like: {ref.MISTAKES['float64_for_float32']}.")
+                       "\n" + looks_like(ref.MISTAKES['float64_for_float32']))
 
 
 @pytest.mark.points(1)

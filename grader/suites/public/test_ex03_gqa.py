@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from grader.feedback import Feedback, check_close, check_equal
-from grader.reference.ex03_checks import NO_BYTES, NO_LAYERS, ONLY_K, exceeds_mistakes
+from grader.reference.ex03_checks import (MISTAKES, NO_BYTES, NO_LAYERS, ONLY_K,
+                                          exceeds_mistakes)
 from grader.reference.secret import attention as ref
 
 pytestmark = [pytest.mark.exercise("ex03_gqa")]
@@ -43,10 +44,6 @@ def test_gqa_small(student):
                 mistakes=ref.mistakes_of(ref.gqa, GQA_MISTAKES, *args, positions=positions))
 
 
-# Sizing slips, in the hidden suite's words (grader/reference/ex03_checks.py).
-UPSIDE_DOWN = "the ratio is upside down (MHA cache / this cache is h / h_kv)"
-
-
 @pytest.mark.points(1)
 def test_kv_cache_bytes_small(student):
     """kv_cache_bytes counts K and V (in every layer, in bytes); kv_cache_saving is h / h_kv"""
@@ -57,18 +54,18 @@ def test_kv_cache_bytes_small(student):
     want = 2 * n_layers * h_kv * d_head * s * b * bpe
     check_equal(student.kv_cache_bytes(n_layers, h_kv, d_head, s, b, bpe), want,
                 what=f"kv_cache_bytes({n_layers}, {h_kv}, {d_head}, {s}, {b}, {bpe})",
-                mistakes={ONLY_K: want // 2, "the batch was ignored": want // b,
+                mistakes={ONLY_K: want // 2, MISTAKES["no_batch"]: want // b,
                           NO_BYTES: want // bpe, NO_LAYERS: want // n_layers})
     check_equal(student.kv_cache_bytes(1, 1, 4, 10), 2 * 4 * 10 * 2,
                 what="kv_cache_bytes(n_layers=1, n_kv_heads=1, d_head=4, seq_len=10)",
                 mistakes={ONLY_K: 4 * 10 * 2})
     check_equal(float(student.kv_cache_saving(64, 8)), 8.0, what="kv_cache_saving(64, 8)",
-                mistakes={UPSIDE_DOWN: 0.125})
+                mistakes={MISTAKES["ratio_upside_down"]: 0.125})
     value = student.LLAMA3_70B_KV_SAVING
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise Feedback(f"LLAMA3_70B_KV_SAVING must be a number, got {value!r}")
     check_equal(float(value), 8.0, what="LLAMA3_70B_KV_SAVING",
-                mistakes={"the ratio is upside down": 0.125})
+                mistakes={MISTAKES["constant_upside_down"]: 0.125})
 
 
 @pytest.mark.points(1)

@@ -7,7 +7,8 @@ from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference.secret import attention as ref
 from grader.reference.secret import roofline as rl
 from grader.reference import timing
-from grader.reference.ex05_checks import check_decode_with_cache, randn
+from grader.reference.ex05_checks import MISTAKES, check_decode_with_cache, randn
+from grader.reference.mistakes import looks_like
 from grader.sandbox.runtime.codec import Func
 
 pytestmark = [pytest.mark.exercise("ex05_decode_prefill"),
@@ -99,15 +100,14 @@ def check_achieved(got, flops, nbytes, what):
         raise Feedback(bad)
     check_close(got["tflops"], flops / s / 1e12, what=f"{what}['tflops'] (for its "
                 f"{s:.4g} seconds)", atol=0, rtol=1e-6,
-                mistakes={"GFLOP/s instead of TFLOP/s (1 TFLOP/s = 1e12 FLOP/s)":
-                          flops / s / 1e9,
-                          "binary units (2**40) instead of decimal (1e12)": flops / s / 2**40,
-                          "FLOP/s instead of TFLOP/s": flops / s})
+                mistakes={MISTAKES["gflops"]: flops / s / 1e9,
+                          MISTAKES["tflops_binary"]: flops / s / 2**40,
+                          MISTAKES["flops_per_s"]: flops / s})
     check_close(got["gbps"], nbytes / s / 1e9, what=f"{what}['gbps'] (for its {s:.4g} "
                 "seconds)", atol=0, rtol=1e-6,
-                mistakes={"MB/s instead of GB/s (1 GB/s = 1e9 bytes/s)": nbytes / s / 1e6,
-                          "binary units (2**30) instead of decimal (1e9)": nbytes / s / 2**30,
-                          "bytes/s instead of GB/s": nbytes / s})
+                mistakes={MISTAKES["mbps"]: nbytes / s / 1e6,
+                          MISTAKES["gbps_binary"]: nbytes / s / 2**30,
+                          MISTAKES["bytes_per_s"]: nbytes / s})
 
 
 BOUND_HINT = ("The ridge point is peak_flops / peak_bytes_per_s (FLOPs per byte); an intensity "
@@ -230,8 +230,9 @@ def test_roofline_achieved_on_this_machine(student, request, machine, machine_pe
             raise Feedback(f"achieved({name}_attention, ...) reports "
                            f"{run[name]['tflops']:.3g} TFLOP/s, more than 3x this machine's "
                            f"matmul peak ({peaks.flops / 1e12:.3g} TFLOP/s): the clock stopped "
-                           "before the work was done.\nThis looks like: timing without "
-                           "synchronization (or without the call inside the clock).")
+                           "before the work was done.\n"
+                           + looks_like(timing.MISTAKES["no_sync"],
+                                        " (or without the call inside the clock)"))
     request.node.feedback_on_pass = roofline_table(run, peaks, (pshape, dshape, dtype),
                                                    (i_pre, i_dec))
 

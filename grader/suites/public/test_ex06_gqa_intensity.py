@@ -4,8 +4,8 @@ import pytest
 
 from grader.feedback import Feedback, check_close, check_equal, expect_raises
 from grader.reference.secret import roofline as rl
-from grader.reference.ex06_checks import (check_gqa_decode, check_not_repeated, check_table,
-                                          decode_inputs)
+from grader.reference.ex06_checks import (MISTAKES, check_gqa_decode, check_not_repeated,
+                                          check_table, decode_inputs)
 
 pytestmark = [pytest.mark.exercise("ex06_gqa_intensity"),
               pytest.mark.usefixtures("machine_peaks")]   # measured before the first test
@@ -23,7 +23,7 @@ def test_gqa_decode_rejects_two_query_positions(student):
     q, k, v = decode_inputs(1, 1, 4, 2, 5, 8)
     expect_raises(lambda: student.gqa_decode_attention(q.expand(1, 4, 2, 8).contiguous(), k, v),
                   "ValueError", what="gqa_decode_attention with q of 2 positions",
-                  unchecked="the shape of q was not checked (decode has one query position)")
+                  unchecked=MISTAKES["q_shape_unchecked"])
 
 
 INTENSITY_MISTAKES = ["flops_half", "flops_double", "bytes_kv_all_heads",

@@ -155,6 +155,9 @@ def test_kernel_compiles_for_sm80_and_sm90(request, submission_dir, launch_worke
                                            check_cache_dir):
     """your kernel compiles for real GPUs (sm_80 and sm_90), with every config it launches"""
     # flash_judge, not flash: judging code ships as is in the student edition.
+    # A grading compiles every config fully; `check` (its cache given) answers
+    # once the config likeliest to need the most shared memory compiled per
+    # GPU and the others passed Triton's front end, and its output says so.
     res, cached = flash_judge.compile_results(submission_dir, launch_worker, check_cache_dir)
     kept = "\n(kept from an earlier check of these same files)" if cached else ""
     try:

@@ -17,7 +17,8 @@ return what they saw as data; the suites judge it in the grading process.
   the speed grade (see ``grader/reference/flash_speed.py``): run on the
   student's worker and, separately, on a trusted worker running the
   reference kernel (``runtime.kernels.flash``); the clock is in the grading process.
-* ``compile_check``: the student's kernels compiled for sm_80 and sm_90a.
+* ``compile_plan`` / ``compile_one``: the student's kernels compiled for sm_80 and
+  sm_90a, one launch a call (the grading side: ``flash_judge.CompileEarly``).
 
 Probes are trusted code, not secret ones; they import nothing from the
 grader (``grader.sandbox.runtime.probes.ex07_flash_attention`` is also
@@ -446,101 +447,149 @@ def speed_collect(module, picks, rows):
 # (capability, dtype, name): sm_80 in float16, sm_90a in bfloat16, so both
 # dtypes are seen; d_head 128 is the hardest case for registers and memory.
 COMPILE_TARGETS = ((80, "float16", "sm_80 (A100)"), (90, "bfloat16", "sm_90a (H100/H200)"))
-MAX_COMPILES = 40          # per call: a student's long config list is sampled in order
+MAX_COMPILES = 40          # per compile check (flash_judge): a long config list is cut, in order
 
 
 def _launch_key(fn, args, kwargs, capability) -> str | None:
-    """What one launch's compile depends on: Triton's own key of the kernel
-    (its source and the kernels and constexpr globals it uses), the launch's
-    arguments as a compile specializes on them, the config and the target."""
+    """What one launch's compile depends on, as Triton's own cache of
+    compiled kernels has it: Triton's key of the kernel (its source and the
+    kernels and constexpr globals it uses), the launch's arguments as a
+    compile specializes on them (``gpu_compile.specialization``: a tensor's
+    dtype and alignment, an int's divisibility, a float's type, never its
+    value), the constexprs and options, and the target.  None where this
+    Triton cannot tell (nothing is kept)."""
     import hashlib
 
     import triton
 
-    def arg(a):
-        if hasattr(a, "data_ptr"):
-            return ("tensor", str(a.dtype), tuple(a.shape), tuple(a.stride()),
-                    a.data_ptr() % 16 == 0)
-        return ("value", repr(a))
+    from . import gpu_compile
     try:
         kernel = fn.cache_key
-    except Exception:  # noqa: BLE001 - a Triton without it: nothing is kept
+        spec = gpu_compile.specialization(fn, args, kwargs, capability)
+    except Exception:  # noqa: BLE001 - a Triton without them: nothing is kept
         return None
-    text = repr((getattr(triton, "__version__", "?"), capability, kernel,
-                 [arg(a) for a in args], sorted((k, repr(v)) for k, v in kwargs.items())))
+    text = repr((getattr(triton, "__version__", "?"), capability, kernel, spec,
+                 sorted((k, repr(v)) for k, v in kwargs.items())))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def compile_check(module, d_head=128, causal=True, known=None):
-    """Compile the kernels ``module.flash_attention`` launches for sm_80 and sm_90a.
+# Launch options of a config, not tile sizes (``_tiles``).
+LAUNCH_OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg"}
+_CAPTURED: dict = {}   # (capability, d_head, causal) -> (module, its launches): compile_one
+
+
+def _tiles(kwargs) -> int:
+    """The product of a launch's integer constexprs (tile sizes, d_head):
+    with ``num_stages``, what a launch's shared memory grows with, known
+    before it is compiled (``flash_judge`` compiles first what is likeliest
+    to fail)."""
+    size = 1
+    for name, value in kwargs.items():
+        if name not in LAUNCH_OPTIONS and isinstance(value, int) and \
+                not isinstance(value, bool) and value > 0:
+            size *= value
+    return size
+
+
+def _launches(module, capability, dtype_name, d_head, causal) -> list:
+    """The distinct launches ``module.flash_attention`` makes on a GPU of
+    ``capability``: ``[(fn, args, kwargs, config)]``, in the order made.  The
+    inputs say they are on that GPU (``gpu_compile.looks_like_gpu``): the host
+    code takes the path it would take there, device checks included.
+    Raises what the student's host code raised."""
+    from . import gpu_compile
+    dtype = getattr(torch, dtype_name)
+    # (B, h, S_q, d) and (B, h_kv, S_k, d): GQA; in host memory, but on
+    # the GPU as the student's code sees them (its device checks pass)
+    q = gpu_compile.as_gpu(torch.zeros(1, 4, 1024, d_head, dtype=dtype))
+    k = gpu_compile.as_gpu(torch.zeros(1, 2, 1024, d_head, dtype=dtype))
+    v = gpu_compile.as_gpu(torch.zeros(1, 2, 1024, d_head, dtype=dtype))
+    with gpu_compile.looks_like_gpu(capability):
+        launches = gpu_compile.capture_launches(module.flash_attention, q, k, v,
+                                                causal=causal)
+    seen, out = set(), []
+    for fn, args, kwargs, config in launches:
+        key = (getattr(fn, "__name__", "?"), config, tuple(sorted(
+            (k_, repr(v_)) for k_, v_ in kwargs.items())))
+        if key not in seen:
+            seen.add(key)
+            out.append((fn, args, kwargs, config))
+    return out
+
+
+def compile_plan(module, d_head=128, causal=True):
+    """What ``compile_one`` can compile: per target of ``COMPILE_TARGETS``,
+    the kernels ``module.flash_attention`` launches there, compiling nothing.
 
     Must run in a worker whose module was imported *without*
     ``TRITON_INTERPRET`` (its kernels are then ``JITFunction`` s, its configs
     those of a GPU).  Nothing is launched: Triton's launch paths are
     replaced by a recorder (``gpu_compile.capture_launches``), and each
-    autotuned kernel is expanded into every config it would try.  Stops at
-    the first failure per target.  Returns ``{"targets": [...]}`` with, per
-    target, the rows of ``gpu_compile.compile_launch`` (plus ``kernel``,
-    ``config``, ``file``) or ``{"error": ...}`` when the host code itself
-    failed before launching.  The inputs say they are on a GPU of the
-    target's capability (``gpu_compile.looks_like_gpu``): the host code takes
-    the path it would take there, device checks included.
-
-    ``known`` (`attn-grade check` only, on the student's machine): earlier
-    answers of launches that compiled, by ``_launch_key``; such a launch is
-    not compiled again (a one-line edit of the host code compiles nothing).
-    Each row carries its ``key``."""
+    autotuned kernel is expanded into every config it would try.  Returns
+    ``{"targets": [...]}``: per target ``capability``, ``target``, ``dtype``
+    and ``rows``, one per distinct launch in the order made, each with
+    ``kernel``, ``config``, ``in_submission`` (a kernel of another file is
+    ``ok`` and ``skipped``: not the student's to fix), ``key``
+    (``_launch_key``), ``tiles`` (``_tiles``) and ``num_stages``; or
+    ``error`` and ``error_type`` where the host code failed before launching."""
     from . import gpu_compile
     root = os.path.abspath(os.getcwd())
     targets = []
-    budget = MAX_COMPILES
     for capability, dtype_name, label in COMPILE_TARGETS:
-        dtype = getattr(torch, dtype_name)
-        # (B, h, S_q, d) and (B, h_kv, S_k, d): GQA; in host memory, but on
-        # the GPU as the student's code sees them (its device checks pass)
-        q = gpu_compile.as_gpu(torch.zeros(1, 4, 1024, d_head, dtype=dtype))
-        k = gpu_compile.as_gpu(torch.zeros(1, 2, 1024, d_head, dtype=dtype))
-        v = gpu_compile.as_gpu(torch.zeros(1, 2, 1024, d_head, dtype=dtype))
         entry = {"capability": capability, "target": label, "dtype": dtype_name, "rows": []}
+        targets.append(entry)
         try:
-            with gpu_compile.looks_like_gpu(capability):
-                launches = gpu_compile.capture_launches(module.flash_attention, q, k, v,
-                                                        causal=causal)
+            launches = _launches(module, capability, dtype_name, d_head, causal)
         except gpu_compile.ProbeFailed:
             raise                 # the grader's, not the student's: a regrade
         except Exception as exc:  # noqa: BLE001 - the student's host code failed
             entry["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
             entry["error_type"] = type(exc).__name__
-            targets.append(entry)
             continue
-        seen = set()
+        _CAPTURED[(capability, d_head, bool(causal))] = (module, launches)
         for fn, args, kwargs, config in launches:
             code = getattr(getattr(fn, "fn", None), "__code__", None)
             path = os.path.abspath(code.co_filename) if code else ""
-            key = (getattr(fn, "__name__", "?"), config, tuple(sorted(
-                (k_, repr(v)) for k_, v in kwargs.items())))
-            if key in seen:
-                continue
-            seen.add(key)
             row = {"kernel": getattr(fn, "__name__", "?"), "config": config,
                    "in_submission": bool(path) and path.startswith(root + os.sep)}
             if not row["in_submission"]:
-                row.update(ok=True, skipped=True)        # not the student's: not theirs to fix
-                entry["rows"].append(row)
-                continue
-            row["key"] = _launch_key(fn, args, kwargs, capability)
-            if known and row["key"] and isinstance(known.get(row["key"]), dict):
-                row.update(known[row["key"]], kept=True)
-                entry["rows"].append(row)
-                continue
-            if budget <= 0:
-                entry["truncated"] = True
-                break
-            budget -= 1
-            row.update(gpu_compile.compile_launch(fn, args, kwargs, capability))
-            row.pop("trace", None)
+                row.update(ok=True, skipped=True)
+            else:
+                row.update(key=_launch_key(fn, args, kwargs, capability),
+                           tiles=_tiles(kwargs), num_stages=kwargs.get("num_stages"))
             entry["rows"].append(row)
-            if not row["ok"] or not row.get("fits", True):
-                break
-        targets.append(entry)
     return {"targets": targets}
+
+
+def compile_one(module, target, index, key=None, d_head=128, causal=True,
+                front_end_only=False):
+    """Compile launch ``index`` of target ``target`` of ``compile_plan``'s
+    answer (the same launches, made again in this worker unless it made the
+    plan): ``gpu_compile.compile_launch``'s row, without its trace
+    (``front_end_only``: Triton's front end alone).  ``key``: the plan's key
+    of that launch; a launch that is not the same when the host code runs
+    again is the answer's error, never another launch compiled in its place."""
+    from . import gpu_compile
+    capability, dtype_name, _ = COMPILE_TARGETS[int(target)]
+    made, launches = _CAPTURED.get((capability, d_head, bool(causal)), (None, None))
+    again = "when it was called again with the same inputs"
+    if made is not module:     # not made in this worker yet (or of another module: tests)
+        try:
+            launches = _launches(module, capability, dtype_name, d_head, causal)
+        except gpu_compile.ProbeFailed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the student's host code failed
+            return {"ok": False, "error": f"flash_attention raised {type(exc).__name__}: "
+                    f"{str(exc)[:300]} {again}", "file": None, "line": None}
+        _CAPTURED[(capability, d_head, bool(causal))] = (module, launches)
+    index = int(index)
+    if index >= len(launches) or (key is not None and _launch_key(
+            *launches[index][:3], capability) != key):
+        return {"ok": False, "error": f"flash_attention launched other kernels or configs "
+                f"{again}: launch the same kernels every time (no random or changing "
+                "configs)", "file": None, "line": None}
+    fn, args, kwargs, _ = launches[index]
+    row = gpu_compile.compile_launch(fn, args, kwargs, capability,
+                                     front_end_only=bool(front_end_only))
+    row.pop("trace", None)
+    return row

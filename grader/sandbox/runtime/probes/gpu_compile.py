@@ -11,6 +11,8 @@ and no driver: Triton lowers to PTX and its bundled ``ptxas`` assembles it.
   real launch would), for one target; returns registers, spills, shared
   memory, whether Hopper's warpgroup MMA (``wgmma``) and TMA are used, and
   the compiler's complaint with the line in the kernel's file if it failed.
+  ``front_end_only``: Triton's front end alone (``front_end``), for what a
+  kernel's code and a config's constexprs break, in a twentieth of the time.
 * ``capture_launches``: runs a host function (e.g. a student's
   ``flash_attention``) with Triton's launch paths replaced by a recorder, so
   nothing launches and no GPU is needed; autotuned kernels are expanded into
@@ -109,12 +111,13 @@ class ProbeFailed(Exception):
 
 def _own_failure(exc: BaseException) -> bool:
     """Did a line of this file raise ``exc`` (an attribute or import of
-    Triton's that is not there), rather than Triton on the student's kernel
-    or launch arguments?"""
+    Triton's that is not there, a call of Triton's whose signature changed),
+    rather than Triton on the student's kernel or launch arguments?"""
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    return isinstance(exc, (AttributeError, ImportError, NameError)) and tb is not None \
+    return isinstance(exc, (AttributeError, ImportError, NameError, TypeError)) \
+        and tb is not None \
         and os.path.abspath(tb.tb_frame.f_code.co_filename) == os.path.abspath(__file__)
 
 
@@ -124,7 +127,7 @@ def _probe_failed(exc: BaseException) -> ProbeFailed:
                        f"{getattr(triton, '__version__', '?')}: {type(exc).__name__}: {exc}")
 
 
-def compile_launch(fn, args, kwargs, capability: int) -> dict:
+def compile_launch(fn, args, kwargs, capability: int, *, front_end_only: bool = False) -> dict:
     """Compile ``fn`` (a ``JITFunction``) for ``sm_<capability>`` with one launch's arguments.
 
     ``kwargs`` holds the constexprs and the launch options (``num_warps``,
@@ -132,6 +135,8 @@ def compile_launch(fn, args, kwargs, capability: int) -> dict:
     with ``ok``, and either ``registers``, ``spill_bytes``, ``shared_bytes``,
     ``fits`` (shared memory within the architecture's limit), ``wgmma``,
     ``tma``, or ``error`` (the compiler's complaint), ``file`` and ``line``.
+    ``front_end_only``: only Triton's front end (the kernel's Python to
+    Triton IR, ``front_end``): ``ok`` and ``front_end`` on success.
     Raises ``ProbeFailed`` where this Triton lacks what it uses.
     """
     import triton
@@ -150,6 +155,11 @@ def compile_launch(fn, args, kwargs, capability: int) -> dict:
         bound, spec, opts = binder(*args, **kwargs)
         options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, spec,
                                                              opts)
+        source = ASTSource(fn, signature, constexprs, attrs)
+        if front_end_only:
+            front_end(source, target, backend, options.__dict__)
+            return {"ok": True, "front_end": True, "num_warps": options.num_warps,
+                    "num_stages": options.num_stages}
         # Triton runs `ptxas -v` and drops its log unless asked to print it:
         # catch the print (a cache hit prints nothing; ptxas is then rerun).
         log = io.StringIO()
@@ -157,10 +167,11 @@ def compile_launch(fn, args, kwargs, capability: int) -> dict:
         knobs.nvidia.dump_ptxas_log = True
         try:
             with contextlib.redirect_stdout(log):
-                kernel = triton.compile(ASTSource(fn, signature, constexprs, attrs),
-                                        target=target, options=options.__dict__)
+                kernel = triton.compile(source, target=target, options=options.__dict__)
         finally:
             knobs.nvidia.dump_ptxas_log = saved_knob
+    except ProbeFailed:
+        raise
     except Exception as exc:  # noqa: BLE001 - any compiler failure is the answer
         if _own_failure(exc):      # e.g. fn._pack_args, which Triton 3.4 lacks
             raise _probe_failed(exc) from None
@@ -179,6 +190,41 @@ def compile_launch(fn, args, kwargs, capability: int) -> dict:
             "shared_bytes": shared, "fits": shared <= SHARED_LIMIT[capability],
             "wgmma": "wgmma.mma_async" in ptx, "tma": "cp.async.bulk.tensor" in ptx,
             "num_warps": options.num_warps, "num_stages": options.num_stages}
+
+
+def specialization(fn, args, kwargs, capability: int) -> tuple:
+    """How a compile of ``fn`` for ``sm_<capability>`` sees one launch's
+    arguments, as Triton's binder gives it: per argument its type and what
+    the compile specializes on (a pointer's 16-byte alignment, an int's
+    divisibility by 16 or being 1, a constexpr's value), and the launch
+    options.  Two launches alike here compile alike."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+    backend = make_backend(GPUTarget("cuda", capability, 32))
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    _, spec, opts = binder(*args, **kwargs)
+    return tuple(map(tuple, spec)), tuple(sorted(opts.items()))
+
+
+def front_end(source, target, backend, options: dict):
+    """Triton's front end alone, as ``triton.compile`` begins: the kernel's
+    Python turned into Triton IR for ``target``.  What a kernel's code and a
+    config's constexprs break shows here (a global read, a tile shape that is
+    not a constexpr or a power of 2, ``tl.dot`` under 16 wide, a failed
+    ``tl.static_assert``), in a twentieth of a full compile; what only the
+    GPU's code shows (shared memory, registers) does not.  Raises what
+    ``triton.compile`` would raise there."""
+    try:
+        from triton._C.libtriton import ir
+    except ImportError as exc:
+        raise _probe_failed(exc) from None
+    options = backend.parse_options(dict(options, **source.parse_options()))
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    return source.make_ir(target, options, backend.get_codegen_implementation(options),
+                          backend.get_module_map(), context)
 
 
 # -- launches of a host function, recorded instead of run ----------------------------
