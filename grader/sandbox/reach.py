@@ -69,30 +69,29 @@ def _names_runtime(node: ast.AST) -> bool:
 def runtime_reach(folder: Path) -> str | None:
     """``"file.py, line N"`` of the first place a submission's module names the
     worker's runtime, or None.  Links are not followed (never copied either)."""
-    for path in sorted(Path(folder).glob("*.py")):
-        if path.is_symlink() or not path.is_file():
-            continue
-        try:
-            source = path.read_bytes()
-        except OSError:
-            continue
+    for path, source in _modules(folder):
         line = _first_reach(source)
         if line is not None:
             return f"{path.name}, line {line}"
     return None
 
 
-def parse_all(folder: Path) -> None:
-    """Parse each top-level module of ``folder`` now, on this thread, for what
-    ``runtime_reach`` and ``imported_modules`` read: the workers started in
-    the background then parse nothing."""
+def _modules(folder: Path):
+    """(path, bytes) of each top-level module of ``folder``, links left out."""
     for path in sorted(Path(folder).glob("*.py")):
         if path.is_symlink() or not path.is_file():
             continue
         try:
-            source = path.read_bytes()
+            yield path, path.read_bytes()
         except OSError:
             continue
+
+
+def parse_all(folder: Path) -> None:
+    """Parse each top-level module of ``folder`` now, on this thread, for what
+    ``runtime_reach`` and ``imported_modules`` read: the workers started in
+    the background then parse nothing."""
+    for _, source in _modules(folder):
         _first_reach(source)
         _imports(source)
 
