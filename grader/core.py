@@ -228,6 +228,7 @@ class GradingPlugin:
         self.called: dict[int, list[str]] = {}   # id(TestResult) -> functions it called
         self.plan: dict[str, Planned] = {}       # nodeid -> its points here (``plan``)
         self.results: dict[str, TestResult] = {}   # nodeid -> its result, once recorded
+        self.unrecordable: dict[str, str] = {}   # nodeid -> why its result could not be
         self.items: dict = {}                    # nodeid -> the collected item
         self._started: dict[str, threading.Event] = {}
         self._starter: threading.Thread | None = None
@@ -361,8 +362,9 @@ class GradingPlugin:
                 self._record(item, rep, call)
             except Exception as exc:   # noqa: BLE001 - the grader's own failure
                 # this test only: the session goes on, and a person regrades it
-                self.report.errors.append(f"{item.nodeid}: the grader failed recording "
-                                          f"this test: {type(exc).__name__}: {exc}")
+                why = f"the grader failed recording this test: {type(exc).__name__}: {exc}"
+                self.unrecordable[item.nodeid] = f"{why}; a person regrades it"
+                self.report.errors.append(f"{item.nodeid}: {why}")
 
     def _record(self, item, rep, call) -> None:
         ex_mark = item.get_closest_marker("exercise")
@@ -414,7 +416,8 @@ class GradingPlugin:
                                     name=item.name, title=_title(item),
                                     max_score=planned.max_score, score=0.0,
                                     status=NEEDS_REGRADE if planned.counted else NOT_RUN,
-                                    output="not run: the grading stopped before this test")
+                                    output=self.unrecordable.get(
+                                        nodeid, "not run: the grading stopped before this test"))
             tests.append(result)
         # In course order, as collected: the suites' conftest may run the
         # timed exercises last (``pytest_collection_modifyitems``).

@@ -163,6 +163,8 @@ def test_a_crash_while_recording_one_test_costs_that_test_only(monkeypatch):
     report = grade_dir(SOLUTIONS, ["ex01_by_hand"], suite="public")
     broken = [t for t in report.tests if t.name == seen[1]]
     assert [t.status for t in broken] == [NEEDS_REGRADE]
+    assert "the grader failed recording this test: RuntimeError: recording broke" \
+        in broken[0].output
     assert any("recording broke" in e for e in report.errors) and report.ungraded
     rest = [t for t in report.tests if t.name not in seen[1:2]]
     assert len(rest) >= 3 and all(t.status == PASSED for t in rest), rest
