@@ -185,8 +185,14 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
     # One total, never read as a pass while a test fails (0-point checks too).
     points = (f"{_num(report.score)}/{_num(report.max_score)}" if report.max_score else
               f"{len(report.tests) - failed} of {len(report.tests)} checks pass (no points here)")
+    # Points waiting on a regrade are named in the total itself: "283/286" alone
+    # reads as three points lost.
+    pending = sum(t.max_score - t.score for t in report.tests
+                  if t.status == NEEDS_REGRADE and not t.kept)
     lines.append(f"Total: {points}"
-                 + (f", but {failed} test{'s' if failed > 1 else ''} FAILED" if failed else ""))
+                 + (f", but {failed} test{'s' if failed > 1 else ''} FAILED" if failed else "")
+                 + (f", {_num(pending)} point{'' if pending == 1 else 's'} pending a regrade "
+                    "(REGR), not lost" if pending else ""))
     if report.manual and not public_only:
         staff = sum(e["points"] for e in report.manual)
         n = len(report.manual)

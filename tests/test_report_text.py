@@ -1,7 +1,7 @@
 """The text table: one total that cannot be read as a pass, no 0/0 rows."""
 import pytest
 
-from grader.report import FAILED, NOT_RUN, PASSED, Report, to_text
+from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, to_text
 from grader.report import TestResult as Result
 
 # The quick tier (tests/conftest.py): no PyTorch import, no grading.
@@ -31,3 +31,11 @@ def test_no_zero_over_zero_rows_and_a_clean_total_when_all_pass():
     assert "0/0" not in text and "FAILED" not in text, text
     assert "\nTotal: 1/1\n" in text and "questions  1 of 1 checks pass" in text, text
     assert not [ln for ln in text.splitlines() if ln != ln.rstrip()], text
+
+
+def test_points_pending_a_regrade_are_named_in_the_total():
+    report = Report("sub", "hidden", tests=[_t("ex02_mha", "test_softmax", PASSED, 2, 2),
+                           _t("ex04_quadratic", "test_slope", NEEDS_REGRADE, 0, 3,
+                              "not graded: machine too noisy")])
+    text = to_text(report)
+    assert "Total: 2/5, 3 points pending a regrade (REGR), not lost\n" in text, text

@@ -122,7 +122,10 @@ def test_a_variant_solved_earns_full_marks_and_the_common_answers_earn_nothing(t
 def test_without_student_id_the_common_exercise_is_graded(tmp_path):
     report = grade_dir(submit(tmp_path, answers_module(COMMON)), ["ex01_by_hand"])
     assert ex01(report) == (7, 7)
-    assert "no STUDENT_ID" in "\n".join(t.output for t in report.tests)
+    said = "\n".join(t.output for t in report.tests)
+    assert "graded on the common exercise: no STUDENT_ID" in said
+    # How to get a variant is said once (by the public test), not again by the hidden one.
+    assert said.count("attn-grade variant YOUR_ID") == 1, said
     assert not report.errors
 
 

@@ -81,10 +81,10 @@ def _graded(student, roster: str | None) -> _Graded:
                        how=f"graded for {roster!r} (the course roster)")
     if mine is not None:
         return _Graded(variants.inputs_for(mine), how=f"graded for STUDENT_ID = {declared!r}")
+    # The public test beside this one has told the student how to set
+    # STUDENT_ID; said once, so this line only adds that no roster was given.
     return _Graded(variants.COMMON, how=(
-        "no STUDENT_ID in ex01_by_hand.py: graded on the common exercise (the Q, K, V of "
-        "its docstring). Your course may hand out a variant per student: set STUDENT_ID "
-        "and get your matrices with `attn-grade variant YOUR_ID`."))
+        "graded on the common exercise: no STUDENT_ID, and no roster for this grading."))
 
 
 def _graded_as_assigned(declared, mine, assigned: variants.AssignedId) -> _Graded:
