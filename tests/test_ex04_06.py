@@ -546,3 +546,18 @@ def test_the_slope_answer_reaches_staff_with_its_rubric(tmp_path):
     public, hidden = wrong.tests
     assert "This looks like: the slope itself" in public.output, public.output
     assert "the same mistake as above" in hidden.output and "staff grade" in hidden.output
+
+
+def test_the_roofline_table_explains_a_share_above_the_copy_peak():
+    # Seen by an independent submission: decode at 130 % of the copy peak,
+    # unexplained (its K and V were read from cache).
+    from grader.sandbox.runtime.measure import Peaks
+    from grader.suites.public.test_ex05_decode_prefill import roofline_table
+    peaks = Peaks("cpu", 104e9, 10.4e9, "float32", 1, 1024, 64 << 20)
+    run = {"prefill": {"seconds": 0.02, "tflops": 0.0134, "gbps": 0.208},
+           "decode": {"seconds": 0.00248, "tflops": 0.00677, "gbps": 13.5}}
+    shapes = ((1, 8, 512, 64), (1, 8, 8192, 64), "float32")
+    text = roofline_table(run, peaks, shapes, (64.1, 0.5))
+    assert "130%" in text and "Decode beats the copy peak: its data fits (partly)" in text
+    run["decode"]["gbps"] = 5.0
+    assert "copy peak:" not in roofline_table(run, peaks, shapes, (64.1, 0.5))
