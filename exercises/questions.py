@@ -4,7 +4,7 @@ Usually takes about an hour.  From the chapters: "Attention from First
 Principles", section 11 (Interview questions) with sections 5 to 8 behind
 them; "Attention" (chapter 03), its "Interview check".
 
-Fourteen short questions of the kind a systems or ML interview asks, on the
+Twenty-two short questions of the kind a systems or ML interview asks, on the
 eight exercises' material.  Each answer is a module constant below; replace
 its ``None``.  Three kinds:
 
