@@ -30,6 +30,7 @@ def _docstring(folder: str, name: str) -> str:
     return ast.get_docstring(ast.parse((REPO / folder / f"{name}.py").read_text()))
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("folder", ["exercises", "solutions"])
 @pytest.mark.parametrize("name", list(EXERCISES))
 def test_each_task_says_how_long_and_which_chapter_section(folder, name):
@@ -44,6 +45,7 @@ def test_each_task_says_how_long_and_which_chapter_section(folder, name):
     assert re.search(r'section \d+|"[A-Z][^"]+"', source[1]), source[1]
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("name", list(EXERCISES))
 def test_the_notebook_says_the_title_once_then_the_time(name):
     """The notebook's heading is the docstring's title, not repeated below
@@ -58,6 +60,7 @@ def test_the_notebook_says_the_title_once_then_the_time(name):
     assert "Usually takes about" in body and "From the chapters: " in " ".join(body.split())
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("folder", ["exercises", "solutions"])
 def test_the_questions_count_their_questions_and_the_exercises(folder):
     """"Twenty-two short questions ... on the eight exercises' material": both
