@@ -546,3 +546,25 @@ def test_the_slope_answer_reaches_staff_with_its_rubric(tmp_path):
     public, hidden = wrong.tests
     assert "This looks like: the slope itself" in public.output, public.output
     assert "the same mistake as above" in hidden.output and "staff grade" in hidden.output
+
+
+@pytest.mark.slow
+def test_batch_puts_the_slope_answer_on_the_staff_s_rubric_sheet(tmp_path):
+    """As an instructor grades a class: ``attn-grade batch`` writes D's written
+    answer into grades_rubric.csv beside the questions' free text (its 2
+    points possible, empty for staff to fill in), and no autograder point."""
+    import csv
+
+    from click.testing import CliRunner
+
+    from grader.cli import main
+
+    copy_solutions(tmp_path / "class" / "ann", ["ex04_quadratic"])
+    out = tmp_path / "grades.csv"
+    result = CliRunner().invoke(main, ["batch", str(tmp_path / "class"), "--out", str(out),
+                                       "-e", "ex04_quadratic"])
+    assert result.exit_code == 0, result.output
+    (row,) = list(csv.DictReader((tmp_path / "grades_rubric.csv").open()))
+    assert (row["question"], row["submission"]) == ("WHERE_THE_SLOPE_COMES_FROM", "ann")
+    assert row["points_possible"] == "2" and row["points"] == "" and "S*S" in row["rubric"]
+    assert row["answer"].startswith("Naive attention compares every query")
