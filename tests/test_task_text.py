@@ -76,6 +76,17 @@ def test_the_questions_count_their_questions_and_the_exercises(folder):
     assert _number(said.group(2)) == len([n for n in EXERCISES if n != "questions"]) == 8
 
 
+@pytest.mark.quick
+def test_the_instructor_s_guide_counts_the_questions_too():
+    tree = ast.parse((REPO / "solutions" / "questions.py").read_text())
+    count = sum(1 for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+                if isinstance(t, ast.Name) and re.fullmatch(r"Q\d\d_[A-Z0-9_]+", t.id))
+    guide = " ".join((REPO / "docs" / "INSTRUCTOR.md").read_text().split())
+    said = re.search(r"`exercises/questions.py` \(and its notebook\) holds ([a-z-]+) "
+                     r"interview questions", guide)
+    assert said and _number(said.group(1)) == count, said and said.group(0)
+
+
 def test_the_top_left_mask_is_named_without_a_claim_on_the_case():
     """The top-left mask's diagnosis is printed on cases with more queries
     than keys too: it states the convention, not which of S_q, S_k is larger."""
