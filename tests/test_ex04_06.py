@@ -568,3 +568,31 @@ def test_batch_puts_the_slope_answer_on_the_staff_s_rubric_sheet(tmp_path):
     assert (row["question"], row["submission"]) == ("WHERE_THE_SLOPE_COMES_FROM", "ann")
     assert row["points_possible"] == "2" and row["points"] == "" and "S*S" in row["rubric"]
     assert row["answer"].startswith("Naive attention compares every query")
+
+
+def test_a_wrong_server_cost_names_its_slip_then_shows_how(tmp_path):
+    """F's counts of what the cache costs (issue 29 item 2): each failing
+    hidden check says which slip it looks like first, then the worked "How:"
+    with the formula for that case (the method, not only the number)."""
+    from tests.mutants import all_mutants
+
+    chosen = {"ratio_inverted": "kv_cache_over_weights_hidden",
+              "saving_is_mha_cache": "gqa_bytes_saved_hidden",
+              "crossover_two_ffn_matrices": "attention_ffn_crossover_hidden"}
+    sub = copy_solutions(tmp_path / "sub", ["ex06_gqa_intensity"])
+    path = sub / "ex06_gqa_intensity.py"
+    for m in all_mutants():
+        if m.file == "ex06_gqa_intensity" and m.name in chosen:
+            path.write_text(m.apply(path.read_text()))
+    report = grade_dir(sub, ["ex06_gqa_intensity"], keyword=" or ".join(chosen.values()))
+    failed = {t.name.split("[")[0]: t.output for t in failures(report, "ex06_gqa_intensity")}
+    for name, test in chosen.items():
+        mutant = next(m for m in all_mutants() if m.name == name)
+        out = failed.get(f"test_{test}")
+        assert out is not None, (test, sorted(failed))
+        looks, how = out.find("This looks like:"), out.find("\nHow: ")
+        assert 0 <= looks < how, out
+        assert mutant.expect in out[looks:how], out
+        worked = out[how:]                  # the case's numbers multiplied out
+        assert any(ch.isdigit() for ch in worked) and any(op in worked for op in (" x ", "*")), \
+            out
