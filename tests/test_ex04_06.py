@@ -561,3 +561,53 @@ def test_the_roofline_table_explains_a_share_above_the_copy_peak():
     assert "130%" in text and "Decode beats the copy peak: its data fits (partly)" in text
     run["decode"]["gbps"] = 5.0
     assert "copy peak:" not in roofline_table(run, peaks, shapes, (64.1, 0.5))
+
+
+@pytest.mark.slow
+def test_batch_puts_the_slope_answer_on_the_staff_s_rubric_sheet(tmp_path):
+    """As an instructor grades a class: ``attn-grade batch`` writes D's written
+    answer into grades_rubric.csv beside the questions' free text (its 2
+    points possible, empty for staff to fill in), and no autograder point."""
+    import csv
+
+    from click.testing import CliRunner
+
+    from grader.cli import main
+
+    copy_solutions(tmp_path / "class" / "ann", ["ex04_quadratic"])
+    out = tmp_path / "grades.csv"
+    result = CliRunner().invoke(main, ["batch", str(tmp_path / "class"), "--out", str(out),
+                                       "-e", "ex04_quadratic"])
+    assert result.exit_code == 0, result.output
+    (row,) = list(csv.DictReader((tmp_path / "grades_rubric.csv").open()))
+    assert (row["question"], row["submission"]) == ("WHERE_THE_SLOPE_COMES_FROM", "ann")
+    assert row["points_possible"] == "2" and row["points"] == "" and "S*S" in row["rubric"]
+    assert row["answer"].startswith("Naive attention compares every query")
+
+
+def test_a_wrong_server_cost_names_its_slip_then_shows_how(tmp_path):
+    """F's counts of what the cache costs (issue 29 item 2): each failing
+    hidden check says which slip it looks like first, then the worked "How:"
+    with the formula for that case (the method, not only the number)."""
+    from tests.mutants import all_mutants
+
+    chosen = {"ratio_inverted": "kv_cache_over_weights_hidden",
+              "saving_is_mha_cache": "gqa_bytes_saved_hidden",
+              "crossover_two_ffn_matrices": "attention_ffn_crossover_hidden"}
+    sub = copy_solutions(tmp_path / "sub", ["ex06_gqa_intensity"])
+    path = sub / "ex06_gqa_intensity.py"
+    for m in all_mutants():
+        if m.file == "ex06_gqa_intensity" and m.name in chosen:
+            path.write_text(m.apply(path.read_text()))
+    report = grade_dir(sub, ["ex06_gqa_intensity"], keyword=" or ".join(chosen.values()))
+    failed = {t.name.split("[")[0]: t.output for t in failures(report, "ex06_gqa_intensity")}
+    for name, test in chosen.items():
+        mutant = next(m for m in all_mutants() if m.name == name)
+        out = failed.get(f"test_{test}")
+        assert out is not None, (test, sorted(failed))
+        looks, how = out.find("This looks like:"), out.find("\nHow: ")
+        assert 0 <= looks < how, out
+        assert mutant.expect in out[looks:how], out
+        worked = out[how:]                  # the case's numbers multiplied out
+        assert any(ch.isdigit() for ch in worked) and any(op in worked for op in (" x ", "*")), \
+            out

@@ -176,3 +176,28 @@ def test_keep_replaces_a_link_in_the_output_folder_never_follows_it(weights, tmp
     assert target.read_text() == "keep me"
     assert not (folder / "ex02_heads.png").is_symlink()
     assert (folder / "ex02_heads.png").read_bytes().startswith(hm.PNG_MAGIC)
+
+
+@pytest.mark.slow
+def test_check_writes_every_heatmap_into_the_artifacts_folder(tmp_path):
+    """As a student runs it: ``attn-grade check A B C H --artifacts OUT`` on
+    right answers keeps the four pictures (each a PNG) in OUT, and says so."""
+    import os
+    import subprocess
+    import sys
+
+    from grader.notebooks import PICTURES
+    from tests.conftest import copy_solutions
+
+    names = ["ex01_by_hand", "ex02_mha", "ex03_gqa", "ex08_mla"]
+    sub = copy_solutions(tmp_path / "sub", names)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "grader.cli", "check", "A", "B", "C", "H",
+                           "--path", str(sub), "--artifacts", str(out)],
+                          capture_output=True, text=True, timeout=900, env=dict(os.environ))
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in names:
+        (picture,) = PICTURES[name]
+        assert f"your heatmap: {picture} (in the output folder)" in done.stdout, done.stdout
+        assert (out / picture).read_bytes().startswith(hm.PNG_MAGIC), picture
+    assert not list(sub.glob("*.png"))      # never beside the student's exercises

@@ -50,6 +50,50 @@ def test_contract_copy_matches_the_curriculum():
                              json.loads(CONTRACT_PATH.read_text()))
 
 
+def contract_additions(shared: dict, ours: dict) -> list[tuple[str, str]]:
+    """(module, name) of each function or constant ``ours`` adds to ``shared``."""
+    added = []
+    for module, spec in ours["modules"].items():
+        theirs = shared["modules"].get(module, {"functions": {}, "constants": []})
+        added += [(module, f) for f in spec["functions"] if f not in theirs["functions"]]
+        added += [(module, c) for c in spec["constants"] if c not in theirs["constants"]]
+    return added
+
+
+def _call_as_written(params: list[dict]) -> str:
+    """How the curriculum notes write a call's opening: ``name(a, b`` (the
+    parameters without a default, in order)."""
+    return ", ".join(p["name"] for p in params if "default" not in p
+                     and p["kind"] == "positional_or_keyword")
+
+
+def test_each_addition_to_the_contract_is_written_down():
+    """grader/contract.json strictly extends the shared one (issue 29: the new
+    graded tasks), and each addition is stated where an independent author
+    reads it: docs/CURRICULUM_NOTES.md writes its call, and the stub's
+    function carries a docstring (its shapes and conventions)."""
+    shared = REPO.parent / "shared" / "contract.json"
+    if not shared.exists():
+        pytest.skip("no ../shared/contract.json beside this checkout")
+    ours = json.loads(CONTRACT_PATH.read_text())
+    added = contract_additions(json.loads(shared.read_text()), ours)
+    assert added, "grader/contract.json adds nothing to the shared contract"
+    notes = " ".join((REPO / "docs" / "CURRICULUM_NOTES.md").read_text().split())
+    unwritten = []
+    for module, name in added:
+        params = ours["modules"][module]["functions"].get(name)
+        written = f"`{name}({_call_as_written(params)}" if params is not None else f"`{name}`"
+        if written not in notes:
+            unwritten.append(f"docs/CURRICULUM_NOTES.md lacks {written}")
+        tree = ast.parse((EXERCISES_DIR / f"{module}.py").read_text())
+        found = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        if params is not None and not (name in found and ast.get_docstring(found[name])):
+            unwritten.append(f"exercises/{module}.py: {name} has no docstring")
+        if name not in ast.get_docstring(tree):
+            unwritten.append(f"exercises/{module}.py's docstring never names {name}")
+    assert not unwritten, "\n".join(unwritten)
+
+
 def test_contract_subset_rule_catches_a_removal_or_a_change():
     ours = json.loads(CONTRACT_PATH.read_text())
     assert not contract_gaps(ours, ours)
