@@ -143,6 +143,10 @@ def test_trace_of_the_solution_is_clean(solution):
     assert res["numpy_conversions"] == [] and res["out_type"] == "torch.Tensor"
     flash.check_authentic(res, q, k, v, what="flash_attention")
     flash.check_no_kv_copy(res, q, k, what="flash_attention")
+    assert res["elsewhere"] == {"threads_started": 0, "python_threads": 0, "forks": 0,
+                                "children": 0, "other_cpu_s": res["elsewhere"]["other_cpu_s"]}
+    from grader.reference.flash_judge import OTHER_CPU_S
+    assert res["elsewhere"]["other_cpu_s"] < OTHER_CPU_S
 
 
 CHEATS = {
@@ -194,6 +198,60 @@ CHEATS = {
             return out
         """),
 }
+# The attention computed with PyTorch out of the traced thread's sight, then
+# copied out by a kernel of its own (found by an outside red team: 40/40).
+_EXACT_THEN_COPY = """
+    @triton.jit
+    def _copy(X, Y, N, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(Y + offs, tl.load(X + offs, mask=offs < N), mask=offs < N)
+
+    def _exact(q, k, v, causal):
+        return torch.softmax(q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5, -1) @ v
+
+    def flash_attention(q, k, v, *, causal=True, sm_scale=None):
+        o = ELSEWHERE
+        out = torch.empty_like(q)
+        _copy[(triton.cdiv(out.numel(), 64),)](o, out, out.numel(), BLOCK=64)
+        return out
+    """
+ELSEWHERE = {
+    "thread": ("started 1 thread", "", """_in_thread(q, k, v, causal)"""),
+    "pool": ("other Python thread", """
+        import concurrent.futures
+        POOL = concurrent.futures.ThreadPoolExecutor(1)
+        POOL.submit(int).result()             # its thread started at import
+        """, "POOL.submit(_exact, q, k, v, causal).result()"),
+    "fork": ("ran a child process", "", "_in_child(q, k, v, causal)"),
+}
+_ELSEWHERE_HELPERS = """
+    import threading
+
+    def _in_thread(*args):
+        box = []
+        t = threading.Thread(target=lambda: box.append(_exact(*args)))
+        t.start()
+        t.join()
+        return box[0]
+
+    def _in_child(*args):
+        import os
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(w, _exact(*args).numpy().tobytes())
+            os._exit(0)
+        data = b""
+        while len(data) < args[0].numel() * 4:
+            data += os.read(r, 1 << 16)
+        os.waitpid(pid, 0)
+        return torch.frombuffer(bytearray(data), dtype=torch.float32).view(args[0].shape)
+    """
+for _name, (_said, _setup, _call) in ELSEWHERE.items():
+    CHEATS[f"elsewhere_{_name}"] = (_said, textwrap.dedent(_ELSEWHERE_HELPERS)
+                                    + textwrap.dedent(_setup)
+                                    + textwrap.dedent(_EXACT_THEN_COPY).replace("ELSEWHERE",
+                                                                                _call))
 
 
 @needs_triton
@@ -211,6 +269,8 @@ def test_cheats_are_named(tmp_path, cheat):
     with pytest.raises(Feedback, match=expect):
         flash.check_output(res, q, flash.reference(q, k, v, False), what="flash_attention")
         flash.check_authentic(res, q, k, v, what="flash_attention")
+    if cheat.startswith("elsewhere_"):      # right numbers: only the watch tells
+        flash.check_output(res, q, flash.reference(q, k, v, False), what="flash_attention")
 
 
 # -- the speed path (plumbing only: CPU timings grade nothing) ------------------------------

@@ -57,9 +57,39 @@ def check_output(result: dict, q, expected, *, what: str, mistakes=None, hint=No
     check_close(out, expected, what=what, atol=atol, rtol=rtol, mistakes=mistakes, hint=hint)
 
 
+# CPU time other threads may spend during a call in the interpreter, where
+# honest kernel work runs in the calling thread alone (BLAS pinned to one
+# thread): well above clock noise, well below attention on the smallest case.
+OTHER_CPU_S = 0.002
+
+
+def elsewhere_problems(seen) -> list[str]:
+    """What the probe's ``Elsewhere`` watch saw of work moved out of the
+    traced thread (into a thread, a pool or a process), in words; [] when
+    nothing was."""
+    if not isinstance(seen, dict):
+        return ["sent back no record of its threads and processes"]
+    said = []
+    if seen.get("threads_started"):
+        said.append(f"started {seen['threads_started']} thread(s)")
+    if seen.get("python_threads"):
+        said.append(f"had {seen['python_threads']} other Python thread(s) running")
+    if seen.get("forks") or seen.get("children"):
+        said.append("ran a child process")
+    if (seen.get("other_cpu_s") or 0) > OTHER_CPU_S:
+        said.append(f"spent {seen['other_cpu_s'] * 1e3:.1f} ms of CPU in other threads")
+    return said
+
+
 def check_authentic(result: dict, q, k, v, *, what: str) -> None:
     """The work of a traced call happened in the student's own Triton kernel."""
     from grader.feedback import Feedback
+    moved = elsewhere_problems(result.get("elsewhere"))
+    if moved:
+        raise Feedback(f"{what}: during the call your code {', '.join(moved)}. The grader "
+                       "watches the thread that calls flash_attention, and the attention must "
+                       "be computed by your kernel, launched from that thread: no threads, "
+                       "thread pools, torch.jit.fork or child processes in the call.")
     ops = result["forbidden"]
     if ops:
         listed = ", ".join(f"{n} x{c}" for n, c in sorted(ops.items()))

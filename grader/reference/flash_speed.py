@@ -85,6 +85,11 @@ def _launch_problems(run, own_file: str) -> list:
     if run.get("forbidden"):
         out.append("let PyTorch do attention's work during the timed calls ("
                    + ", ".join(sorted(run["forbidden"])) + ")")
+    from grader.reference.flash_judge import elsewhere_problems
+    moved = elsewhere_problems(run.get("elsewhere"))
+    if moved:
+        out.append(f"{', '.join(moved)} during the timed calls (the work must be your "
+                   "kernel's, launched from the calling thread)")
     return out
 
 

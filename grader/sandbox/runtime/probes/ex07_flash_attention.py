@@ -34,6 +34,8 @@ from collections import Counter
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .elsewhere import Elsewhere
+
 # Ops that do attention's work in PyTorch instead of the student's kernel.
 FORBIDDEN = {
     "mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "mv", "dot", "vdot", "einsum",
@@ -274,13 +276,14 @@ def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=Tr
     with _Launcher(root) as launcher, _NumpyWatch() as numpy_watch, _InterpretedAutotune():
         trace = _Trace((q, k, v), launcher)
         start = time.perf_counter()
-        with trace:
+        with Elsewhere(cpu=dev.type == "cpu") as elsewhere, trace:
             out = getattr(module, entry)(q, k, v, **kwargs)
         sync()
         seconds = time.perf_counter() - start
     result = {
         "out_type": _type_name(out),
         "launches": launcher.launches,
+        "elsewhere": elsewhere.result(),
         "forbidden": dict(trace.forbidden),
         "compute_ops": dict(trace.compute),
         "buffers": sorted(trace.buffers, key=lambda b: -b[1])[:8],
@@ -414,7 +417,7 @@ def speed_run(module, case, n, seed, run_kernel=True, on=None):
     root = os.path.dirname(own)
     with _Launcher(root) as launcher, _InterpretedAutotune():
         trace = _Trace((), launcher)
-        with trace:
+        with Elsewhere(cpu=False) as elsewhere, trace:
             for i in range(int(n)):
                 q, k, v = draw()
                 if run_kernel:
@@ -424,7 +427,7 @@ def speed_run(module, case, n, seed, run_kernel=True, on=None):
     return {"n": int(n), "own_file": os.path.basename(own),
             "launched_files": dict(files),
             "kernels": sorted({entry["name"] for entry in launcher.launches}),
-            "forbidden": dict(trace.forbidden)}
+            "forbidden": dict(trace.forbidden), "elsewhere": elsewhere.result()}
 
 
 def speed_collect(module, picks, rows):
