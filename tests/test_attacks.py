@@ -435,8 +435,8 @@ PNG_SCRIPT = b"\x89PNG\r\n\x1a\n#!/bin/sh\necho owned\n"
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_link_write_never_reaches_its_target(tmp_path, isolation):
     """A submission holding a link named like the ex04 plot, and a plot_scaling
-    writing a script with PNG magic: nothing is written through the link, the
-    plot lands in the grader's output folder, named by a relative path."""
+    writing a script with PNG magic: nothing is written through the link, and
+    the script, no figure savefig wrote, is kept nowhere (tests/test_plot_forge.py)."""
     sub = copy_solutions(tmp_path / "sub", ["ex04_quadratic"])
     target = tmp_path / "precious.sh"
     target.write_text("original\n")
@@ -457,8 +457,8 @@ def test_link_write_never_reaches_its_target(tmp_path, isolation):
     [test] = [t for t in report.tests if t.name.startswith("test_measure_scaling")]
     assert str(tmp_path) not in test.output and str(out) not in to_text(report)
     if test.status == "passed":   # a noisy machine may leave it to a regrade
-        assert (out / "ex04_scaling.png").read_bytes() == PNG_SCRIPT
-        assert "your log-log plot: ex04_scaling.png (in the output folder)" in test.output
+        assert not (out / "ex04_scaling.png").exists()
+        assert "(no plot saved: plot_scaling saved no matplotlib figure" in test.output
 
 
 def test_artifacts_are_not_written_through_links(tmp_path):

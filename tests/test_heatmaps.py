@@ -135,7 +135,7 @@ def test_keep_writes_into_the_output_folder_only(weights, tmp_path):
     assert note == "your heatmap: ex02_heads.png (in the output folder)"
     assert (tmp_path / "art" / "ex02_heads.png").read_bytes().startswith(hm.PNG_MAGIC)
     assert hm.keep({"png": np.zeros(0, np.uint8)}, tmp_path, "y.png", "plot") == \
-        "(no picture kept: plot wrote no PNG file)"
+        "(no picture kept: plot did not write the file at the path it was given)"
 
 
 def test_a_grading_machine_without_matplotlib_keeps_the_maximum(tmp_path, monkeypatch):

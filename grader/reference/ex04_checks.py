@@ -6,6 +6,7 @@ import numpy as np
 
 from grader.feedback import Feedback
 from grader.reference import timing
+from grader.reference.heatmap_checks import file_problem
 from grader.reference.mistakes import looks_like
 
 # The plot's and the written answer's mistakes (the timer's are timing.MISTAKES).
@@ -41,8 +42,12 @@ def timer_result(run, what, expected):
 
 
 def check_loglog(out, pairs):
-    """Feedback unless a figure the probe ``ex04.plot`` saw saved draws
-    ``pairs`` ([S, seconds]) on log-log axes (or their logs on linear axes)."""
+    """Feedback unless the file at the path is the PNG of the figure the probe
+    ``ex04.plot`` saw saved there, drawing ``pairs`` ([S, seconds]) on log-log
+    axes (or their logs on linear axes)."""
+    problem = file_problem(out, "plot_scaling")
+    if problem:
+        raise Feedback(problem)
     xs = np.array([p[0] for p in pairs], dtype=float)
     ys = np.array([p[1] for p in pairs], dtype=float)
     for axes in out["saved"]:
@@ -62,9 +67,6 @@ def check_loglog(out, pairs):
                     if np.allclose(data[:, 0], log(xs)) and np.allclose(data[:, 1], log(ys)):
                         return
     scales = [(ax["xscale"], ax["yscale"]) for axes in out["saved"] for ax in axes]
-    if not out["saved"]:
-        raise Feedback("plot_scaling saved no matplotlib figure (use fig.savefig(path) or "
-                       "plt.savefig(path))")
     linear = scales and all(scale == ("linear", "linear") for scale in scales)
     named = "\n" + looks_like(MISTAKES["linear_axes"]) if linear else ""
     raise Feedback("plot_scaling's figure has no line of time against S on log-log axes "

@@ -27,6 +27,7 @@ import pytest
 from grader import artifacts
 from grader.feedback import Feedback, check_close
 from grader.reference.mistakes import looks_like
+from grader.sandbox.runtime.probes.common import MAX_PNG_BYTES
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ATOL, RTOL = 1e-5, 1e-4     # the weights go through float32 in matplotlib
@@ -46,19 +47,47 @@ MISTAKES = {
 }
 
 
+# Why the file at the path is not the figure the probe read (its ``file``
+# verdict, grader.sandbox.runtime.probes.common.watch_figures): the grade is
+# of that figure, so a file other than its bytes is neither graded nor kept.
+NOT_THE_FIGURE = "the file at path is not the figure you saved there"
+NOT_THE_FIGURE_WHY = {
+    "unsaved": "your savefig wrote somewhere else (an io.BytesIO, another file) and this "
+               "file was written some other way; save the figure at the path itself: "
+               "fig.savefig(path)",
+    "too_large": f"it holds more than the {MAX_PNG_BYTES >> 20} MiB a picture may (a "
+                 "figure's PNG is far smaller: write nothing there but fig.savefig(path), "
+                 "at the default dpi)",
+    "changed": "it holds other bytes than the ones savefig wrote there (it changed after, "
+               "or was written to before: put nothing in the file but fig.savefig(path))",
+}
+
+
+def file_problem(out, function: str) -> str | None:
+    """Why the file at the path is not a PNG of the figure ``function``
+    saved there (None: it is, and ``png_bytes(out)`` are its bytes)."""
+    verdict = out.get("file")
+    if not out.get("exists"):
+        return f"{function} did not write the file at the path it was given"
+    if verdict == "unsaved" and not out.get("elsewhere"):
+        return (f"{function} saved no matplotlib figure (use fig.savefig(path) or "
+                "plt.savefig(path))")
+    if verdict in NOT_THE_FIGURE_WHY:
+        return f"{function}: {NOT_THE_FIGURE}: {NOT_THE_FIGURE_WHY[verdict]}"
+    if verdict != "figure" or not png_bytes(out).startswith(PNG_MAGIC):
+        return (f"{function} wrote a file that is not a PNG image (the path ends in "
+                ".png: let matplotlib's savefig pick the format from it)")
+    return None
+
+
 def figure(out, function: str) -> dict:
-    """The last figure ``function`` saved, once its file is a PNG; skips the
-    test where the grading machine has no matplotlib."""
+    """The figure ``function`` saved at the path, once the file there is that
+    figure's PNG; skips the test where the grading machine has no matplotlib."""
     if out.get("no_matplotlib"):
         pytest.skip("needs matplotlib on the grading machine (pip install matplotlib)")
-    if not out["exists"]:
-        raise Feedback(f"{function} did not write the file at the path it was given")
-    if not bytes(np.asarray(out["png"], dtype=np.uint8)[:8]).startswith(PNG_MAGIC):
-        raise Feedback(f"{function} wrote a file that is not a PNG image (the path ends in "
-                       ".png: let matplotlib's savefig pick the format from it)")
-    if not out["saved"]:
-        raise Feedback(f"{function} saved no matplotlib figure (use fig.savefig(path) or "
-                       "plt.savefig(path))")
+    problem = file_problem(out, function)
+    if problem:
+        raise Feedback(problem)
     return out["saved"][-1]
 
 
@@ -234,9 +263,10 @@ def check_two_panels(out, full, causal):
 def keep(out, artifacts_dir, name: str, function: str) -> str:
     """Keep the figure's PNG as ``name`` in the grader's output folder; the
     line that says where it went (or why not)."""
+    problem = file_problem(out, function)   # the picture kept is the figure graded
+    if problem:
+        return f"(no picture kept: {problem})"
     data = png_bytes(out)
-    if not data.startswith(PNG_MAGIC):
-        return f"(no picture kept: {function} wrote no PNG file)"
     if artifacts_dir is None:
         return "(picture not kept: give --artifacts DIR to keep it)"
     try:

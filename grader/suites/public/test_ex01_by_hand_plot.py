@@ -37,9 +37,10 @@ def test_plot_weights_draws_both_patterns(student, request, artifacts_dir):
     causal = np.asarray(EXAMPLE["WEIGHTS_CAUSAL"], dtype=np.float64)
     out = student.probe("heatmap.draw", "plot_weights", [full.tolist(), causal.tolist()])
     hm.check_two_panels(out, full, causal)
+    own_full, own_causal = _own(student, "WEIGHTS_FULL"), _own(student, "WEIGHTS_CAUSAL")
     own = student.probe("heatmap.draw", "plot_weights",
-                        [_own(student, "WEIGHTS_FULL").tolist(),
-                         _own(student, "WEIGHTS_CAUSAL").tolist()], {}, "ex01_weights.png")
+                        [own_full.tolist(), own_causal.tolist()], {}, "ex01_weights.png")
+    hm.check_two_panels(own, own_full, own_causal)    # the picture kept is one checked
     request.node.feedback_on_pass = hm.keep(own, artifacts_dir, "ex01_weights.png",
                                             "plot_weights")
 

@@ -10,6 +10,7 @@ from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference.secret import attention as ref
 from grader.reference.secret import roofline as rl
 from grader.reference import timing
+from grader.reference.heatmap_checks import file_problem
 from grader.reference.ex04_checks import (ANSWER_NAME, answer_problem, check_loglog,
                                           square_guide_note, timer_result)
 from grader.sandbox.client import StudentError
@@ -18,7 +19,6 @@ pytestmark = [pytest.mark.exercise("ex04_quadratic"),
               pytest.mark.usefixtures("machine_peaks")]   # measured before the first test
 
 ATOL, RTOL = TOLERANCES["float32"]
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _qkv(seed, shape):
@@ -105,9 +105,10 @@ def save_plot(student, artifacts_dir, pairs) -> str:
         return f"(no plot saved: plot_scaling failed: {str(exc).splitlines()[0]})"
     if out.get("no_matplotlib"):
         return "(no plot saved: matplotlib is not installed; pip install matplotlib)"
-    data = bytes(np.asarray(out.get("png", []), dtype=np.uint8))
-    if not data.startswith(PNG_MAGIC):
-        return "(no plot saved: plot_scaling wrote no PNG file)"
+    problem = file_problem(out, "plot_scaling")     # kept: the figure saved at the path
+    if problem:
+        return f"(no plot saved: {problem})"
+    data = bytes(np.asarray(out["png"], dtype=np.uint8))
     if artifacts_dir is None:
         return "(plot not kept: give --artifacts DIR to keep it)"
     try:
@@ -181,13 +182,7 @@ def test_plot_scaling_is_loglog(student, request):
     out = student.probe("ex04_quadratic.plot", pairs)
     if out.get("no_matplotlib"):
         pytest.skip("needs matplotlib on the grading machine (pip install matplotlib)")
-    data = bytes(np.asarray(out["png"], dtype=np.uint8))
-    if not out["exists"]:
-        raise Feedback("plot_scaling did not write the file at the path it was given")
-    if not data.startswith(PNG_MAGIC):
-        raise Feedback("plot_scaling wrote a file that is not a PNG image (the path ends "
-                       "in .png: let matplotlib's savefig pick the format from it)")
-    check_loglog(out, pairs)
+    check_loglog(out, pairs)     # the file at the path first: a PNG of the figure saved there
     request.node.feedback_on_pass = square_guide_note(out, pairs)
 
 

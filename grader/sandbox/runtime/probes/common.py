@@ -1,13 +1,14 @@
 """Probes shared by several exercises, and what the picture probes share."""
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import io
 import os
 import tempfile
 import time
 
 MAX_PNG_BYTES = 8 << 20      # a picture's file read back, at most
-MAX_FIGURES = 3              # figures described per call, at most
 
 
 def sleep(seconds: float, *args, **kwargs):
@@ -18,10 +19,18 @@ def sleep(seconds: float, *args, **kwargs):
 
 def watch_figures(draw, describe, name: str, prefix: str) -> dict:
     """Call ``draw(path)`` (the student's plot function, saving to a fresh
-    file) with matplotlib's ``Figure.savefig`` watched: ``describe(figure)``
-    reads each saved figure (the first ``MAX_FIGURES``) at the moment it is
-    saved.  Returns ``{"saved": [...], "exists": bool, "png": uint8 array}``,
-    or ``{"no_matplotlib": True}``."""
+    file) with matplotlib's ``Figure.savefig`` watched.  Only a save whose
+    target is ``path`` counts (a name of it, ``str`` or ``PathLike``, or a
+    binary file opened on it); ``describe(figure)`` reads that figure at the
+    moment it is saved, and a digest of the bytes savefig writes there.
+
+    Returns ``{"saved": [the last such figure's description], "elsewhere":
+    saves to any other target, "exists": bool, "file": verdict, "png": uint8
+    array}``, or ``{"no_matplotlib": True}``.  ``file`` says what the file at
+    ``path`` is once ``draw`` returns: ``"figure"`` (the very bytes the last
+    save to ``path`` wrote: only then does ``png`` hold them), ``"missing"``,
+    ``"unsaved"`` (no savefig wrote there), ``"too_large"`` (over
+    ``MAX_PNG_BYTES``) or ``"changed"`` (other bytes than that save's)."""
     if importlib.util.find_spec("matplotlib") is None:
         return {"no_matplotlib": True}
     import matplotlib
@@ -29,13 +38,32 @@ def watch_figures(draw, describe, name: str, prefix: str) -> dict:
     import numpy as np
     from matplotlib.figure import Figure
 
-    saved = []
+    last, elsewhere = {}, [0]
     original = Figure.savefig
 
     def watched(self, *args, **kwargs):
-        if len(saved) < MAX_FIGURES:
-            saved.append(describe(self))
-        return original(self, *args, **kwargs)
+        target = args[0] if args else kwargs.get("fname")
+        if not _names_path(target, path):
+            elsewhere[0] += 1
+            return original(self, *args, **kwargs)
+        described = describe(self)
+        # Rendered here, then written to the target: the digest is of the very
+        # bytes savefig made, whatever the target's file held before or after.
+        buffer = io.BytesIO()
+        kwargs.pop("fname", None)
+        named = isinstance(target, (str, bytes, os.PathLike))
+        if named and not kwargs.get("format"):   # as matplotlib: the name's extension
+            kwargs["format"] = os.path.splitext(os.fsdecode(target))[1][1:] or None
+        result = original(self, buffer, **kwargs)
+        data = buffer.getvalue()
+        if named:
+            with open(target, "wb") as f:
+                f.write(data)
+        else:
+            target.write(data)
+            target.flush()
+        last.update(described=described, digest=_digest(data))
+        return result
 
     # removed afterwards, whatever the student's function wrote there
     with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as folder:
@@ -45,9 +73,32 @@ def watch_figures(draw, describe, name: str, prefix: str) -> dict:
             draw(path)
         finally:
             Figure.savefig = original
-        data = read_plain_file(path, MAX_PNG_BYTES)
-    return {"saved": saved, "exists": data is not None,
-            "png": np.frombuffer(data or b"", dtype=np.uint8).copy()}
+        data = read_plain_file(path, MAX_PNG_BYTES + 1)
+    verdict = ("missing" if data is None else "unsaved" if not last else
+               "too_large" if len(data) > MAX_PNG_BYTES else
+               "changed" if _digest(data) != last["digest"] else "figure")
+    return {"saved": [last["described"]] if last else [], "elsewhere": elsewhere[0],
+            "exists": data is not None, "file": verdict,
+            "png": np.frombuffer(data if verdict == "figure" else b"", dtype=np.uint8).copy()}
+
+
+def _names_path(target, path: str) -> bool:
+    """Whether savefig's ``target`` is the file at ``path``: a name of it, or a
+    file object open on it (the same inode; a BytesIO has no file)."""
+    if isinstance(target, (str, bytes, os.PathLike)):
+        try:
+            return os.path.realpath(os.fsdecode(target)) == os.path.realpath(path)
+        except (TypeError, ValueError):
+            return False
+    try:
+        here, there = os.fstat(target.fileno()), os.stat(path)
+    except (AttributeError, OSError, ValueError, TypeError):
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _digest(data) -> str | None:
+    return None if data is None else hashlib.sha256(data).hexdigest()
 
 
 def read_plain_file(path: str, limit: int):

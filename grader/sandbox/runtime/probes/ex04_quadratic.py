@@ -354,6 +354,7 @@ def plot(module, pairs, name="scaling.png"):
     """Run ``module.plot_scaling`` on ``{S: seconds}``; report what was drawn.
 
     ``Figure.savefig`` is watched to read the axes' scales and the plotted
-    data at the moment the figure is saved; the file's bytes come back."""
+    data at the moment the figure is saved at the path; the file's bytes come
+    back when they are that save's (``common.watch_figures``)."""
     times = {int(s): float(t) for s, t in pairs}
     return watch_figures(lambda path: module.plot_scaling(times, path), _axes, name, "plot-")

@@ -5,8 +5,10 @@ The function saves its figure at a path the probe chooses (a fresh folder of
 the worker's own, never the submission's); ``Figure.savefig`` is watched so
 that every panel's heatmap (the array of an ``imshow``/``matshow`` image or
 of a ``pcolormesh``), labels, title and place in the figure are read at the
-moment the figure is saved.  The file's bytes come back as a uint8 array; the
-grader decides what to keep (``grader.artifacts``).
+moment the figure is saved.  Only a save at that path counts, and the file's
+bytes come back (a uint8 array) only when they are exactly what that save
+wrote (``common.watch_figures``); the grader decides what to keep
+(``grader.artifacts``).
 """
 from __future__ import annotations
 
@@ -55,7 +57,8 @@ def _text(artist) -> str:
 
 
 def draw(module, function, args, kwargs=None, name="weights.png"):
-    """Call ``module.<function>(*args, path, **kwargs)``; report every figure
-    it saved (``saved``), whether the file exists and its bytes (``png``)."""
+    """Call ``module.<function>(*args, path, **kwargs)``; report the figure it
+    saved at ``path`` (``saved``), what the file there is (``exists``,
+    ``file``) and, when it is that figure's, its bytes (``png``)."""
     return watch_figures(lambda path: getattr(module, function)(*args, path, **(kwargs or {})),
                          _figure, name, "heatmap-")
