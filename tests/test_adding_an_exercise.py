@@ -7,7 +7,9 @@ added the way the section "Adding an exercise" lists it, with the copy's own
 tools run as an author runs them: the stub and README.md's row are
 generated, the package's checks of a new exercise pass, the solution gets
 full marks, the mutant loses points and is named, and the student edition
-ships the exercise without its secret.  The files that changed are at most
+ships the exercise without its secret (the copy's release records and checks
+the new exercise's public answers only: tests/test_release.py releases the
+others).  The files that changed are at most
 eight and exactly the ones the section names; the ones written by hand are
 exactly those it does not call generated.
 """
@@ -158,6 +160,30 @@ def cli(copy: Path, *args, timeout=600) -> subprocess.CompletedProcess:
     return run(copy, "-m", "grader.cli", *args, timeout=timeout)
 
 
+# The copy's `attn-grade release` (``sys.argv[2:]``) for the exercise
+# ``sys.argv[1]`` alone, as tests/test_release.py's edition is built in an
+# author's loop: its recording of the public answers grades that exercise, and
+# its check that every public test checks something in the edition checks that
+# exercise's; everything else (stubs, suites, replay modules, README) is the
+# real command's.
+RELEASE_OF_EX = """\
+import dataclasses
+import sys
+
+import grader.core
+import grader.release
+from grader.cli import main
+
+only, args = sys.argv[1], sys.argv[2:]
+grade, unchecked = grader.core.grade, grader.release.unchecked_in_edition
+grader.core.grade = lambda submission, options: grade(
+    submission, dataclasses.replace(options, exercises=[only]))
+grader.release.unchecked_in_edition = lambda edition, exercises=None: unchecked(
+    edition, [only])
+main(args)
+"""
+
+
 def score(output: str) -> tuple[float, float]:
     found = re.search(rf"^{EX}\s+(\S+)/(\S+)", output, re.M)
     assert found, output
@@ -236,10 +262,12 @@ def test_a_new_exercise_touches_the_files_the_section_names(tmp_path):
 
     # The student edition: the stub and the public suite, the replay module
     # in the secret reference's place, nothing of the reference or the
-    # solution, no hidden suite.  (Building it runs the public suites on
-    # every solution: most of this test's time.)
+    # solution, no hidden suite.  The copy's release records the new
+    # exercise's public answers only (RELEASE_OF_EX): recording every
+    # exercise's was most of this test's time, and tests/test_release.py
+    # holds the release of the others.
     edition = tmp_path / "edition"
-    released = cli(copy, "release", edition, "--no-git", "--install",
+    released = run(copy, "-c", RELEASE_OF_EX, EX, "release", edition, "--no-git", "--install",
                    "git+https://example.org/course")
     assert released.returncode == 0, released.stdout + released.stderr
     assert (edition / "exercises" / f"{EX}.py").read_text() == stub

@@ -27,26 +27,58 @@ def edition(tmp_path_factory, request):
     the tests read it and run it, writing only into their own folders.
 
     In an author's loop (``--exercise``) the release records the public
-    answers of the chosen exercises only: recording every exercise's is most
-    of a release's time, and the leak tests still read every file of the
-    edition for every line of every solution and reference."""
+    answers of the chosen exercises only, and checks that their public tests
+    (not every exercise's) check something in the edition: recording and
+    checking every exercise's is most of a release's time, and the leak tests
+    still read every file of the edition for every line of every solution and
+    reference."""
     chosen = author_exercises(request.config)
 
     def build(folder):
         folder.mkdir()
         with pytest.MonkeyPatch.context() as mp:
+            _keep_the_releases_own_check(mp, folder / PUBLIC_REPORT)
             if chosen:
                 import dataclasses
 
                 import grader.core
+                import grader.release
                 real = grader.core.grade
                 mp.setattr(grader.core, "grade", lambda submission, options: real(
                     submission, dataclasses.replace(options, exercises=chosen)))
+                unchecked = grader.release.unchecked_in_edition
+                mp.setattr(grader.release, "unchecked_in_edition",
+                           lambda edition, exercises=None: unchecked(edition, chosen))
             result = CliRunner().invoke(main, ["release", str(folder / "student"),
                                                "--install", URL])
         assert result.exit_code == 0, result.output
     name = "student-edition" + "".join(f"-{e}" for e in chosen)
     return built_once(tmp_path_factory, name, build) / "student"
+
+
+# Where the edition's build keeps the report of the release's own check of the
+# solutions with the edition (``grader.release.unchecked_in_edition``).
+PUBLIC_REPORT = "solutions-public-report.json"
+
+
+def _keep_the_releases_own_check(mp, path) -> None:
+    """The release checks the solutions' public tests with the edition it just
+    wrote (a grading in a process of its own, in the edition); that grading's
+    report is kept in ``path`` as well, for the tests that read it
+    (``test_every_public_test_of_the_solutions_checks_something_in_the_edition``),
+    instead of a second grading of the same copy with the same options.  The
+    release still reads its own script's output (its last line) as before."""
+    from grader import release
+    mp.setattr(release, "_EDITION_REPORT", release._EDITION_REPORT + KEEP_REPORT)
+    mp.setenv("ATTN_TEST_EDITION_REPORT", str(path))
+
+
+KEEP_REPORT = """
+import os
+with open(os.environ["ATTN_TEST_EDITION_REPORT"], "w") as _kept:
+    json.dump({"suite": report.suite, "errors": report.errors, "tests": [
+        [t.exercise, t.name, t.status, t.output] for t in report.tests]}, _kept)
+"""
 
 
 def edition_text(edition) -> dict:
@@ -514,27 +546,20 @@ def test_the_editions_workflow_reports_its_table_and_the_readme_says_why_it_is_r
 # (issue 26, item 2); the list may only shrink.
 STILL_NOT_CHECKED: set = set()
 NOT_CHECKED = "not checked in the student edition"
-_EDITION_REPORT = """\
-import json, sys
-from grader.core import Options, grade
-report = grade(sys.argv[1], Options(suite="public", markers="not gpu"))
-print(json.dumps(report.errors))
-print(json.dumps([[t.exercise, t.name, t.status, t.output] for t in report.tests]))
-"""
 
 
 @pytest.mark.slow
-def test_every_public_test_of_the_solutions_checks_something_in_the_edition(edition, tmp_path):
+def test_every_public_test_of_the_solutions_checks_something_in_the_edition(edition):
     """Run in the edition on the solutions, no public test says "not checked in
     the student edition" (its inputs are fixed by the test alone, so the
     release's record replays; a verdict on measured data is computed from the
-    chapter's formula there), except the few still listed above."""
-    sub = copy_solutions(tmp_path / "sub")
-    env = dict(os.environ, PYTHONPATH=str(edition))
-    proc = subprocess.run([sys.executable, "-c", _EDITION_REPORT, str(sub)], cwd=edition,
-                          env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr
-    *_, errors, tests = [json.loads(line) for line in proc.stdout.strip().splitlines()[-2:]]
+    chapter's formula there), except the few still listed above.  The grading
+    read is the release's own check of a copy of the solutions with the
+    edition (public suite, "not gpu"), kept by the edition's build: the same
+    grading this test made again before."""
+    kept = json.loads((edition.parent / PUBLIC_REPORT).read_text())
+    errors, tests = kept["errors"], kept["tests"]
+    assert kept["suite"] == "public"
     assert not errors, errors
     assert {t[0] for t in tests} >= {"ex05_decode_prefill", "ex07_flash_attention"}
     unchecked = {(ex, name.split("[")[0]) for ex, name, status, output in tests
