@@ -249,7 +249,8 @@ class GradingPlugin:
         needs = {n for e in exercises for n in EXERCISES[e].needs}
         reach.parse_all(self.submission)   # here, not beside pytest's parsing (reach)
         if self.options.fork_server:
-            self.fork_server = self.launcher.fork_server(needs)
+            self.fork_server = self.launcher.fork_server(
+                needs, tuple(m for e in exercises for m in EXERCISES[e].preload))
         for exercise in exercises:
             self.worker(exercise)
             self._started[exercise] = threading.Event()

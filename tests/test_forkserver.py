@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from grader.core import Options, grade
+from grader.registry import PICTURES
 from grader.sandbox import bwrap, confine, forkserver
 from grader.sandbox.client import StudentCrash, StudentModule, StudentTimeout
 from tests.conftest import SOLUTIONS, copy_solutions, launch, launcher
@@ -157,7 +158,9 @@ def test_workers_die_with_their_fork_server(namespaces):
 
 
 def test_a_grading_forks_from_one_fork_server_and_leaves_nothing(tmp_path, monkeypatch):
-    forks, roots = [], []
+    """... and that fork server has imported matplotlib for ex08's pictures
+    (``Exercise.preload``), once for every worker that draws."""
+    forks, roots, preloaded = [], [], []
     real_fork, real_start = forkserver.ForkServer.fork, forkserver.ForkServer._start
 
     def fork(self, cfg, on_forked=None):
@@ -167,6 +170,7 @@ def test_a_grading_forks_from_one_fork_server_and_leaves_nothing(tmp_path, monke
     def start(self):
         real_start(self)
         roots.append(self.root)
+        preloaded.extend(self.preloaded)
 
     monkeypatch.setattr(forkserver.ForkServer, "fork", fork)
     monkeypatch.setattr(forkserver.ForkServer, "_start", start)
@@ -176,6 +180,26 @@ def test_a_grading_forks_from_one_fork_server_and_leaves_nothing(tmp_path, monke
     assert report.score == report.max_score > 0
     assert len(forks) >= 2 and len(roots) == 1
     assert not roots[0].exists(), "the fork server's folder was left behind"
+    assert set(PICTURES) <= set(preloaded) and "torch" in preloaded, preloaded
+
+
+def test_no_preload_imports_triton():
+    """What the fork server preloads for the exercises (their needs' libraries
+    and ``Exercise.preload``) never imports Triton: ex07's worker is forked
+    from it, and Triton imported before its TRITON_INTERPRET fails every
+    interpreted launch (``torch._dynamo`` would: an op trace imports it)."""
+    import subprocess
+    import sys
+
+    from grader.registry import EXERCISES
+    names = [forkserver.PRELOAD[n] for n in forkserver.PRELOAD] + \
+        [m for e in EXERCISES.values() for m in e.preload]
+    code = (f"import importlib, sys\nfor m in {names!r}: importlib.import_module(m)\n"
+            "print([m for m in sys.modules if m == 'triton' or m.startswith('triton.')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_a_fork_server_that_cannot_start_says_why_and_workers_spawn(monkeypatch):

@@ -77,8 +77,13 @@ class ForkedProcess:
 
 
 class ForkServer:
-    def __init__(self, needs: set[str], *, namespaces: bool, memory_bytes: int):
+    def __init__(self, needs: set[str], *, namespaces: bool, memory_bytes: int,
+                 extra: tuple[str, ...] = ()):
+        """``extra``: modules preloaded after the needs' libraries (the
+        exercises' ``Exercise.preload``)."""
         self.preload = [PRELOAD[n] for n in PRELOAD if n in needs]
+        self.preload += [m for m in dict.fromkeys(extra) if m not in self.preload]
+        self.preloaded: list[str] = []
         self.namespaces = namespaces
         self.memory_bytes = memory_bytes
         self.root: Path | None = None
@@ -139,6 +144,7 @@ class ForkServer:
         ready = self._receive(READY_TIMEOUT)
         if "ready" not in ready:
             raise ForkServerError(f"unexpected first message {ready!r}")
+        self.preloaded = [str(m) for m in ready.get("preloaded", [])]   # what it imported
         if self.namespaces and not ready.get("own_namespaces"):
             raise ForkServerError("it cannot give a worker namespaces of its own here")
         if self.namespaces:
