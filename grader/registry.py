@@ -45,14 +45,16 @@ SHARED_PROBES = ("common", "gpu_compile", "heatmap")   # heatmap: A, B, C, H's p
 NEEDS = {"NumPy": "NumPy", "PyTorch": "PyTorch", "Triton": "Triton (Linux only)",
          "GPU": "a GPU"}
 # What a grading's fork server imports for the exercises' tests beyond their
-# needs (``Exercise.preload``): the picture probes' matplotlib
-# (``runtime/probes/common.py``), about a second in every fresh worker, as its
-# font list is built afresh in each sandbox's private /tmp; only the Agg
-# backend's module (no backend is chosen for pyplot).  Never a module that
-# imports Triton (``torch._dynamo`` does, which an op trace imports: F, G and
-# H pay it each): ex07's worker is forked from the same process, and Triton
-# imported before its TRITON_INTERPRET fails every interpreted launch.
+# needs (``Exercise.preload``), each a second or more in every fresh worker:
+# the picture probes' matplotlib (``runtime/probes/common.py``; its font list
+# is built afresh in each sandbox's private /tmp), only the Agg backend's
+# module (no backend is chosen for pyplot); and what PyTorch imports the
+# first time an operation like ``reshape`` runs under an op trace
+# (``TorchDispatchMode``, ``FlopCounterMode``: F's and H's traces), imported
+# there with Triton hidden (``runtime/forker.py``: ex07's worker is forked
+# from the same process and imports Triton itself, after its TRITON_INTERPRET).
 PICTURES = ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg")
+TRACES = ("torch._dynamo",)
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class Exercise:
     call_timeout: float = 10.0    # seconds per call, by default (--timeout overrides)
     budget_s: float = 300.0       # seconds all its workers may use (--exercise-budget overrides)
     in_contract: bool = True      # False: the project's own extension, not a contract module
-    preload: tuple[str, ...] = ()  # modules its tests' probes import (PICTURES)
+    preload: tuple[str, ...] = ()  # modules its tests' probes import (PICTURES, TRACES)
 
     def __post_init__(self):
         unknown = [n for n in self.needs if n not in NEEDS]
@@ -127,7 +129,7 @@ EXERCISES = {e.name: e for e in [
              call_timeout=60.0),
     Exercise("ex06_gqa_intensity", "F", "the arithmetic intensity of GQA decode",
              needs=("PyTorch",), secret=("attention", "roofline"),
-             probes=("ex06_gqa_intensity",), call_timeout=60.0),
+             probes=("ex06_gqa_intensity",), call_timeout=60.0, preload=TRACES),
     Exercise("ex07_flash_attention", "G", "a fused attention kernel in Triton",
              needs=("NumPy", "PyTorch", "Triton", "GPU"), gpu_for="the speed tiers",
              secret=("flash",), probes=("ex07_flash_attention",),
@@ -137,7 +139,7 @@ EXERCISES = {e.name: e for e in [
     # ex08's probe imports ex06's tracer (a probe module may import another)
     Exercise("ex08_mla", "H", "multi-head latent attention (MLA)", needs=("PyTorch",),
              secret=("mla",), probes=("ex08_mla",), call_timeout=60.0,
-             preload=PICTURES),
+             preload=PICTURES + TRACES),
     Exercise("questions", "Q", "interview questions", secret=("questions",),
              in_contract=False),
 ]}
