@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from grader import fault, rootcause
-from grader.registry import EXERCISES, suite_files
+from grader.registry import EXERCISES, TRACES, suite_files
 from grader.feedback import Feedback
 from grader.paths import SOLUTIONS_DIR, SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
@@ -249,11 +249,13 @@ class GradingPlugin:
         (each may take a fresh user id).  ``worker()`` waits for its own."""
         needs = {n for e in exercises for n in EXERCISES[e].needs}
         reach.parse_all(self.submission)   # here, not beside pytest's parsing (reach)
-        # What the tests import besides (``Exercise.preload``), not on a
-        # machine with a GPU: there a fork server preloads what has been
-        # proven to leave CUDA to its forked workers (benchmarks/gpu_check.py).
-        extra = () if bwrap.gpu_devices() else \
-            tuple(m for e in exercises for m in EXERCISES[e].preload)
+        # What the tests import besides (``Exercise.preload``); PyTorch's
+        # (TRACES) not on a machine with a GPU: there a fork server preloads
+        # only what has been proven to leave CUDA to its forked workers
+        # (benchmarks/gpu_check.py).
+        gpu = bool(bwrap.gpu_devices())
+        extra = tuple(m for e in exercises for m in EXERCISES[e].preload
+                      if not (gpu and m in TRACES))
         if self.options.fork_server:
             self.fork_server = self.launcher.fork_server(needs, extra)
         for exercise in exercises:
