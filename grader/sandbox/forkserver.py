@@ -2,8 +2,9 @@
 
 One ``ForkServer`` per grading: a sandboxed process like a worker (under
 bubblewrap with namespaces, else a plain child), started before the first
-worker, that imports NumPy and PyTorch once and then forks each of the
-grading's workers.  Every worker keeps what a spawned one has: its own copy
+worker, that imports NumPy and PyTorch once (and what the exercises' tests
+import besides, ``Exercise.preload``: matplotlib, PyTorch's trace machinery)
+and then forks each of the grading's workers.  Every worker keeps what a spawned one has: its own copy
 of the submission in its own folder, its own uid, cgroup and resource
 limits, its own session, pipes and time limits, and it dies with the grading.
 Under namespaces each forked worker also gets mount, IPC and PID namespaces
