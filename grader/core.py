@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from grader import fault, rootcause
-from grader.registry import EXERCISES, suite_files
+from grader.registry import EXERCISES, TRACES, suite_files
 from grader.feedback import Feedback
 from grader.paths import SOLUTIONS_DIR, SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
@@ -230,6 +230,7 @@ class GradingPlugin:
         self.results: dict[str, TestResult] = {}   # nodeid -> its result, once recorded
         self.unrecordable: dict[str, str] = {}   # nodeid -> why its result could not be
         self.items: dict = {}                    # nodeid -> the collected item
+        self.collected: dict[str, int] = {}      # nodeid -> its place as collected
         self._started: dict[str, threading.Event] = {}
         self._starter: threading.Thread | None = None
         self._closing = threading.Event()
@@ -248,8 +249,15 @@ class GradingPlugin:
         (each may take a fresh user id).  ``worker()`` waits for its own."""
         needs = {n for e in exercises for n in EXERCISES[e].needs}
         reach.parse_all(self.submission)   # here, not beside pytest's parsing (reach)
+        # What the tests import besides (``Exercise.preload``); PyTorch's
+        # (TRACES) not on a machine with a GPU: there a fork server preloads
+        # only what has been proven to leave CUDA to its forked workers
+        # (benchmarks/gpu_check.py).
+        gpu = bool(bwrap.gpu_devices())
+        extra = tuple(m for e in exercises for m in EXERCISES[e].preload
+                      if not (gpu and m in TRACES))
         if self.options.fork_server:
-            self.fork_server = self.launcher.fork_server(needs)
+            self.fork_server = self.launcher.fork_server(needs, extra)
         for exercise in exercises:
             self.worker(exercise)
             self._started[exercise] = threading.Event()
@@ -322,6 +330,12 @@ class GradingPlugin:
             self.fork_server.close()
 
     # -- pytest hooks ------------------------------------------------------
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items):
+        """The order as collected, before the suites' conftest moves the tests
+        that wait for the background compile to the end: the report's."""
+        self.collected = {item.nodeid: i for i, item in enumerate(items)}
+
     def pytest_collection_finish(self, session):
         self.plan = plan(session.items, self.options)
         self.items = {item.nodeid: item for item in session.items}
@@ -407,7 +421,8 @@ class GradingPlugin:
         its place, at its place, one that needs a regrade, so that the
         maximum is still the plan's."""
         tests = []
-        for nodeid, planned in self.plan.items():
+        for nodeid in sorted(self.plan, key=lambda n: self.collected.get(n, len(self.collected))):
+            planned = self.plan[nodeid]
             result = self.results.get(nodeid)
             if result is None:
                 item = self.items[nodeid]
@@ -420,7 +435,8 @@ class GradingPlugin:
                                         nodeid, "not run: the grading stopped before this test"))
             tests.append(result)
         # In course order, as collected: the suites' conftest may run the
-        # timed exercises last (``pytest_collection_modifyitems``).
+        # timed exercises and the compile check's test last
+        # (``pytest_collection_modifyitems``).
         course = list(EXERCISES)
         tests.sort(key=lambda t: course.index(t.exercise) if t.exercise in course
                    else len(course))

@@ -7,8 +7,9 @@ earlier exercises it imports (``after``: its notebook loads them); the
 secret references its suites import (``secret``: modules of
 ``grader/reference/secret/``); its probe modules (``probes``: files of
 ``grader/sandbox/runtime/probes/`` named like the exercise); its default time limit
-per call (``call_timeout``) and what its worker's environment gets
-(``worker_env``).
+per call (``call_timeout``), what its worker's environment gets
+(``worker_env``) and the libraries its tests make its worker import
+(``preload``: a grading's fork server imports them once).
 
 Everything else that lists exercises or their facts reads them from here
 (the CLI's letters, the notebooks, both READMEs' table of exercises:
@@ -43,6 +44,17 @@ SHARED_PROBES = ("common", "gpu_compile", "heatmap")   # heatmap: A, B, C, H's p
 # one they are "not run" and count for nothing).
 NEEDS = {"NumPy": "NumPy", "PyTorch": "PyTorch", "Triton": "Triton (Linux only)",
          "GPU": "a GPU"}
+# What a grading's fork server imports for the exercises' tests beyond their
+# needs (``Exercise.preload``), each a second or more in every fresh worker:
+# the picture probes' matplotlib (``runtime/probes/common.py``; its font list
+# is built afresh in each sandbox's private /tmp), only the Agg backend's
+# module (no backend is chosen for pyplot); and what PyTorch imports the
+# first time an operation like ``reshape`` runs under an op trace
+# (``TorchDispatchMode``, ``FlopCounterMode``: F's and H's traces), imported
+# there with Triton hidden (``runtime/forker.py``: ex07's worker is forked
+# from the same process and imports Triton itself, after its TRITON_INTERPRET).
+PICTURES = ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg")
+TRACES = ("torch._dynamo",)
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,7 @@ class Exercise:
     call_timeout: float = 10.0    # seconds per call, by default (--timeout overrides)
     budget_s: float = 300.0       # seconds all its workers may use (--exercise-budget overrides)
     in_contract: bool = True      # False: the project's own extension, not a contract module
+    preload: tuple[str, ...] = ()  # modules its tests' probes import (PICTURES, TRACES)
 
     def __post_init__(self):
         unknown = [n for n in self.needs if n not in NEEDS]
@@ -102,20 +115,21 @@ class _InterpretWithoutCuda(Mapping):
 
 
 EXERCISES = {e.name: e for e in [
-    Exercise("ex01_by_hand", "A", "attention by hand", secret=("by_hand",)),
+    Exercise("ex01_by_hand", "A", "attention by hand", secret=("by_hand",),
+             preload=PICTURES),
     Exercise("ex02_mha", "B", "multi-head attention with RoPE", needs=("NumPy",),
-             secret=("attention",)),
+             secret=("attention",), preload=PICTURES),
     Exercise("ex03_gqa", "C", "grouped-query attention", needs=("NumPy",),
-             after=("ex02_mha",), secret=("attention",)),
+             after=("ex02_mha",), secret=("attention",), preload=PICTURES),
     Exercise("ex04_quadratic", "D", "measuring the quadratic", needs=("PyTorch",),
              secret=("attention", "roofline"), probes=("ex04_quadratic",),
-             call_timeout=60.0),
+             call_timeout=60.0, preload=PICTURES),
     Exercise("ex05_decode_prefill", "E", "decode vs prefill", needs=("PyTorch",),
              secret=("attention", "roofline"), probes=("ex05_decode_prefill",),
              call_timeout=60.0),
     Exercise("ex06_gqa_intensity", "F", "the arithmetic intensity of GQA decode",
              needs=("PyTorch",), secret=("attention", "roofline"),
-             probes=("ex06_gqa_intensity",), call_timeout=60.0),
+             probes=("ex06_gqa_intensity",), call_timeout=60.0, preload=TRACES),
     Exercise("ex07_flash_attention", "G", "a fused attention kernel in Triton",
              needs=("NumPy", "PyTorch", "Triton", "GPU"), gpu_for="the speed tiers",
              secret=("flash",), probes=("ex07_flash_attention",),
@@ -124,7 +138,8 @@ EXERCISES = {e.name: e for e in [
              budget_s=900.0),
     # ex08's probe imports ex06's tracer (a probe module may import another)
     Exercise("ex08_mla", "H", "multi-head latent attention (MLA)", needs=("PyTorch",),
-             secret=("mla",), probes=("ex08_mla",), call_timeout=60.0),
+             secret=("mla",), probes=("ex08_mla",), call_timeout=60.0,
+             preload=PICTURES + TRACES),
     Exercise("questions", "Q", "interview questions", secret=("questions",),
              in_contract=False),
 ]}

@@ -288,6 +288,46 @@ def test_the_compile_test_is_named_where_the_conftest_looks():
     assert Path(SUITES_DIR / "public" / "test_ex04_quadratic.py").is_file()
 
 
+def test_the_compile_test_waits_last_and_is_reported_in_its_place(monkeypatch):
+    """Where G compiles in the background, its compile test (which waits for
+    the answer) runs after every other untimed test, just before the timed
+    exercises: the rest run while it compiles.  The report keeps the course
+    order with each exercise's tests as collected."""
+    from types import SimpleNamespace
+
+    from grader.report import Report
+    from grader.suites import conftest as suites_conftest
+
+    class Item:
+        def __init__(self, exercise, name):
+            self.exercise, self.name, self.nodeid = exercise, name, f"{exercise}::{name}"
+
+        def get_closest_marker(self, mark):
+            return SimpleNamespace(args=[self.exercise]) if mark == "exercise" else None
+
+    compile_test = suites_conftest.COMPILE_TEST_NAME
+    items = [Item("ex01_by_hand", "a"), Item("ex04_quadratic", "timed"),
+             Item("ex05_decode_prefill", "timed_too"), Item("ex07_flash_attention", "b"),
+             Item("ex07_flash_attention", compile_test), Item("ex07_flash_attention", "c"),
+             Item("ex08_mla", "d")]
+    plugin = core.GradingPlugin(Path("."), core.Options(),
+                                Report(submission="x", suite="hidden", exercises=[]))
+    plugin.pytest_collection_modifyitems(items)
+    monkeypatch.setattr(suites_conftest, "_compiles_early", lambda session: True)
+    run = list(items)
+    suites_conftest.pytest_collection_modifyitems(None, None, run)
+    assert [i.name for i in run] == ["a", "b", "c", "d", compile_test, "timed", "timed_too"]
+    plugin.plan = {i.nodeid: core.Planned(1.0, True) for i in run}
+    plugin.items = {i.nodeid: i for i in run}
+    for i in run:   # recorded as they ran
+        plugin.results[i.nodeid] = Result(exercise=i.exercise, name=i.name, title=i.name,
+                                          max_score=1.0, score=1.0, status=PASSED)
+        plugin.report.tests.append(plugin.results[i.nodeid])
+    plugin.unrecorded()
+    assert [t.name for t in plugin.report.tests] == ["a", "timed", "timed_too", "b",
+                                                     compile_test, "c", "d"]
+
+
 def test_checks_keep_each_launch_that_compiled(tmp_path, monkeypatch):
     """`check` keeps each launch that compiled (by Triton's key of the kernel,
     the arguments, the config and the target): an edit of the host code

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from grader.core import Options, grade
+from grader.registry import PICTURES
 from grader.sandbox import bwrap, confine, forkserver
 from grader.sandbox.client import StudentCrash, StudentModule, StudentTimeout
 from tests.conftest import SOLUTIONS, copy_solutions, launch, launcher
@@ -157,7 +158,9 @@ def test_workers_die_with_their_fork_server(namespaces):
 
 
 def test_a_grading_forks_from_one_fork_server_and_leaves_nothing(tmp_path, monkeypatch):
-    forks, roots = [], []
+    """... and that fork server has imported matplotlib for ex08's pictures
+    (``Exercise.preload``), once for every worker that draws."""
+    forks, roots, preloaded = [], [], []
     real_fork, real_start = forkserver.ForkServer.fork, forkserver.ForkServer._start
 
     def fork(self, cfg, on_forked=None):
@@ -167,6 +170,7 @@ def test_a_grading_forks_from_one_fork_server_and_leaves_nothing(tmp_path, monke
     def start(self):
         real_start(self)
         roots.append(self.root)
+        preloaded.extend(self.preloaded)
 
     monkeypatch.setattr(forkserver.ForkServer, "fork", fork)
     monkeypatch.setattr(forkserver.ForkServer, "_start", start)
@@ -176,6 +180,56 @@ def test_a_grading_forks_from_one_fork_server_and_leaves_nothing(tmp_path, monke
     assert report.score == report.max_score > 0
     assert len(forks) >= 2 and len(roots) == 1
     assert not roots[0].exists(), "the fork server's folder was left behind"
+    assert set(PICTURES) <= set(preloaded) and "torch" in preloaded, preloaded
+
+
+def test_no_preload_imports_triton():
+    """What the fork server preloads for the exercises (their needs' libraries
+    and ``Exercise.preload``), imported as it does (``forker``), leaves Triton
+    unimported: ex07's worker is forked from it and imports Triton after its
+    TRITON_INTERPRET (``torch._dynamo``, which an op trace imports, would
+    import it)."""
+    import subprocess
+    import sys
+
+    from grader.registry import EXERCISES
+    names = [forkserver.PRELOAD[n] for n in forkserver.PRELOAD] + \
+        [m for e in EXERCISES.values() for m in e.preload]
+    assert "torch._dynamo" in names
+    code = ("import sys\nfrom grader.sandbox.runtime.forker import _import_without_triton\n"
+            f"for m in {names!r}: _import_without_triton(m)\n"
+            f"assert all(m in sys.modules for m in {names!r})\n"
+            "print([m for m in sys.modules if m == 'triton' or m.startswith('triton.')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, cwd=str(SOLUTIONS.parent))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_interpreted_kernels_run_beside_the_preloaded_traces(tmp_path, monkeypatch):
+    """A grading of F, G and H: its fork server preloaded F's and H's op
+    traces' imports and H's matplotlib (``Exercise.preload``), and G's
+    worker, forked from it, still runs its kernels in Triton's interpreter."""
+    preloaded = []
+    real_start = forkserver.ForkServer._start
+
+    def start(self):
+        real_start(self)
+        preloaded.extend(self.preloaded)
+
+    monkeypatch.setattr(forkserver.ForkServer, "_start", start)
+    monkeypatch.setattr(bwrap, "gpu_devices", lambda: [])
+    sub = copy_solutions(tmp_path / "submission")
+    report = grade(sub, Options(
+        exercises=["ex06_gqa_intensity", "ex07_flash_attention", "ex08_mla"],
+        keyword="test_flash_attention_small or test_intensity_table_measured "
+                "or test_mla_decode_traced"))
+    assert not report.errors, report.errors
+    assert {t.exercise for t in report.tests if t.status == "passed"} == {
+        "ex06_gqa_intensity", "ex07_flash_attention", "ex08_mla"}
+    assert report.score == report.max_score > 0, [
+        (t.name, t.output[:300]) for t in report.tests if t.status != "passed"]
+    assert {"torch._dynamo", *PICTURES} <= set(preloaded), preloaded
 
 
 def test_a_fork_server_that_cannot_start_says_why_and_workers_spawn(monkeypatch):

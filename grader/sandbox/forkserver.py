@@ -2,8 +2,9 @@
 
 One ``ForkServer`` per grading: a sandboxed process like a worker (under
 bubblewrap with namespaces, else a plain child), started before the first
-worker, that imports NumPy and PyTorch once and then forks each of the
-grading's workers.  Every worker keeps what a spawned one has: its own copy
+worker, that imports NumPy and PyTorch once (and what the exercises' tests
+import besides, ``Exercise.preload``: matplotlib, PyTorch's trace machinery)
+and then forks each of the grading's workers.  Every worker keeps what a spawned one has: its own copy
 of the submission in its own folder, its own uid, cgroup and resource
 limits, its own session, pipes and time limits, and it dies with the grading.
 Under namespaces each forked worker also gets mount, IPC and PID namespaces
@@ -77,8 +78,13 @@ class ForkedProcess:
 
 
 class ForkServer:
-    def __init__(self, needs: set[str], *, namespaces: bool, memory_bytes: int):
+    def __init__(self, needs: set[str], *, namespaces: bool, memory_bytes: int,
+                 extra: tuple[str, ...] = ()):
+        """``extra``: modules preloaded after the needs' libraries (the
+        exercises' ``Exercise.preload``)."""
         self.preload = [PRELOAD[n] for n in PRELOAD if n in needs]
+        self.preload += [m for m in dict.fromkeys(extra) if m not in self.preload]
+        self.preloaded: list[str] = []
         self.namespaces = namespaces
         self.memory_bytes = memory_bytes
         self.root: Path | None = None
@@ -139,6 +145,7 @@ class ForkServer:
         ready = self._receive(READY_TIMEOUT)
         if "ready" not in ready:
             raise ForkServerError(f"unexpected first message {ready!r}")
+        self.preloaded = [str(m) for m in ready.get("preloaded", [])]   # what it imported
         if self.namespaces and not ready.get("own_namespaces"):
             raise ForkServerError("it cannot give a worker namespaces of its own here")
         if self.namespaces:

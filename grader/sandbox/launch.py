@@ -89,13 +89,17 @@ class Launcher:
                                fork_from=fork_from)
         return launch
 
-    def fork_server(self, needs: set[str]) -> "forkserver.ForkServer | None":
+    def fork_server(self, needs: set[str],
+                    extra: tuple[str, ...] = ()) -> "forkserver.ForkServer | None":
         """A fork server for a grading whose exercises need ``needs``, or None
         where none is used: not on this platform, nothing heavy to preload,
         or namespaces without root (a forked worker's own namespaces need
-        root there; each worker is then spawned in a sandbox of its own)."""
+        root there; each worker is then spawned in a sandbox of its own).
+        ``extra``: what their tests import besides (``Exercise.preload``),
+        preloaded too where there is a fork server."""
         if not forkserver.supported() or not needs & set(forkserver.PRELOAD):
             return None
         if self.namespaces and not confine.is_root():
             return None
-        return forkserver.ForkServer(needs, namespaces=self.namespaces, memory_bytes=self.memory_bytes)
+        return forkserver.ForkServer(needs, namespaces=self.namespaces,
+                                     memory_bytes=self.memory_bytes, extra=extra)

@@ -146,10 +146,14 @@ def _exercise_of(item) -> str | None:
 def pytest_collection_modifyitems(session, config, items):
     """Where G's compile check runs in the background (``compile_early``),
     the exercises that time the submission (``TIMED``) run last, once it has
-    ended: nothing of the grading runs beside their measurements.  The
-    report keeps the course order (``GradingPlugin.unrecorded``)."""
+    ended: nothing of the grading runs beside their measurements; and the
+    compile check's own test, which waits for its answer, runs just before
+    them, so that every other test runs while it compiles.  The report keeps
+    the course order, each exercise's tests as collected
+    (``GradingPlugin.unrecorded``)."""
     if _compiles_early(session):
-        items.sort(key=lambda item: _exercise_of(item) in TIMED)   # stable: in order
+        items.sort(key=lambda item: (_exercise_of(item) in TIMED,
+                                     item.name == COMPILE_TEST_NAME))   # stable: in order
 
 
 def pytest_runtest_setup(item):

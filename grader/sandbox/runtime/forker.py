@@ -202,13 +202,29 @@ def _can_own(own: dict | None) -> bool:
     return os.waitstatus_to_exitcode(status) == 0
 
 
+def _import_without_triton(name: str) -> None:
+    """Import ``name`` with Triton hidden: the fork server never imports Triton
+    (ex07's worker sets TRITON_INTERPRET before its first import, and a Triton
+    imported earlier fails every interpreted launch), and a library that would
+    import it (``torch._dynamo``) takes it for absent here and in every worker
+    forked from here.  A worker imports Triton itself, afresh."""
+    hidden = "triton" not in sys.modules
+    if hidden:
+        sys.modules["triton"] = None      # import triton: ImportError
+    try:
+        importlib.import_module(name)
+    finally:
+        if hidden and sys.modules.get("triton", 0) is None:
+            del sys.modules["triton"]
+
+
 def run(cfg: dict, serve) -> None:
     """The fork server's loop; ``serve`` is the worker's request loop."""
     for key, value in cfg.get("env", {}).items():
         os.environ[key] = str(value)
     for name in cfg.get("preload", []):
         try:
-            importlib.import_module(name)
+            _import_without_triton(name)
         except Exception:   # a library that is not installed: the worker says so later
             pass
     sock = socket.socket(fileno=os.dup(0))
