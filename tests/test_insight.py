@@ -109,7 +109,7 @@ def test_batch_and_merge_write_the_class_mistakes(tmp_path):
     assert "grades-mistakes.csv" in result.output
     index = (out.parent / "report" / "index.html").read_text()    # the class's page
     assert "1/sqrt(d_head) scale was forgotten" in index and 'href="ann.html"' in index
-    assert "This looks like:" in (out.parent / "report" / "ann.html").read_text()
+    assert "This looks like:" in (out.parent / "report" / "students" / "ann.html").read_text()
 
     parts = []
     for k in (1, 2):
@@ -134,5 +134,6 @@ def test_batch_and_merge_write_the_class_mistakes(tmp_path):
         assert "similarity.csv" in result.output
     index = (merged.parent / "report" / "index.html").read_text()
     assert "1/sqrt(d_head) scale was forgotten" in index and 'href="ann.html"' in index
-    assert "This looks like:" in (merged.parent / "report" / "ann.html").read_text()
-    assert "This looks like:" not in (merged.parent / "report" / "ben.html").read_text()
+    assert "This looks like:" in (merged.parent / "report" / "students" / "ann.html").read_text()
+    students = merged.parent / "report" / "students"
+    assert "This looks like:" not in (students / "ben.html").read_text()
