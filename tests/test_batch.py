@@ -361,3 +361,22 @@ def test_shards_of_a_folder_and_a_zip_of_one_name_merge(tmp_path):
         assert f"<h1>{label}</h1>" in page
     assert 'id="total">Total: 0/' in pages["ann"]
     assert f'id="total">Total: {ex01_max():g}/' in pages["ann.zip"]
+
+
+def test_merge_takes_the_result_written_under_its_own_name(tmp_path):
+    """A results folder may still hold an older run's file of a label (ann/ and
+    ann.zip were both 'ann', ann-49915e0d.json): merge's pages take the one the
+    batch wrote under that submission's own result name."""
+    from grader.batch import merged_results, write_extras
+    from grader.safetext import csv_text
+    part, results = tmp_path / "part1" / "grades.csv", tmp_path / "part1" / "results"
+    results.mkdir(parents=True)
+    text = csv_text(["submission", "total"], [["ann", 1]])
+    part.write_text(text)
+    write_extras(part, text, shard=(1, 1), everyone=["ann"], results=results)
+    old = {"score": 0, "extra_data": {"batch": {"submission": "ann"}}}
+    new = {"score": 1, "extra_data": {"batch": {"submission": "ann", "result": "ann"}}}
+    (results / "ann-49915e0d.json").write_text(json.dumps(old))   # sorts first
+    (results / "ann.json").write_text(json.dumps(new))
+    [(label, path, data)] = merged_results([part], text)
+    assert (label, path.name, data["score"]) == ("ann", "ann.json", 1)
