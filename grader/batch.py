@@ -429,10 +429,12 @@ def read_roster(path: Path) -> dict[str, str]:
 
 def roster_by_name(roster: dict[str, str], subs: list[Submission]) -> dict[str, str]:
     """{submission name: identifier}: a roster row's ``submission`` names a
-    submission, or the LMS user id of one from a bulk download."""
+    submission (as the folder spells it, or as grades.csv shows it), or the
+    LMS user id of one from a bulk download."""
     out = {}
     for sub in subs:
-        sid = roster.get(sub.name) or (roster.get(sub.lms_user_id) if sub.lms_user_id else None)
+        sid = roster.get(sub.name) or roster.get(sub.label) or \
+            (roster.get(sub.lms_user_id) if sub.lms_user_id else None)
         if sid is not None:
             out[sub.name] = sid
     return out

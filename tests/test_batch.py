@@ -285,8 +285,10 @@ def test_discover_gives_every_submission_a_label_of_its_own(tmp_path):
     assert len({s.key.casefold() for s in subs.values()}) == len(subs)   # Bob and bob
     assert subs["ann"].key == "ann" and subs["ann.zip"].key == "ann.zip"
     # The roster names each as grades.csv does: ann is the folder, ann.zip the zip.
-    assert roster_by_name({"ann": "s1", "ann.zip": "s2", "dan": "s3"}, list(subs.values())) \
-        == {"ann": "s1", "ann.zip": "s2", "dan": "s3"}
+    tagged = subs["c\x1b"].label
+    assert roster_by_name({"ann": "s1", "ann.zip": "s2", "dan": "s3", tagged: "s4"},
+                          list(subs.values())) \
+        == {"ann": "s1", "ann.zip": "s2", "dan": "s3", "c\x1b": "s4"}
 
 
 @pytest.mark.slow
