@@ -57,7 +57,7 @@ ONE_LINE = cleaner(NAME_LIMIT, one_line=True)
 
 @dataclass
 class Submission:
-    name: str              # as the class folder spells it (the roster's key)
+    name: str              # as the class folder spells it, unique (_name_files): the roster's key
     path: Path
     key: str = ""          # its result file's stem, unique in the batch
     error: str = ""        # why it cannot be graded, found at intake: a zero row, no grading
