@@ -12,9 +12,16 @@ submission that breaks even the grader costs only its own row, and that row
 is out of the class's maximum (``class_maximum``), as every other is.  A rerun
 skips a submission whose result file records the same cache key (the
 submission's content hash, the suite, the exercises, the options that change
-scores and the grader's version), unless ``force``.  Submissions whose
-result names would collide (``s1/`` and ``s1!.zip``, names differing only
-in an accent) get distinct names; the CSV keeps the original ones.
+scores and the grader's version), unless ``force``.
+
+Every submission of a batch has a label of its own, fixed at ``discover``:
+its folder's name, or a notebook's or zip's name without the suffix, which
+a file keeps where a folder or another file has that stem (``ann/`` and
+``ann.zip`` are ``ann`` and ``ann.zip``); labels that the cleaning of
+control characters would make one get a tag of their original's hash.  The
+CSV, the roster, ``--submitted-times``, the results and the class report
+all name it so.  Result names that would collide (``s1/`` and ``s1!.zip``,
+names differing only in an accent or in case) get a hash too.
 """
 from __future__ import annotations
 
@@ -50,7 +57,7 @@ ONE_LINE = cleaner(NAME_LIMIT, one_line=True)
 
 @dataclass
 class Submission:
-    name: str              # as the class folder spells it (the roster's key)
+    name: str              # as the class folder spells it, unique (_name_files): the roster's key
     path: Path
     key: str = ""          # its result file's stem, unique in the batch
     error: str = ""        # why it cannot be graded, found at intake: a zero row, no grading
@@ -137,15 +144,51 @@ def discover(folder: Path, staging: Path | None = None,
             who.submissions.add(match["sub"])
             who.late = who.late or bool(match["late"])
         elif path.is_dir() or path.suffix.lower() in (".ipynb", ".zip"):
-            name = path.name if path.is_dir() else path.stem
-            subs.append(Submission(name, path))
+            subs.append(Submission(path.name, path))   # named by _name_files below
         else:
             skipped.append(f"{path.name}: a loose file, not a sub-folder, notebook, zip or "
                            "Canvas download file (login[_late]_userid_submissionid_file)")
+    _name_files(subs)
     subs += _stage_canvas(canvas, {s.name for s in subs}, staging)
     subs.sort(key=lambda s: s.name)
+    _unique_labels(subs)
     _unique_keys(subs)
     return subs
+
+
+def _name_files(subs: list[Submission]) -> None:
+    """A notebook or zip is named by its stem, unless a folder or another
+    file would have that name: then by its whole file name, suffix kept, so
+    that a student and the roster still know it (``ann/`` and ``ann.zip``
+    are ``ann`` and ``ann.zip``; ``ann.zip`` and ``ann.ipynb`` keep both).
+    File names are unique in a folder, so this ends with unique names."""
+    for sub in subs:
+        sub.name = sub.path.name if sub.path.is_dir() else sub.path.stem
+    while True:
+        count: dict[str, int] = {}
+        for sub in subs:
+            count[sub.name] = count.get(sub.name, 0) + 1
+        clash = [s for s in subs if count[s.name] > 1 and s.name != s.path.name]
+        if not clash:
+            break
+        for sub in clash:
+            sub.name = sub.path.name
+    for sub in subs:
+        sub.label = ONE_LINE(sub.name)
+
+
+def _unique_labels(subs: list[Submission]) -> None:
+    """Names are unique, but their shown forms may not be (``a\\x1b`` and
+    ``a`` then ESC both show as ``a\\x1b``): such labels get `` #`` and a hash
+    of the name, so that no two rows, pages or roster entries are one."""
+    count: dict[str, int] = {}
+    for sub in subs:
+        count[sub.label] = count.get(sub.label, 0) + 1
+    for sub in subs:
+        if count[sub.label] > 1:
+            digest = hashlib.sha256(sub.name.encode("utf-8", "surrogatepass")).hexdigest()
+            tag = f" #{digest[:12]}"
+            sub.label = sub.label[:NAME_LIMIT - len(tag)] + tag
 
 
 def _stage_canvas(canvas: dict, taken: set, staging: Path | None) -> list[Submission]:
@@ -157,7 +200,9 @@ def _stage_canvas(canvas: dict, taken: set, staging: Path | None) -> list[Submis
         if not who.files:
             continue
         name = f"{who.student}_{user}"
-        name = name if name not in taken else f"{name}_canvas"
+        while name in taken:   # a folder of that name too
+            name = f"{name}_canvas"
+        taken.add(name)
         dest = Path(staging) / _safe(name)
         dest.mkdir(parents=True, exist_ok=True)
         budget, error = Budget(), ""   # staged copies are what one upload may bring in
@@ -185,24 +230,25 @@ def shard_of(subs: list[Submission], k: int, n: int) -> list[Submission]:
 
 
 def _unique_keys(subs: list[Submission]) -> None:
-    """A result name per submission: the safe form of its name, plus a hash of
-    the original where two safe forms would collide (never "already graded"
-    for someone else's result)."""
+    """A result name per submission (its results JSON, artifacts folder and
+    page): the safe form of its name, plus a hash of the original where two
+    safe forms would collide, in case too, as they do on macOS's and
+    Windows's disks (never "already graded" for someone else's result)."""
     count: dict[str, int] = {}
     for sub in subs:
-        count[_safe(sub.name)] = count.get(_safe(sub.name), 0) + 1
+        count[_safe(sub.name).casefold()] = count.get(_safe(sub.name).casefold(), 0) + 1
     taken = {k for k, n in count.items() if n == 1}
     for sub in subs:
         safe = _safe(sub.name)
-        if count[safe] == 1:
+        if count[safe.casefold()] == 1:
             sub.key = safe
             continue
         digest = hashlib.sha256(sub.path.name.encode("utf-8", "surrogateescape")).hexdigest()
         for width in (8, 16, 64):
             key = f"{safe}-{digest[:width]}"
-            if key not in taken:
+            if key.casefold() not in taken:
                 break
-        taken.add(key)
+        taken.add(key.casefold())
         sub.key = key
 
 
@@ -315,8 +361,12 @@ def _write_json(path: Path, data: dict) -> None:
 
 def _batch_info(sub: Submission, key: dict | None = None) -> dict:
     """What the batch keeps in a result (under ``extra_data``, as Gradescope's
-    format asks of keys of one's own): its cache key, name and LMS fields."""
-    info = {"submission": sub.label} if key is None else {"key": key, "submission": sub.label}
+    format asks of keys of one's own): its cache key, label, result name
+    (which ``merged_results`` prefers to an older run's file of that label)
+    and LMS fields."""
+    info = {"submission": sub.label, "result": sub.key}
+    if key is not None:
+        info = {"key": key, **info}
     if sub.lms_user_id:
         info["lms"] = {"user_id": sub.lms_user_id, "submission_id": sub.lms_submission_id,
                        "late": bool(sub.late)}
@@ -379,10 +429,12 @@ def read_roster(path: Path) -> dict[str, str]:
 
 def roster_by_name(roster: dict[str, str], subs: list[Submission]) -> dict[str, str]:
     """{submission name: identifier}: a roster row's ``submission`` names a
-    submission, or the LMS user id of one from a bulk download."""
+    submission (as the folder spells it, or as grades.csv shows it), or the
+    LMS user id of one from a bulk download."""
     out = {}
     for sub in subs:
-        sid = roster.get(sub.name) or (roster.get(sub.lms_user_id) if sub.lms_user_id else None)
+        sid = roster.get(sub.name) or roster.get(sub.label) or \
+            (roster.get(sub.lms_user_id) if sub.lms_user_id else None)
         if sid is not None:
             out[sub.name] = sid
     return out
@@ -465,7 +517,8 @@ def grade_one(sub: Submission, results_dir: Path, options: Options | None = None
         _write_json(result_path, data)
     except (OSError, ValueError) as exc:
         outcome.error = f"the result could not be read: {exc}"
-        return _not_graded(outcome, {"key": key, "submission": sub.label}, maxima)
+        return _not_graded(outcome, {"key": key, "submission": sub.label, "result": sub.key},
+                           maxima)
     return outcome
 
 
@@ -719,16 +772,21 @@ def part_results(part: Path) -> Path:
 def merged_results(parts: list[Path], text: str) -> list[tuple[str, Path, dict]]:
     """(label, results JSON's path, results JSON) of each submission of the
     merged CSV ``text``, from the parts' results folders, in name order; a
-    submission whose result is not found has its row in the CSV only."""
-    wanted = {row["submission"] for row in csv.DictReader(io.StringIO(text))}
+    submission whose result is not found has its row in the CSV only.  Labels
+    are unique in a batch; of two files of one label (one left by a run
+    before the names changed), the one written under its own result name wins."""
+    wanted = {clean(csv_value(row["submission"]))
+              for row in csv.DictReader(io.StringIO(text))}
     found: dict[str, tuple[str, Path, dict]] = {}
     for part in parts:
         for path in sorted(part_results(part).glob("*.json")):
             try:
                 data = json.loads(path.read_text())
-                label = clean(str(data["extra_data"]["batch"]["submission"]))
+                batch = data["extra_data"]["batch"]
+                label = clean(str(batch["submission"]))
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if label in wanted and label not in found:
-                found[label] = (label, path, data)
-    return [found[label] for label in sorted(found)]
+            own = batch.get("result") == path.stem
+            if label in wanted and (label not in found or own and not found[label][3]):
+                found[label] = (label, path, data, own)
+    return [found[label][:3] for label in sorted(found)]

@@ -444,8 +444,10 @@ def batch(folder, options, fail_on_lost_points, out, results_dir, jobs, submissi
         ids = roster_by_name(ids, everyone) if ids is not None else None
         for sub in subs if ids is not None else []:
             if sub.name not in ids:
-                click.echo(f"  {sub.label} is not on the roster: exercise A is graded for the "
-                           "STUDENT_ID in its module, if any", err=True)
+                kept = f" (named with its suffix: {Path(sub.name).stem} is another submission)" \
+                    if sub.name == sub.path.name and sub.path.is_file() else ""
+                click.echo(f"  {sub.label} is not on the roster{clean(kept)}: exercise A is "
+                           "graded for the STUDENT_ID in its module, if any", err=True)
         with click.progressbar(length=len(subs), label="grading", file=sys.stderr,
                                show_pos=True, item_show_func=lambda o: o.submission.label
                                if o else "") as bar:

@@ -2,8 +2,9 @@
 
 ``student_page`` renders one results JSON (``grader.report.to_gradescope``'s
 dict: what ``grade --format json`` and every batch result hold), so that
-``grade --format html`` and the batch's ``report/<student>.html`` are one
-function.  ``class_page`` is ``report/index.html``: the histogram of totals
+``grade --format html`` and the batch's ``report/students/<key>.html`` are
+one function (``key``: the submission's result name, unique in the batch).
+``class_page`` is ``report/index.html``: the histogram of totals
 (an inline SVG), per-exercise means, the mistakes table (``grader.insight``),
 the similar pairs (``grader.similarity``), each linking a side-by-side page
 with the shared lines marked, the submissions to regrade, and a link per
@@ -14,6 +15,10 @@ URIs, and a Content-Security-Policy that forbids any request, so a page reads
 the same offline and a student's text cannot make it load anything.  Every
 text shown has been through ``grader.safetext`` (clean) and is escaped here
 with ``html.escape``.
+
+The class's own pages (``index.html``, ``pair-<n>.html``) and the students'
+pages never share a folder: a student named ``index`` or ``pair-0`` has a
+page of their own in ``students/`` and overwrites nothing.
 """
 from __future__ import annotations
 
@@ -199,18 +204,29 @@ def pictures_in(folder: Path | None) -> dict[str, bytes]:
     return pictures
 
 
+STUDENTS = "students"   # the students' pages' folder, beside the class's own pages
+
+
+def student_href(key: str) -> str:
+    """Where the class page links a student's page: ``students/<key>.html``."""
+    return f"{STUDENTS}/{key}.html"
+
+
 def write_class_report(folder: Path, grades_csv: str, results: list[tuple[str, str, dict]],
                        mistakes: list[list], pairs: list, rubric: dict | None = None,
                        pictures: dict[str, dict[str, bytes]] | None = None) -> Path:
-    """``folder/index.html``, a page per student (``results``: (label, result
-    file stem, results JSON); ``pictures``: label -> that grading's PNGs) and
-    one per similar pair; returns index.html."""
+    """``folder/index.html``, a page per student in ``folder/students/``
+    (``results``: (label, result file stem, results JSON), labels unique, as
+    ``grader.batch.discover`` makes them; ``pictures``: label -> that
+    grading's PNGs) and one per similar pair; returns index.html."""
     from grader.report import write_private
 
     folder = Path(folder)
-    links = {}
+    links: dict[str, str] = {}
     for label, key, data in results:
-        links[label] = f"{key}.html"
+        if label in links:   # two rows of one name could not be told apart
+            raise ValueError(f"two results are labelled {label!r}")
+        links[label] = student_href(key)
         write_private(folder / links[label],
                       student_page(data, label, (pictures or {}).get(label)))
     for i, pair in enumerate(pairs):
@@ -241,7 +257,7 @@ def rewrite_class_page(folder: Path, grades_csv: Path, results_dir: Path,
             label = json.loads(path.read_text())["extra_data"]["batch"]["submission"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        links[str(label)] = f"{path.stem}.html"
+        links[str(label)] = student_href(path.stem)
     text = Path(grades_csv).read_text(encoding="utf-8")
     write_private(index, class_page(text, mistakes, pairs, links, rubric))
     return index

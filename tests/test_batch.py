@@ -249,3 +249,136 @@ def test_the_histograms_count_axis_has_whole_numbers():
     fig.canvas.draw()   # the locator picks the ticks when drawn
     ticks = [t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
     assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def student_links(report):
+    """{label: its page's text} of the Students table of ``report/index.html``,
+    each link followed as a browser would (relative to the index)."""
+    import html
+    import re
+    index = (report / "index.html").read_text()
+    table = index[index.index('id="students"'):]
+    table = table[:table.index("</table>")]
+    links = re.findall(r'<a href="([^"]+)">([^<]*)</a>', table)
+    assert len(links) == len({html.unescape(label) for _, label in links}), links
+    return {html.unescape(label): (report / html.unescape(href)).read_text()
+            for href, label in links}
+
+
+def test_discover_gives_every_submission_a_label_of_its_own(tmp_path):
+    """A file keeps its suffix where a folder or another file has its stem; a
+    lone file is named by its stem, as before; labels that cleaning would make
+    one get a hash tag; result names differ in more than case."""
+    from grader.batch import discover, roster_by_name
+    cls = tmp_path / "class"
+    for folder in ("ann", "Bob", "c\x1b", "c\\x1b"):
+        (cls / folder).mkdir(parents=True)
+    for file in ("ann.zip", "ann.ipynb", "bob.zip", "dan.zip", "eve.zip", "eve.ipynb"):
+        (cls / file).write_bytes(b"")
+    subs = {s.name: s for s in discover(cls)}
+    assert set(subs) == {"ann", "ann.zip", "ann.ipynb", "Bob", "bob", "c\x1b", "c\\x1b",
+                         "dan", "eve.zip", "eve.ipynb"}
+    assert subs["ann.zip"].path.name == "ann.zip" and subs["dan"].path.name == "dan.zip"
+    labels = [s.label for s in subs.values()]
+    assert len(set(labels)) == len(labels)
+    assert subs["c\x1b"].label.startswith("c\\x1b #") and subs["c\\x1b"].label != "c\\x1b"
+    assert len({s.key.casefold() for s in subs.values()}) == len(subs)   # Bob and bob
+    assert subs["ann"].key == "ann" and subs["ann.zip"].key == "ann.zip"
+    # The roster names each as grades.csv does: ann is the folder, ann.zip the zip.
+    tagged = subs["c\x1b"].label
+    assert roster_by_name({"ann": "s1", "ann.zip": "s2", "dan": "s3", tagged: "s4"},
+                          list(subs.values())) \
+        == {"ann": "s1", "ann.zip": "s2", "dan": "s3", "c\x1b": "s4"}
+
+
+@pytest.mark.slow
+def test_a_folder_and_a_zip_of_one_name_are_two_rows_two_pages(tmp_path):
+    """The red team's batch-samename: ann/ and ann.zip are ann and ann.zip in
+    grades.csv, in --submitted-times, in results/ and in the class report,
+    each page its own feedback and pictures."""
+    import zipfile
+    cls = tmp_path / "class"
+    copy_solutions(cls / "ann", ["ex04_quadratic"])
+    (cls / "ann" / "ex01_by_hand.py").write_text("SCORES = None\n")      # 0 for A
+    with zipfile.ZipFile(cls / "ann.zip", "w") as z:                   # full A, no D
+        z.write(_solution_file("ex01_by_hand"), "ex01_by_hand.py")
+    times = tmp_path / "times.csv"
+    times.write_text("submission,submitted_at\nann,2026-01-01T00:00\n"
+                     "ann.zip,2026-01-02T12:00\n")
+    out = tmp_path / "out" / "grades.csv"
+    result = CliRunner().invoke(main, [
+        "batch", str(cls), "--out", str(out), "-e", "A", "-e", "D", "-j", "2",
+        "--due", "2026-01-01T00:00", "--late-policy", "10%/day",
+        "--submitted-times", str(times)])
+    assert result.exit_code == 0, result.output
+    rows = read_csv(out)
+    assert list(rows) == ["ann", "ann.zip"] and len(out.read_text().splitlines()) == 3
+    assert float(rows["ann"]["ex01_by_hand"]) == 0 and float(rows["ann"]["ex04_quadratic"]) > 0
+    assert float(rows["ann.zip"]["ex01_by_hand"]) == ex01_max()
+    assert float(rows["ann.zip"]["ex04_quadratic"]) == 0
+    assert float(rows["ann"]["penalty"]) == 0 and float(rows["ann.zip"]["late_units"]) == 2
+    results = out.parent / "results"
+    for name in rows:
+        data = json.loads((results / f"{name}.json").read_text())
+        assert data["extra_data"]["batch"]["submission"] == name
+    pages = student_links(out.parent / "report")
+    assert set(pages) == {"ann", "ann.zip"} and pages["ann"] != pages["ann.zip"]
+    assert "<h1>ann</h1>" in pages["ann"] and "<h1>ann.zip</h1>" in pages["ann.zip"]
+    # Each page shows its own grading's pictures, and only those.
+    import base64
+    for name, picture in (("ann", "ex04_scaling.png"), ("ann.zip", "ex01_weights.png")):
+        png = (results / f"{name}.artifacts" / picture).read_bytes()
+        assert base64.b64encode(png).decode() in pages[name]
+        assert pages[name].count("<img") == 1
+    index = (out.parent / "report" / "index.html").read_text()
+    assert "<h1>Class report</h1>" in index and "<p>2 submissions.</p>" in index
+
+
+def test_shards_of_a_folder_and_a_zip_of_one_name_merge(tmp_path):
+    """merge keeps ann and ann.zip apart (it refused them as 'in two parts'),
+    and its class report links each, and =bob (a formula's start), to its page."""
+    import zipfile
+    cls = tmp_path / "class"
+    copy_solutions(cls / "ann", [])
+    (cls / "ann" / "ex01_by_hand.py").write_text("SCORES = None\n")
+    with zipfile.ZipFile(cls / "ann.zip", "w") as z:
+        z.write(_solution_file("ex01_by_hand"), "ex01_by_hand.py")
+    copy_solutions(cls / "=bob", ["ex01_by_hand"])
+    parts = []
+    for k in (1, 2):
+        part = tmp_path / f"part{k}" / "grades.csv"
+        result = CliRunner().invoke(main, ["batch", str(cls), "--out", str(part), "-e", "A",
+                                           "--shard", f"{k}/2"])
+        assert result.exit_code == 0, result.output
+        parts.append(part)
+    merged = tmp_path / "merged" / "grades.csv"
+    result = CliRunner().invoke(main, ["merge", *map(str, parts), "--out", str(merged)])
+    assert result.exit_code == 0, result.output
+    rows = read_csv(merged)
+    assert set(rows) == {"ann", "ann.zip", "'=bob"}          # the CSV's formula guard
+    assert float(rows["ann"]["total"]) == 0 and float(rows["ann.zip"]["total"]) == ex01_max()
+    pages = student_links(merged.parent / "report")
+    assert set(pages) == {"ann", "ann.zip", "=bob"}
+    for label, page in pages.items():
+        assert f"<h1>{label}</h1>" in page
+    assert 'id="total">Total: 0/' in pages["ann"]
+    assert f'id="total">Total: {ex01_max():g}/' in pages["ann.zip"]
+
+
+def test_merge_takes_the_result_written_under_its_own_name(tmp_path):
+    """A results folder may still hold an older run's file of a label (ann/ and
+    ann.zip were both 'ann', ann-49915e0d.json): merge's pages take the one the
+    batch wrote under that submission's own result name."""
+    from grader.batch import merged_results, write_extras
+    from grader.safetext import csv_text
+    part, results = tmp_path / "part1" / "grades.csv", tmp_path / "part1" / "results"
+    results.mkdir(parents=True)
+    text = csv_text(["submission", "total"], [["ann", 1]])
+    part.write_text(text)
+    write_extras(part, text, shard=(1, 1), everyone=["ann"], results=results)
+    old = {"score": 0, "extra_data": {"batch": {"submission": "ann"}}}
+    new = {"score": 1, "extra_data": {"batch": {"submission": "ann", "result": "ann"}}}
+    (results / "ann-49915e0d.json").write_text(json.dumps(old))   # sorts first
+    (results / "ann.json").write_text(json.dumps(new))
+    [(label, path, data)] = merged_results([part], text)
+    assert (label, path.name, data["score"]) == ("ann", "ann.json", 1)

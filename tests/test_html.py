@@ -47,15 +47,15 @@ def test_the_class_page_holds_histogram_tables_and_links(tmp_path):
     text = index.read_text()
     assert '<svg id="histogram"' in text and 'id="mistakes"' in text
     assert "<code>no_scale</code>" in text and 'href="pair-0.html"' in text
-    assert 'href="ann.html"' in text and 'href="evil.html"' in text
+    assert 'href="students/ann.html"' in text and 'href="students/evil.html"' in text
     assert "<script>" not in text and "&lt;script&gt;" in text       # escaped, never run
     regrade = text[text.index('id="regrade"'):text.index("<h2>Students")]
     assert "ben" in regrade and "boom" in regrade and "ann.html" not in regrade
     pair = (tmp_path / "report" / "pair-0.html").read_text()
     assert "<mark>def f(x):</mark>" in pair and "&lt;b&gt;" in pair and "<mark># a" not in pair
-    student = (tmp_path / "report" / "ben.html").read_text()
+    student = (tmp_path / "report" / "students" / "ben.html").read_text()
     assert "This looks like: the scores were not scaled" in student
-    for page in (tmp_path / "report").glob("*.html"):
+    for page in (tmp_path / "report").rglob("*.html"):
         assert "http://" not in page.read_text() and "https://" not in page.read_text()
 
 
@@ -102,11 +102,12 @@ def test_a_real_browser_reads_the_pages_without_console_errors(tmp_path):
     assert (0xee, 0xee, 0xee) in colours           # the tables' header cells
     dom = _chromium(index.as_uri(), tmp_path, "--dump-dom")
     assert dom.stdout.count("<rect") == 10 and 'id="mistakes"' in dom.stdout
-    for name in ("ben.html", "pair-0.html"):
+    for name in ("students/ben.html", "pair-0.html"):
         run = _chromium((tmp_path / "report" / name).as_uri(), tmp_path, "--dump-dom")
         assert _console(run) == [], run.stderr[-2000:]
     assert "This looks like: the scores were not scaled" in \
-        _chromium((tmp_path / "report" / "ben.html").as_uri(), tmp_path, "--dump-dom").stdout
+        _chromium((tmp_path / "report" / "students" / "ben.html").as_uri(), tmp_path,
+                  "--dump-dom").stdout
 
 
 @pytest.mark.slow
@@ -118,6 +119,31 @@ def test_a_batch_students_page_shows_the_ex04_plot(tmp_path):
     assert result.exit_code == 0, result.output
     made = out.parent / "results" / "ann.artifacts" / "ex04_scaling.png"
     assert made.read_bytes().startswith(b"\x89PNG")          # beside its result, grader-owned
-    page = (out.parent / "report" / "ann.html").read_text()
+    page = (out.parent / "report" / "students" / "ann.html").read_text()
     assert '<img alt="ex04_scaling.png" src="data:image/png;base64,' in page
     assert not list(cls.rglob("*.png"))                       # nothing in the submission
+
+
+@pytest.mark.slow
+def test_students_named_index_and_pair_0_overwrite_no_class_page(tmp_path):
+    """The red team's batch-inject: students named index and pair-0 (alike, so
+    pair-0.html exists) each have their own page, and the class's index and
+    pair page are intact."""
+    from tests.test_batch import student_links
+    cls = tmp_path / "class"
+    for name in ("index", "pair-0"):
+        copy_solutions(cls / name, ["ex04_quadratic"])
+    out = tmp_path / "out" / "grades.csv"
+    result = CliRunner().invoke(main, ["batch", str(cls), "--out", str(out), "-e", "D",
+                                       "-j", "2"])
+    assert result.exit_code == 0, result.output
+    report = out.parent / "report"
+    index = (report / "index.html").read_text()
+    assert "<h1>Class report</h1>" in index and "<p>2 submissions.</p>" in index
+    pages = student_links(report)
+    assert set(pages) == {"index", "pair-0"}
+    for name, page in pages.items():
+        assert f"<h1>{name}</h1>" in page and '<img alt="ex04_scaling.png"' in page
+    assert 'href="pair-0.html"' in index
+    pair = (report / "pair-0.html").read_text()
+    assert "<h1>ex04_quadratic: index and pair-0</h1>" in pair and "<mark>" in pair

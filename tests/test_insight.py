@@ -108,8 +108,8 @@ def test_batch_and_merge_write_the_class_mistakes(tmp_path):
     assert "1/sqrt(d_head) scale was forgotten" in summary
     assert "grades-mistakes.csv" in result.output
     index = (out.parent / "report" / "index.html").read_text()    # the class's page
-    assert "1/sqrt(d_head) scale was forgotten" in index and 'href="ann.html"' in index
-    assert "This looks like:" in (out.parent / "report" / "ann.html").read_text()
+    assert "1/sqrt(d_head) scale was forgotten" in index and 'href="students/ann.html"' in index
+    assert "This looks like:" in (out.parent / "report" / "students" / "ann.html").read_text()
 
     parts = []
     for k in (1, 2):
@@ -133,6 +133,7 @@ def test_batch_and_merge_write_the_class_mistakes(tmp_path):
             similarity.similarity_csv(out).read_text()
         assert "similarity.csv" in result.output
     index = (merged.parent / "report" / "index.html").read_text()
-    assert "1/sqrt(d_head) scale was forgotten" in index and 'href="ann.html"' in index
-    assert "This looks like:" in (merged.parent / "report" / "ann.html").read_text()
-    assert "This looks like:" not in (merged.parent / "report" / "ben.html").read_text()
+    assert "1/sqrt(d_head) scale was forgotten" in index and 'href="students/ann.html"' in index
+    assert "This looks like:" in (merged.parent / "report" / "students" / "ann.html").read_text()
+    students = merged.parent / "report" / "students"
+    assert "This looks like:" not in (students / "ben.html").read_text()
