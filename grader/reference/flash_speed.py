@@ -36,6 +36,7 @@ import time
 import torch
 
 from grader.paths import RUNTIME_PACKAGE
+from grader.reference.flash_judge import elsewhere_problems
 from grader.sandbox.client import StudentModule
 
 # The reference kernel, loaded where it lies in the worker runtime.
@@ -85,7 +86,6 @@ def _launch_problems(run, own_file: str) -> list:
     if run.get("forbidden"):
         out.append("let PyTorch do attention's work during the timed calls ("
                    + ", ".join(sorted(run["forbidden"])) + ")")
-    from grader.reference.flash_judge import elsewhere_problems
     moved = elsewhere_problems(run.get("elsewhere"))
     if moved:
         out.append(f"{', '.join(moved)} during the timed calls (the work must be your "

@@ -1,6 +1,5 @@
 """Public tests for ex04_quadratic: the timer, the memory wall, and your own
 measurement of the quadratic on the grading machine."""
-import numpy as np
 import pytest
 import torch
 
@@ -10,7 +9,7 @@ from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference.secret import attention as ref
 from grader.reference.secret import roofline as rl
 from grader.reference import timing
-from grader.reference.heatmap_checks import file_problem
+from grader.reference.heatmap_checks import file_problem, png_bytes
 from grader.reference.ex04_checks import (ANSWER_NAME, answer_problem, check_loglog,
                                           square_guide_note, timer_result)
 from grader.sandbox.client import StudentError
@@ -108,7 +107,7 @@ def save_plot(student, artifacts_dir, pairs) -> str:
     problem = file_problem(out, "plot_scaling")     # kept: the figure saved at the path
     if problem:
         return f"(no plot saved: {problem})"
-    data = bytes(np.asarray(out["png"], dtype=np.uint8))
+    data = png_bytes(out)
     if artifacts_dir is None:
         return "(plot not kept: give --artifacts DIR to keep it)"
     try:
