@@ -265,45 +265,33 @@ def _daemon_modes():
     return modes
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
-@pytest.mark.parametrize("mode,how", _daemon_modes())
-def test_a_detached_daemon_dies_with_its_exercise(tmp_path, monkeypatch, mode, how):
-    """A double-forked daemon in a new session is gone as soon as its worker
-    ends: by its cgroup, its PID namespace, or, with neither and no uid of
-    its own, as an orphan this (subreaper) process adopted."""
-    if how == "subreaper":
+def _daemon_scenario(mode: str, how: str, folder: str, token: str) -> dict:
+    """Start the daemon from a worker of ``folder``, then close the worker:
+    whether the daemon ran, and who of it was left.  Run in a process of its
+    own (``test_a_detached_daemon_dies_with_its_exercise``): this process is the
+    subreaper that adopts the daemon, and in a test process that ran other
+    tests, their workers' ends sweep adopted orphans too, the daemon among them."""
+    if how == "subreaper":     # neither a cgroup nor a uid of its own
         def no_cgroup(self, limit):
             raise OSError("no cgroup in this test")
-        monkeypatch.setattr(memcg.MemoryCgroup, "__init__", no_cgroup)
-        monkeypatch.setattr(confine, "can_drop_privileges", lambda: False)
-    elif memcg.base()[0] is None:
-        pytest.skip("no writable cgroup here")
-    sub = tmp_path / "sub"
-    sub.mkdir()
-    os.chmod(tmp_path, 0o755)
-    (sub / "ex02_mha.py").write_text(DAEMON)
-    token = f"attn-daemon-{uuid.uuid4().hex}"
-    zyg = None
-    own = launcher(mode)
-    if how == "subreaper":   # no uid of its own either
-        import dataclasses
+        memcg.MemoryCgroup.__init__ = no_cgroup
+        confine.can_drop_privileges = lambda: False
+    import dataclasses
 
-        from grader.sandbox.launch import Launcher
-        own = Launcher(own.isolation, grading_budget_s=None)
+    from grader.sandbox.launch import Launcher
+    own = Launcher.here(mode, grading_budget_s=None)
+    if how == "subreaper":
         own.confinement = dataclasses.replace(own.confinement, own_uids=False)
+    zyg = None
     if how == "forked":
         zyg = own.fork_server({"NumPy"})
         zyg.start()
         assert zyg.alive, zyg.failed
     try:
-        worker = own.worker(sub, "ex02_mha", call_timeout=10, fork_from=zyg)
+        worker = own.worker(Path(folder), "ex02_mha", call_timeout=10, fork_from=zyg)
         assert worker.uid is None or how != "subreaper"
-        # Started again if a busy machine refused its fork (without a uid of its
-        # own, the process limit counts the grading user's processes too):
-        # what is tested is its end, not its start.
-        # (A full suite keeps many of root's processes alive at once: the
-        # refusals can last, so the tries are spread over a minute or more.)
-        for attempt in range(10):
+        # Started again if a busy machine refused a fork: what is tested is its end.
+        for attempt in range(5):
             assert StudentModule(worker).start(token, 60) == 1
             deadline = time.monotonic() + 10
             while not _running(token) and time.monotonic() < deadline:
@@ -311,14 +299,43 @@ def test_a_detached_daemon_dies_with_its_exercise(tmp_path, monkeypatch, mode, h
             if _running(token):
                 break
             time.sleep(1 + attempt)
-        assert _running(token), f"the daemon never started ({mode}, {how})"
+        started = bool(_running(token))
         worker.close()
-        assert _running(token) == [], f"the daemon outlived its worker ({mode}, {how})"
+        return {"started": started, "left": _running(token)}
     finally:
         if zyg is not None:
             zyg.close()
         for pid in _running(token):
             os.kill(pid, 9)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+@pytest.mark.parametrize("mode,how", _daemon_modes())
+def test_a_detached_daemon_dies_with_its_exercise(tmp_path, mode, how):
+    """A double-forked daemon in a new session is gone as soon as its worker
+    ends: by its cgroup, its PID namespace, or, with neither and no uid of
+    its own, as an orphan the grading (subreaper) process adopted."""
+    if how != "subreaper" and memcg.base()[0] is None:
+        pytest.skip("no writable cgroup here")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    os.chmod(tmp_path, 0o755)
+    (sub / "ex02_mha.py").write_text(DAEMON)
+    token = f"attn-daemon-{uuid.uuid4().hex}"
+    run = subprocess.run(
+        [sys.executable, "-c", "import json, sys\n"
+         "from tests.test_launch import _daemon_scenario\n"
+         "print(json.dumps(_daemon_scenario(*sys.argv[1:], sys.stdin.read())))",
+         mode, how, str(sub)],   # the token on stdin: on a command line it is a daemon's mark
+        input=token, cwd=REPO, capture_output=True, text=True, timeout=300)
+    try:
+        assert run.returncode == 0, run.stderr[-3000:]
+        seen = json.loads(run.stdout.strip().splitlines()[-1])
+    finally:
+        for pid in _running(token):
+            os.kill(pid, 9)
+    assert seen["started"], f"the daemon never started ({mode}, {how})"
+    assert seen["left"] == [], f"the daemon outlived its worker ({mode}, {how})"
 
 
 def test_a_daemon_cannot_rewrite_the_result(tmp_path):
