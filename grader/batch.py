@@ -769,17 +769,14 @@ def part_results(part: Path) -> Path:
     return Path(part).parent / "results"
 
 
-def merged_results(parts: list[Path], text: str) -> list[tuple[str, Path, dict]]:
-    """(label, results JSON's path, results JSON) of each submission of the
-    merged CSV ``text``, from the parts' results folders, in name order; a
-    submission whose result is not found has its row in the CSV only.  Labels
-    are unique in a batch; of two files of one label (one left by a run
-    before the names changed), the one written under its own result name wins."""
-    wanted = {clean(csv_value(row["submission"]))
-              for row in csv.DictReader(io.StringIO(text))}
-    found: dict[str, tuple[str, Path, dict]] = {}
-    for part in parts:
-        for path in sorted(part_results(part).glob("*.json")):
+def results_by_label(folders: list[Path]) -> dict[str, tuple[Path, dict]]:
+    """{label: (results JSON's path, results JSON)} of the batch results in
+    ``folders`` (labels as shown, ``clean``).  Labels are unique in a batch;
+    of two files of one label (one left by a run before the names changed),
+    the one written under its own result name wins."""
+    found: dict[str, tuple[Path, dict, bool]] = {}
+    for folder in folders:
+        for path in sorted(Path(folder).glob("*.json")):
             try:
                 data = json.loads(path.read_text())
                 batch = data["extra_data"]["batch"]
@@ -787,6 +784,16 @@ def merged_results(parts: list[Path], text: str) -> list[tuple[str, Path, dict]]
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             own = batch.get("result") == path.stem
-            if label in wanted and (label not in found or own and not found[label][3]):
-                found[label] = (label, path, data, own)
-    return [found[label][:3] for label in sorted(found)]
+            if label not in found or own and not found[label][2]:
+                found[label] = (path, data, own)
+    return {label: (path, data) for label, (path, data, _) in found.items()}
+
+
+def merged_results(parts: list[Path], text: str) -> list[tuple[str, Path, dict]]:
+    """(label, results JSON's path, results JSON) of each submission of the
+    merged CSV ``text``, from the parts' results folders, in name order; a
+    submission whose result is not found has its row in the CSV only."""
+    wanted = {clean(csv_value(row["submission"]))
+              for row in csv.DictReader(io.StringIO(text))}
+    found = results_by_label([part_results(part) for part in parts])
+    return [(label, *found[label]) for label in sorted(found) if label in wanted]

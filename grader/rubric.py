@@ -42,20 +42,6 @@ def _read_csv(path: Path) -> list[dict]:
             for row in csv.DictReader(io.StringIO(text))]
 
 
-def _results_by_label(results_dir: Path) -> dict[str, tuple[Path, dict]]:
-    out = {}
-    for path in sorted(Path(results_dir).glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        extra = data.get("extra_data") if isinstance(data, dict) else None
-        label = ((extra or {}).get("batch") or {}).get("submission")
-        if label:
-            out[str(label)] = (path, data)
-    return out
-
-
 def staff_points(sheet: Path, grades: list[dict], results: dict[str, tuple[Path, dict]]
                  ) -> dict[str, list[dict]]:
     """{student: [{question, points, points_possible, comment}]} of the filled
@@ -103,13 +89,13 @@ def staff_points(sheet: Path, grades: list[dict], results: dict[str, tuple[Path,
 def apply(grades_csv: Path, sheet: Path, results_dir: Path) -> dict[str, list[dict]]:
     """Add the sheet's points to ``grades_csv`` and the results JSON; returns
     what was added, by student."""
-    from grader.batch import GRADES_NUMBERS
+    from grader.batch import GRADES_NUMBERS, results_by_label
     from grader.registry import EXERCISES
     from grader.report import write_private
 
     numbers = {*EXERCISES, *GRADES_NUMBERS, *STAFF_COLUMNS}
     grades = _read_csv(grades_csv)
-    results = _results_by_label(results_dir)
+    results = results_by_label([results_dir])
     staff = staff_points(sheet, grades, results)
     header = next(csv.reader(io.StringIO(Path(grades_csv).read_text(encoding="utf-8"))), [])
     header = [h for h in header if h not in STAFF_COLUMNS] + list(STAFF_COLUMNS)

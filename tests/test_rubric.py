@@ -48,6 +48,10 @@ def test_merge_rubric_adds_staff_points_and_refuses_bad_rows(tmp_path):
     filled = [dict(r, points=str(possible if r is first else 0), comment="clear")
               if r["submission"] == "alice" else r for r in rows]
     (tmp_path / "filled.csv").write_text(_sheet(filled))
+    # A copy left by a run before the names changed, sorted after alice's own:
+    # the points go to the file under alice's own result name.
+    stale = tmp_path / "results" / "zz_left_by_an_earlier_run.json"
+    stale.write_text((tmp_path / "results" / "alice.json").read_text())
     done = CliRunner().invoke(main, ["merge", "--rubric", str(tmp_path / "filled.csv"),
                                      "--out", str(out)])
     assert done.exit_code == 0, done.output
@@ -58,6 +62,7 @@ def test_merge_rubric_adds_staff_points_and_refuses_bad_rows(tmp_path):
     assert float(grades["bob"]["staff_points"]) == 0
     staff = json.loads((tmp_path / "results" / "alice.json").read_text())["extra_data"]["staff"]
     assert {e["question"]: e["points"] for e in staff}[first["question"]] == possible
+    assert "staff" not in json.loads(stale.read_text())["extra_data"]
     assert staff[0]["comment"] == "clear"
     index = (tmp_path / "report" / "index.html").read_text()
     assert "staff points" in index
