@@ -135,11 +135,10 @@ def test_a_run_cut_by_a_signal_keeps_what_it_measured(tmp_path):
             proc.kill()
     data = json.loads(out.read_text())
     assert data["environment"]["status"] == "ok" and data["environment"]["torch"]
-    cut = [n for n in ("worker_launch", "correctness")
-           if data.get(n, {}).get("status", "").startswith("cut: signal 15 at ")]
-    assert len(cut) == 1, data
-    if cut == ["correctness"]:
-        assert data["worker_launch"]["status"] != "running", data
+    status = data["worker_launch"]["status"]
+    if status == "ok":      # it ended between the look and the signal: the next one was cut
+        status = data.get("correctness", {}).get("status", "")
+    assert status.startswith("cut: signal 15 at "), data
     assert data["finished"] is False
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 

@@ -278,8 +278,7 @@ def _daemon_scenario(mode: str, how: str, folder: str, token: str) -> dict:
         confine.can_drop_privileges = lambda: False
     import dataclasses
 
-    from grader.sandbox.launch import Launcher
-    own = Launcher.here(mode, grading_budget_s=None)
+    own = launcher(mode)     # this process's own: changing it changes nothing else
     if how == "subreaper":
         own.confinement = dataclasses.replace(own.confinement, own_uids=False)
     zyg = None
