@@ -220,8 +220,10 @@ class GradingPlugin:
     (``suites/conftest.py``) reach it, through ``config.stash[PLUGIN_KEY]``;
     a suite asks those fixtures for what it needs."""
 
-    def __init__(self, submission: Path, options: Options, report: Report):
+    def __init__(self, submission: Path, options: Options, report: Report,
+                 folders: dict[str, Path] | None = None):
         self.submission = submission
+        self.folders = dict(folders or {})   # exercise -> its own folder (``grade``)
         self.options = options
         self.report = report
         self.workers: dict[str, Worker] = {}
@@ -248,7 +250,8 @@ class GradingPlugin:
         One at a time, in course order, so that no two starts run at once
         (each may take a fresh user id).  ``worker()`` waits for its own."""
         needs = {n for e in exercises for n in EXERCISES[e].needs}
-        reach.parse_all(self.submission)   # here, not beside pytest's parsing (reach)
+        for folder in {self.folder(e) for e in exercises}:
+            reach.parse_all(folder)   # here, not beside pytest's parsing (reach)
         # What the tests import besides (``Exercise.preload``); PyTorch's
         # (TRACES) not on a machine with a GPU: there a fork server preloads
         # only what has been proven to leave CUDA to its forked workers
@@ -292,10 +295,14 @@ class GradingPlugin:
             # CUDA, which is read when the worker starts (in prestart's thread,
             # beside the grading process's own imports)
             self.workers[exercise] = self.launcher.worker(
-                self.submission, exercise, exercise=exercise,
+                self.folder(exercise), exercise, exercise=exercise,
                 call_timeout=self.options.call_timeout or ex.call_timeout,
                 env=ex.worker_env, fork_from=self._fork_server_for(ex))
         return self.workers[exercise]
+
+    def folder(self, exercise: str) -> Path:
+        """The folder ``exercise``'s workers run the submission from."""
+        return self.folders.get(exercise, self.submission)
 
     def _fork_server_for(self, ex):
         """The fork server forks every worker but a GPU exercise's on a machine with
@@ -309,7 +316,7 @@ class GradingPlugin:
     def binder(self, exercise: str):
         """The suites' ``launch_worker`` for ``exercise``: its further workers
         (ex07's compile worker), forked where its own worker is."""
-        return self.launcher.binder(self.submission, exercise,
+        return self.launcher.binder(self.folder(exercise), exercise,
                                     fork_from=self._fork_server_for(EXERCISES[exercise]))
 
     def wait_started(self) -> None:
@@ -498,8 +505,11 @@ def protect_secret_folders(iso: isolation.Isolation) -> list[Path]:
     return [] if iso.namespaces else confine.protect_secrets()
 
 
-def grade(submission: Path | str, options: Options | None = None) -> Report:
+def grade(submission: Path | str, options: Options | None = None, *,
+          folders: dict[str, Path] | None = None) -> Report:
     """Grade a folder of exercise modules; always returns a ``Report``.
+    ``folders`` (exercise -> folder) grades those exercises from folders of
+    their own instead (the root causes' second grading, ``_regrade``).
 
     Protects the secret folders first where workers could read them
     (``protect_secret_folders``).  Sets PyTorch to one thread in this process once a suite has imported it
@@ -518,7 +528,7 @@ def grade(submission: Path | str, options: Options | None = None) -> Report:
     report = Report(submission=str(submission), suite=options.suite, exercises=list(names),
                     seed=run_seed(options.seed), student_id=options.student_id,
                     isolation=iso.level, isolation_text=iso.text)
-    plugin = GradingPlugin(submission, options, report)
+    plugin = GradingPlugin(submission, options, report, folders)
     plugin.launcher = Launcher(iso, memory_mb=options.memory_mb,
                                import_timeout=options.import_timeout,
                                grading_budget_s=options.grading_budget,
@@ -697,27 +707,42 @@ def reference_excerpt(source: str, name: str) -> str | None:
 REFERENCE_MODULE = "_attn_reference_{}"   # the excerpt's module, beside the student's
 
 
-def _regrade(report: Report, submission: Path, options: Options, exercise: str,
-             files: dict[str, str], keyword: str | None, left: float | None) -> set[str]:
-    """The names of the tests that pass when ``exercise`` is graded again with
-    these files (name -> text) in the submission: the same cases (the run's
-    seed), its workers confined as every worker is.  Only pass or fail is
-    read: its feedback, which could quote the reference, is never shown."""
+def _regrade(report: Report, submission: Path, options: Options,
+             jobs: dict[str, tuple[dict[str, str], str | None]], start: float) -> set[tuple]:
+    """The (exercise, test name) pairs that pass when each exercise of ``jobs``
+    (exercise -> (files, keyword)) is graded again with its files (name ->
+    text) in a copy of the submission of its own: one grading for them all,
+    each exercise's workers seeing only its own copy, so that what one
+    exercise's files fix reaches no other (ex03 imports ex02).  The same cases
+    (the run's seed), its workers confined as every worker is.  Only pass or
+    fail is read: its feedback, which could quote the reference, is never
+    shown.  Nothing where too little of the grading's budget is left for a
+    second grading: then each failure costs."""
+    left = options.grading_budget
+    if left is not None:
+        left -= time.perf_counter() - start
+    if not jobs or (left is not None and left < 10):
+        return set()
+    keyword = " or ".join(f"({kw})" for _, kw in jobs.values() if kw)
     if keyword and options.keyword:
         keyword = f"({options.keyword}) and ({keyword})"
     with tempfile.TemporaryDirectory(prefix="attn-upstream-") as tmp:
-        folder = Path(tmp) / "submission"
+        folders = {}
         try:
-            shutil.copytree(submission, folder, symlinks=True)   # links stay links
-            for file, text in files.items():
-                (folder / file).unlink(missing_ok=True)
-                (folder / file).write_text(text, encoding="utf-8")
+            for exercise, (files, _) in jobs.items():
+                folder = folders[exercise] = Path(tmp) / exercise / "submission"
+                shutil.copytree(submission, folder, symlinks=True)   # links stay links
+                for file, text in files.items():
+                    (folder / file).unlink(missing_ok=True)
+                    (folder / file).write_text(text, encoding="utf-8")
         except OSError:
             return set()      # no evidence: each failure costs
-        again = grade(folder, dataclasses.replace(
-            options, exercises=[exercise], seed=report.seed, check_upstream=False,
-            keyword=keyword or options.keyword, artifacts_dir=None, grading_budget=left))
-    return set() if again.errors else {t.name for t in again.tests if t.status == PASSED}
+        again = grade(submission, dataclasses.replace(
+            options, exercises=list(jobs), seed=report.seed, check_upstream=False,
+            keyword=keyword or options.keyword, artifacts_dir=None, grading_budget=left),
+            folders=folders)
+    return set() if again.errors else {(t.exercise, t.name) for t in again.tests
+                                       if t.status == PASSED}
 
 
 def _only(tests) -> str:
@@ -731,13 +756,14 @@ def _upstream_evidence(report: Report, called: dict[int, list[str]], submission:
     """The evidence for root causes (``grader.rootcause``): an exercise with a
     failing test is graded again with a reference in place of the part of the
     student's work it builds on, and a failure that passes then follows from
-    that part.  Two parts, each tried once per exercise:
+    that part.  Two parts, each tried once per exercise, each one grading for
+    every exercise (``_regrade``):
 
     - the earlier exercises its module names (``Exercise.after``: ex03
       imports ex02), replaced by their reference solutions;
     - the most upstream function of the exercise that a failing test reached,
-      for the failing tests that reach further (their own module, with that
-      function taken from ``reference_excerpt``).
+      for the failing tests that reach further, unexplained by the first
+      (their own module, with that function taken from ``reference_excerpt``).
 
     Not in the student edition (no solutions), nor inside such a grading,
     nor where the grading keeps the solutions from workers that could
@@ -745,28 +771,27 @@ def _upstream_evidence(report: Report, called: dict[int, list[str]], submission:
     call it there)."""
     if not options.check_upstream or not SOLUTIONS_DIR.is_dir():
         return {}
-    out: dict[str, list[rootcause.Upstream]] = {}
-    for name in report.exercises:
-        failed = [t for t in report.tests if t.exercise == name and t.status == FAILED]
-        if not failed:
-            continue
-        left = options.grading_budget
-        if left is not None:
-            left -= time.perf_counter() - start
-            if left < 10:     # not enough time for a second grading: each failure costs
-                break
-        found = out.setdefault(name, [])
+    failing = {name: failed for name in report.exercises
+               if (failed := [t for t in report.tests
+                              if t.exercise == name and t.status == FAILED])}
+    out: dict[str, list[rootcause.Upstream]] = {name: [] for name in failing}
+    earlier: dict[str, tuple[str, ...]] = {}
+    for name, failed in failing.items():
         # (a module that is the reference already cannot be the cause)
         deps = tuple(d for d in EXERCISES[name].after if (SOLUTIONS_DIR / f"{d}.py").is_file()
                      and not _same_file(submission / f"{d}.py", SOLUTIONS_DIR / f"{d}.py"))
         if deps and _names_module(submission / f"{name}.py", deps):
-            files = {f"{d}.py": (SOLUTIONS_DIR / f"{d}.py").read_text() for d in deps}
-            # only the failing tests: a passing one has nothing to explain
-            passed = _regrade(report, submission, options, name, files,
-                              _only(failed), left)
-            found.append(rootcause.Upstream(" and ".join(deps), True, frozenset(
-                t.name for t in failed if t.name in passed)))
-        explained = {t.name for up in found for t in failed if t.name in up.passes}
+            earlier[name] = deps
+    # only the failing tests: a passing one has nothing to explain
+    passed = _regrade(report, submission, options, {
+        name: ({f"{d}.py": (SOLUTIONS_DIR / f"{d}.py").read_text() for d in deps},
+               _only(failing[name])) for name, deps in earlier.items()}, start)
+    for name, deps in earlier.items():
+        out[name].append(rootcause.Upstream(" and ".join(deps), True, frozenset(
+            t.name for t in failing[name] if (name, t.name) in passed)))
+    own: dict[str, tuple[str, list]] = {}
+    for name, failed in failing.items():
+        explained = {t.name for up in out[name] for t in failed if t.name in up.passes}
         fn, downstream = rootcause.upstream_function(
             [t for t in failed if t.name not in explained], called, name)
         solution, module = SOLUTIONS_DIR / f"{name}.py", submission / f"{name}.py"
@@ -778,8 +803,11 @@ def _upstream_evidence(report: Report, called: dict[int, list[str]], submission:
         patched = (module.read_text(encoding="utf-8", errors="replace") +
                    f"\n\n# attn-grade: the reference's {fn} in place of yours\n"
                    f"from {ref} import {fn}  # noqa: E402,F811\n")
-        passed = _regrade(report, submission, options, name,
-                          {f"{name}.py": patched, f"{ref}.py": excerpt}, _only(downstream), left)
-        found.append(rootcause.Upstream(fn, False, frozenset(
-            t.name for t in downstream if t.name in passed)))
+        own[name] = (fn, downstream, {f"{name}.py": patched, f"{ref}.py": excerpt})
+    passed = _regrade(report, submission, options, {
+        name: (files, _only(downstream)) for name, (_, downstream, files) in own.items()},
+        start)
+    for name, (fn, downstream, _) in own.items():
+        out[name].append(rootcause.Upstream(fn, False, frozenset(
+            t.name for t in downstream if (name, t.name) in passed)))
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from click.testing import CliRunner
 
@@ -291,3 +292,32 @@ def test_a_batch_rerun_with_deduct_each_grades_again_with_the_old_count(tmp_path
     kept = [t for t in once["tests"] if "it keeps its points" in t["output"]]
     assert kept and all(t["score"] == t["max_score"] and t["status"] == "passed" for t in kept)
     assert once["score"] == each["score"] + sum(t["max_score"] for t in kept)
+
+
+def test_the_second_grading_is_one_for_every_exercise_each_from_its_own_copy(tmp_path,
+                                                                             monkeypatch):
+    """The root causes' regrade grades every exercise it asks about in one
+    grading (one start, not one per exercise), each exercise's workers from a
+    copy of its own: ex02's reference, put in ex02's copy, fixes ex02's
+    failures and none of ex03's, whose copy keeps the student's ex02; the
+    copies are gone after."""
+    from grader import core
+    sub = _mutant(tmp_path, "ex02_mha:no_scale")
+    first = grade_dir(sub, ["ex02_mha", "ex03_gqa"], seed=7, check_upstream=False)
+    failed = {e: failures(first, e) for e in ("ex02_mha", "ex03_gqa")}
+    assert failed["ex02_mha"] and failed["ex03_gqa"], first.tests
+    gradings, real = [], core.grade
+
+    def grade(*args, **kwargs):
+        gradings.append(dict(kwargs.get("folders") or {}))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(core, "grade", grade)
+    jobs = {"ex02_mha": ({"ex02_mha.py": (SOLUTIONS / "ex02_mha.py").read_text()},
+                         core._only(failed["ex02_mha"])),
+            "ex03_gqa": ({}, core._only(failed["ex03_gqa"]))}
+    passed = core._regrade(first, sub, core.Options(seed=7), jobs, time.perf_counter())
+    assert len(gradings) == 1 and set(gradings[0]) == set(jobs), gradings
+    assert {("ex02_mha", t.name) for t in failed["ex02_mha"]} <= passed
+    assert not {("ex03_gqa", t.name) for t in failed["ex03_gqa"]} & passed
+    assert not any(folder.exists() for folder in gradings[0].values())

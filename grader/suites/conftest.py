@@ -98,11 +98,13 @@ def check_cache_dir(request) -> Path | None:
     return Path(folder) if folder else None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def submission_dir(request) -> Path:
-    """The submission's folder, for a worker a suite starts itself (never to
-    be read or imported in the grading process)."""
-    return _plugin(request.config).submission
+    """The folder the test's exercise is graded from, for a worker a suite
+    starts itself (never to be read or imported in the grading process)."""
+    mark = request.node.get_closest_marker("exercise")
+    plugin = _plugin(request.config)
+    return plugin.folder(mark.args[0]) if mark else plugin.submission
 
 
 @pytest.fixture
@@ -130,7 +132,9 @@ def _compiles_early(session) -> bool:
     """Will this grading run exercise G's compile check (its test selected,
     not skipped for want of Triton, the module there)?"""
     plugin = session.config.stash.get(PLUGIN_KEY, None)
-    if plugin is None or not (plugin.submission / f"{COMPILE_EXERCISE}.py").is_file():
+    if plugin is None:
+        return False
+    if not (plugin.folder(COMPILE_EXERCISE) / f"{COMPILE_EXERCISE}.py").is_file():
         return False
     return any(item.name == COMPILE_TEST_NAME and not any(
         mark.args and mark.args[0] is True for mark in item.iter_markers("skipif"))
@@ -161,7 +165,7 @@ def pytest_runtest_setup(item):
     (`check`'s is ended once its answer is ready: ``CompileEarly.quiet``)."""
     if _exercise_of(item) in TIMED:
         from grader.reference import flash_judge
-        flash_judge.wait_early(_plugin(item.config).submission)
+        flash_judge.wait_early(_plugin(item.config).folder(COMPILE_EXERCISE))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -188,7 +192,7 @@ def compile_early(request):
             measure.grading_peaks(plugin.report.machine, measure.default_device())
         except Exception:  # noqa: BLE001 - measured again by the first test that asks
             pass
-    submission = plugin.submission
+    submission = plugin.folder(COMPILE_EXERCISE)
     flash_judge.compile_early(submission, plugin.binder(COMPILE_EXERCISE),
                               plugin.options.check_cache)
     try:
