@@ -297,7 +297,8 @@ class GradingPlugin:
             self.workers[exercise] = self.launcher.worker(
                 self.folder(exercise), exercise, exercise=exercise,
                 call_timeout=self.options.call_timeout or ex.call_timeout,
-                env=ex.worker_env, fork_from=self._fork_server_for(ex))
+                env=ex.worker_env, fork_from=self._fork_server_for(ex),
+                fork_wants=forkserver.wanted(ex.needs, ex.preload))
         return self.workers[exercise]
 
     def folder(self, exercise: str) -> Path:
@@ -316,8 +317,10 @@ class GradingPlugin:
     def binder(self, exercise: str):
         """The suites' ``launch_worker`` for ``exercise``: its further workers
         (ex07's compile worker), forked where its own worker is."""
+        ex = EXERCISES[exercise]
         return self.launcher.binder(self.folder(exercise), exercise,
-                                    fork_from=self._fork_server_for(EXERCISES[exercise]))
+                                    fork_from=self._fork_server_for(ex),
+                                    fork_wants=forkserver.wanted(ex.needs, ex.preload))
 
     def wait_started(self) -> None:
         """Until every worker ``prestart`` began has started (or failed to)."""

@@ -60,7 +60,7 @@ def _spawned_and_answers(w) -> None:
 
 
 def test_workers_are_forked_and_answer(zyg, namespaces):
-    """PyTorch is imported once, by the fork server (which says so when ready): a
+    """PyTorch is imported once, by the fork server (which says so at each fork): a
     worker of a PyTorch exercise is forked from it, not started afresh.  How
     much faster that is, is a benchmark (benchmarks/bench_isolation.py)."""
     w = _worker(SOLUTIONS, "ex05_decode_prefill", namespaces, zyg)
@@ -69,6 +69,31 @@ def test_workers_are_forked_and_answer(zyg, namespaces):
         assert StudentModule(w).attention_flops(1, 2, 3, 5, 8) == 4 * 8 * 15 * 2
     finally:
         w.close()
+
+
+def test_a_worker_that_wants_no_pytorch_is_forked_before_pytorch_is_imported(namespaces):
+    """The fork server imports each preload when the first worker that wants
+    it is forked: a NumPy exercise's worker (a grading asks for A's, B's and
+    C's first) is forked before PyTorch is imported, and answers; a PyTorch
+    exercise's worker, asked for next, gets it."""
+    from grader.registry import EXERCISES
+    assert "torch" not in forkserver.wanted(EXERCISES["ex02_mha"].needs,
+                                            EXERCISES["ex02_mha"].preload)
+    z = _fork_server(namespaces)
+    workers = []
+    try:
+        workers.append(_worker(SOLUTIONS, "ex02_mha", namespaces, z, fork_wants=("numpy",)))
+        assert isinstance(workers[0].proc, forkserver.ForkedProcess)
+        assert "numpy" in z.preloaded and "torch" not in z.preloaded, z.preloaded
+        assert _answers(workers[0])
+        workers.append(_worker(SOLUTIONS, "ex05_decode_prefill", namespaces, z,
+                               fork_wants=("torch",)))
+        assert "torch" in z.preloaded, z.preloaded
+        assert StudentModule(workers[1]).attention_flops(1, 2, 3, 5, 8) == 4 * 8 * 15 * 2
+    finally:
+        for w in workers:
+            w.close()
+        z.close()
 
 
 def test_crash_exit_and_hang_cost_one_worker_only(zyg, namespaces, tmp_path):
@@ -162,18 +187,23 @@ def test_a_grading_forks_from_one_fork_server_and_leaves_nothing(tmp_path, monke
     (``Exercise.preload``), once for every worker that draws."""
     forks, roots, preloaded = [], [], []
     real_fork, real_start = forkserver.ForkServer.fork, forkserver.ForkServer._start
+    real_close = forkserver.ForkServer.close
 
-    def fork(self, cfg, on_forked=None):
+    def fork(self, cfg, on_forked=None, wants=None):
         forks.append(cfg["cwd"])
-        return real_fork(self, cfg, on_forked)
+        return real_fork(self, cfg, on_forked, wants)
 
     def start(self):
         real_start(self)
         roots.append(self.root)
-        preloaded.extend(self.preloaded)
+
+    def close(self):
+        preloaded.extend(self.preloaded)   # what it had at its last fork
+        real_close(self)
 
     monkeypatch.setattr(forkserver.ForkServer, "fork", fork)
     monkeypatch.setattr(forkserver.ForkServer, "_start", start)
+    monkeypatch.setattr(forkserver.ForkServer, "close", close)
     sub = copy_solutions(tmp_path / "submission")
     report = grade(sub, Options(exercises=["ex05_decode_prefill", "ex08_mla"]))
     assert not report.errors, report.errors
@@ -211,13 +241,13 @@ def test_interpreted_kernels_run_beside_the_preloaded_traces(tmp_path, monkeypat
     traces' imports and H's matplotlib (``Exercise.preload``), and G's
     worker, forked from it, still runs its kernels in Triton's interpreter."""
     preloaded = []
-    real_start = forkserver.ForkServer._start
+    real_close = forkserver.ForkServer.close
 
-    def start(self):
-        real_start(self)
-        preloaded.extend(self.preloaded)
+    def close(self):
+        preloaded.extend(self.preloaded)   # what it had at its last fork
+        real_close(self)
 
-    monkeypatch.setattr(forkserver.ForkServer, "_start", start)
+    monkeypatch.setattr(forkserver.ForkServer, "close", close)
     monkeypatch.setattr(bwrap, "gpu_devices", lambda: [])
     sub = copy_solutions(tmp_path / "submission")
     report = grade(sub, Options(

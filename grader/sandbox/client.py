@@ -182,7 +182,8 @@ class Worker:
 
     def __init__(self, submission: Path, module: str, limits: Limits,
                  confinement: Confinement, *, trusted: bool = False, locked: bool = False,
-                 fork_server=None, budgets: tuple[Budget, ...] = ()):
+                 fork_server=None, fork_wants: tuple[str, ...] | None = None,
+                 budgets: tuple[Budget, ...] = ()):
         self.submission = Path(submission)
         self.module = module
         self.limits = limits
@@ -193,6 +194,7 @@ class Worker:
         # A student's worker of a grading: forked by the grading's fork server
         # (``grader.sandbox.forkserver``) while it runs, else spawned.
         self.fork_server = None if trusted else fork_server
+        self.fork_wants = fork_wants    # what of its preloads the fork waits for (None: all)
         self.proc: subprocess.Popen | None = None
         self.output: _OutputTail | None = None
         self._dir: Path | None = None
@@ -333,7 +335,7 @@ class Worker:
         env.update({k: str(v) for k, v in self.limits.env.items()})
         cfg = {"env": env, "rlimits": rlimits, "drop_to": self.uid,
                "cwd": f"{inside}/submission"}
-        return self.fork_server.fork(cfg, on_forked=self._join_cgroup)
+        return self.fork_server.fork(cfg, on_forked=self._join_cgroup, wants=self.fork_wants)
 
     def _spawn(self, rlimits: dict) -> subprocess.Popen:
         """Under bubblewrap, or the fallback's plain child, as the worker's uid

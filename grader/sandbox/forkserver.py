@@ -3,8 +3,9 @@
 One ``ForkServer`` per grading: a sandboxed process like a worker (under
 bubblewrap with namespaces, else a plain child), started before the first
 worker, that imports NumPy and PyTorch once (and what the exercises' tests
-import besides, ``Exercise.preload``: matplotlib, PyTorch's trace machinery)
-and then forks each of the grading's workers.  Every worker keeps what a spawned one has: its own copy
+import besides, ``Exercise.preload``: matplotlib, PyTorch's trace machinery),
+each when the first worker that wants it is forked, and forks each of the
+grading's workers.  Every worker keeps what a spawned one has: its own copy
 of the submission in its own folder, its own uid, cgroup and resource
 limits, its own session, pipes and time limits, and it dies with the grading.
 Under namespaces each forked worker also gets mount, IPC and PID namespaces
@@ -41,6 +42,17 @@ PRELOAD = {"NumPy": "numpy", "PyTorch": "torch"}
 READY_TIMEOUT = 120.0
 FORK_TIMEOUT = 30.0
 WORKSPACE = f"{bwrap.SANDBOX}/w"   # the fork server's folder, in its sandbox
+
+
+def wanted(needs, extra=()) -> tuple[str, ...]:
+    """The modules a worker of an exercise with these ``needs`` and
+    ``Exercise.preload`` (``extra``) wants the fork server to have imported
+    before it forks it."""
+    return tuple(PRELOAD[n] for n in PRELOAD if n in needs) + tuple(extra)
+
+
+def _heavy(module: str) -> bool:
+    return module == "torch" or module.startswith("torch.")
 
 
 def supported() -> bool:
@@ -80,11 +92,13 @@ class ForkedProcess:
 class ForkServer:
     def __init__(self, needs: set[str], *, namespaces: bool, memory_bytes: int,
                  extra: tuple[str, ...] = ()):
-        """``extra``: modules preloaded after the needs' libraries (the
-        exercises' ``Exercise.preload``)."""
-        self.preload = [PRELOAD[n] for n in PRELOAD if n in needs]
-        self.preload += [m for m in dict.fromkeys(extra) if m not in self.preload]
-        self.preloaded: list[str] = []
+        """``extra``: modules preloaded beside the needs' libraries (the
+        exercises' ``Exercise.preload``).  It imports each when the first
+        worker that wants it is forked (``fork``'s ``wants``), PyTorch's last:
+        A's, B's and C's workers, asked for first, start without waiting for
+        PyTorch."""
+        self.preload = sorted(dict.fromkeys(wanted(needs, extra)), key=_heavy)   # stable
+        self.preloaded: list[str] = []   # what it had imported at its latest fork
         self.namespaces = namespaces
         self.memory_bytes = memory_bytes
         self.root: Path | None = None
@@ -145,7 +159,6 @@ class ForkServer:
         ready = self._receive(READY_TIMEOUT)
         if "ready" not in ready:
             raise ForkServerError(f"unexpected first message {ready!r}")
-        self.preloaded = [str(m) for m in ready.get("preloaded", [])]   # what it imported
         if self.namespaces and not ready.get("own_namespaces"):
             raise ForkServerError("it cannot give a worker namespaces of its own here")
         if self.namespaces:
@@ -187,6 +200,7 @@ class ForkServer:
                     continue
                 if "forked" in msg:
                     self._forked[int(msg["forked"])] = int(msg["pid"])
+                    self.preloaded = [str(m) for m in msg.get("preloaded", [])]
                 elif "exited" in msg:
                     self._exits[int(msg["exited"])] = int(msg["code"])
                 self._changed.notify_all()
@@ -223,10 +237,14 @@ class ForkServer:
         """Where a worker's folder lies as the worker sees it."""
         return f"{WORKSPACE}/{folder.name}" if self.namespaces else str(folder)
 
-    def fork(self, cfg: dict, on_forked=None) -> ForkedProcess:
-        """Fork a worker that runs ``worker.serve(cfg)``.  ``on_forked(pid)``
+    def fork(self, cfg: dict, on_forked=None, wants=None) -> ForkedProcess:
+        """Fork a worker that runs ``worker.serve(cfg)``, once the fork server
+        has imported ``wants`` of its preloads (None: all of them; one that
+        fails to import is left to the worker).  ``on_forked(pid)``
         runs before the worker reads its first request (to move it into its
         memory cgroup)."""
+        if wants is None:
+            wants = self.preload
         if not self.alive:
             raise ForkServerError(self.failed or "not running")
         fds = [os.pipe() for _ in range(3)]   # (read, write) each
@@ -236,8 +254,9 @@ class ForkServer:
             self._next += 1
             ident = self._next
             try:
-                socket.send_fds(self._sock, [json.dumps({"op": "fork", "id": ident,
-                                                         "cfg": cfg}).encode()], child)
+                socket.send_fds(self._sock, [json.dumps({
+                    "op": "fork", "id": ident, "cfg": cfg, "wants": list(wants)}).encode()],
+                    child)
             except OSError as exc:
                 for fd in child + ours:
                     os.close(fd)
@@ -245,8 +264,10 @@ class ForkServer:
         for fd in child:
             os.close(fd)
         with self._changed:
+            # (what it still imports for this worker: up to a start's wait)
             if not self._changed.wait_for(lambda: ident in self._forked or
-                                          self.failed is not None, FORK_TIMEOUT):
+                                          self.failed is not None,
+                                          FORK_TIMEOUT + (READY_TIMEOUT if wants else 0)):
                 self.failed = "it did not fork in time"
             inner = self._forked.pop(ident, None)
         if inner is None:

@@ -63,21 +63,24 @@ class Launcher:
 
     def worker(self, submission: Path, module: str, *, call_timeout: float,
                env=None, exercise: str | None = None, trusted: bool = False,
-               locked: bool = False, fork_from=None) -> Worker:
+               locked: bool = False, fork_from=None, fork_wants=None) -> Worker:
         """A worker running ``module`` of ``submission``, confined as every
         worker of this grading is.  ``exercise``: whose budget it draws on
         (the grading's always); ``trusted``: the reference side (the
         runtime's own module, its kernels visible, the grading user kept);
         ``locked``: its copy of the submission is read-only to it;
-        ``fork_from``: this grading's fork server, to fork it from."""
+        ``fork_from``: this grading's fork server, to fork it from, once it
+        has imported ``fork_wants`` of its preloads (all of them: None)."""
         limits = Limits(call_timeout=call_timeout, import_timeout=self.import_timeout,
                         memory_bytes=self.memory_bytes, env=env if env is not None else {})
         budgets = (self.grading_budget,) if exercise is None else \
             (self.budget(exercise), self.grading_budget)
         return Worker(submission, module, limits, self.confinement, trusted=trusted,
-                      locked=locked, fork_server=fork_from, budgets=budgets)
+                      locked=locked, fork_server=fork_from, fork_wants=fork_wants,
+                      budgets=budgets)
 
-    def binder(self, submission: Path, exercise: str | None = None, fork_from=None):
+    def binder(self, submission: Path, exercise: str | None = None, fork_from=None,
+               fork_wants=None):
         """``launch(module, call_timeout=..., env=None, trusted=False,
         locked=False)`` for ``submission``: the suites' ``launch_worker``.
         ``fork_from``: the grading's fork server for the exercise, which
@@ -86,7 +89,7 @@ class Launcher:
                    locked: bool = False) -> Worker:
             return self.worker(submission, module, call_timeout=call_timeout, env=env,
                                exercise=exercise, trusted=trusted, locked=locked,
-                               fork_from=fork_from)
+                               fork_from=fork_from, fork_wants=fork_wants)
         return launch
 
     def fork_server(self, needs: set[str],

@@ -219,21 +219,20 @@ def _import_without_triton(name: str) -> None:
 
 
 def run(cfg: dict, serve) -> None:
-    """The fork server's loop; ``serve`` is the worker's request loop."""
+    """The fork server's loop; ``serve`` is the worker's request loop.  It
+    says it is ready first; it imports each of its preloads when the first
+    worker that wants it (``wants``) asks to be forked, so that the workers
+    asked for first, which want the least (A's, B's and C's: no PyTorch),
+    start before the imports that only later ones need."""
     for key, value in cfg.get("env", {}).items():
         os.environ[key] = str(value)
-    for name in cfg.get("preload", []):
-        try:
-            _import_without_triton(name)
-        except Exception:   # a library that is not installed: the worker says so later
-            pass
     sock = socket.socket(fileno=os.dup(0))
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    _send(sock, {"ready": os.getpid(), "preloaded": [m for m in cfg.get("preload", [])
-                                                      if m in sys.modules],
-                 "own_namespaces": _can_own(cfg.get("own_namespaces"))})
+    _send(sock, {"ready": os.getpid(), "own_namespaces": _can_own(cfg.get("own_namespaces"))})
+    preload = list(cfg.get("preload", []))
+    todo = list(preload)            # not imported yet
     while True:
         _reap(sock)
         if not select.select([sock], [], [], 0.05)[0]:
@@ -252,10 +251,24 @@ def run(cfg: dict, serve) -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        pid = os.fork()
-        if pid == 0:
-            sock.close()
-            _child(fds, req.get("cfg", {}), serve, cfg.get("own_namespaces"))
-        for fd in fds:
-            os.close(fd)
-        _send(sock, {"forked": req.get("id"), "pid": pid})
+        wants = req.get("wants")
+        for name in [m for m in todo if wants is None or m in wants]:   # in preload's order
+            try:
+                _import_without_triton(name)
+            except Exception:  # not installed: the worker says so later
+                pass
+            todo.remove(name)
+        _fork(sock, req, fds, serve, cfg, preload)
+
+
+def _fork(sock, req: dict, fds: list[int], serve, cfg: dict, preload: list[str]) -> None:
+    """Fork the worker ``req`` asks for and answer with its pid and what of
+    the preloads it has."""
+    pid = os.fork()
+    if pid == 0:
+        sock.close()
+        _child(fds, req.get("cfg", {}), serve, cfg.get("own_namespaces"))
+    for fd in fds:
+        os.close(fd)
+    _send(sock, {"forked": req.get("id"), "pid": pid,
+                 "preloaded": [m for m in preload if m in sys.modules]})
