@@ -4,8 +4,9 @@ A student who checks everything again after editing one exercise waits for
 that one only: the others' results are read back from ``check``'s cache on
 the student's machine (``cli._user_cache``).  An exercise's key is what its
 public results can depend on: the files of the submission its module can
-import (``reach.imported_modules``; names and bytes, so that every line
-number in the feedback is still right), the grader's own files, the
+import (``reach.imported_modules``; names, and code with the place of every
+token but without comments, so that every line number in the feedback is
+still right: ``_code``), the grader's own files, the
 versions of Python and of the libraries, and the options of the check.  A
 result that could not be judged (a regrade, a grader problem) is never
 kept, nor one whose files (the ex04 plot) are gone.  Grading never uses it:
@@ -75,8 +76,23 @@ def _inputs(folder: Path, exercise: str) -> bytes:
     h.update(b"own " + (b"link" if own.is_symlink() else b"file" if own.is_file()
                         else b"missing") + b"\0")
     for path in paths:
-        h.update(path.name.encode("utf-8", "surrogateescape") + b"\0" + path.read_bytes())
+        h.update(path.name.encode("utf-8", "surrogateescape") + b"\0" + _code(path) + b"\0")
     return h.digest()
+
+
+def _code(path: Path) -> bytes:
+    """A module's code and where each of its tokens sits, without its
+    comments (``reach.code_tokens``): a comment edited on its own line or at
+    a line's end checks nothing again, while anything that moves code (a
+    line added above it) does, so that every line and column the feedback
+    names is still right.  Its bytes where it does not tokenize."""
+    from grader.sandbox.reach import code_tokens
+    source = path.read_bytes()
+    tokens = code_tokens(source)
+    if tokens is None:
+        return b"bytes\0" + source
+    return b"tokens\0" + json.dumps(tokens, ensure_ascii=False).encode(
+        "utf-8", "surrogateescape")
 
 
 def keys(folder: Path, options, exercises: list[str]) -> dict[str, str]:

@@ -233,6 +233,36 @@ def test_check_keeps_unchanged_exercises(tmp_path):
     assert [t.status for t in kept.tests] == [t.status for t in failing.tests]
 
 
+def test_a_comment_edit_keeps_the_results_and_moved_code_checks_again(tmp_path):
+    """check's key is the code and where each token sits, not the bytes: a
+    comment edited in place (on its own line, at a line's end) keeps the
+    results; a line added above the code moves every line the feedback
+    names, and the code itself changed: both check again."""
+    from grader import checkcache
+
+    sub = copy_solutions(tmp_path / "sub", ["ex02_mha"])
+    mha = sub / "ex02_mha.py"
+    original = mha.read_text()
+    assert "\nimport numpy as np\n" in original
+
+    def key(text):
+        mha.write_text(text)
+        return checkcache.keys(sub, core.Options(suite="public"), ["ex02_mha"])["ex02_mha"]
+
+    first = key(original)
+    own_line = original.replace("\nimport numpy as np\n", "\n# my notes\nimport numpy as np\n", 1)
+    assert key(own_line) != first                   # a line more: the code moved
+    assert key(own_line.replace("# my notes", "# my notes, edited: see the chapter")) \
+        == key(own_line)                            # the same comment line, edited
+    assert key(original.replace("\nimport numpy as np\n",
+                                "\nimport numpy as np  # arrays\n", 1)) == first
+    assert key(original.replace("\nimport numpy as np\n", "\nimport numpy as np;\n", 1)) \
+        != first                                    # a token more
+    assert key(original.replace("import numpy as np", "import numpy  as np", 1)) != first
+    broken = original + "\ndef broken(:\n"        # no tokens: its bytes count
+    assert key(broken) != key(broken + "# x\n")
+
+
 def test_second_grading_runs_only_the_failing_tests(tmp_path, monkeypatch):
     sub = copy_solutions(tmp_path / "sub", ["ex02_mha", "ex03_gqa"])
     mha = sub / "ex02_mha.py"

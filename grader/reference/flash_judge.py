@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from grader.sandbox.reach import code_tokens
+
 # Named tolerances beyond grader.feedback.TOLERANCES: on a GPU, float32 tl.dot
 # runs in TF32 (10-bit mantissa) by default; float16/bfloat16 kernels round
 # the probabilities to the input's precision before the second matmul.
@@ -196,26 +198,11 @@ def compile_inputs(submission_dir) -> list[Path] | None:
     return imported_modules(Path(submission_dir), "ex07_flash_attention")
 
 
-def _tokens(source: bytes) -> list | None:
-    """The code's tokens without its comments and layout (blank lines, the
-    breaks inside brackets, indentation's width), each with its line; None
-    where the source does not tokenize."""
-    import io
-    import tokenize
-    skip = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING}
-    try:
-        return [(tok.type, "" if tok.type in (tokenize.INDENT, tokenize.DEDENT) else tok.string,
-                 tok.start[0])
-                for tok in tokenize.tokenize(io.BytesIO(source).readline) if tok.type not in skip]
-    except (tokenize.TokenError, SyntaxError, ValueError):
-        return None
-
-
 def _meaning(path: Path) -> bytes:
     """What a module's code means to a compiler: its tokens without comments
-    or layout (``_tokens``), else its bytes.  A comment-only edit keeps it."""
+    or layout (``reach.code_tokens``), else its bytes.  A comment-only edit keeps it."""
     source = path.read_bytes()
-    tokens = _tokens(source)
+    tokens = code_tokens(source)
     if tokens is None:
         return b"bytes\0" + source
     return b"tokens\0" + "\0".join(f"{kind} {text}" for kind, text, _ in tokens).encode(
@@ -223,14 +210,14 @@ def _meaning(path: Path) -> bytes:
 
 
 def _code_lines(submission_dir) -> dict:
-    """Each compile input's line of every token (``_tokens``): what a kept
+    """Each compile input's line of every token (``reach.code_tokens``): what a kept
     answer's line numbers are moved by when comments or blank lines moved
     the code (``_relocated``)."""
     out = {}
     for path in compile_inputs(submission_dir) or []:
-        tokens = _tokens(path.read_bytes())
+        tokens = code_tokens(path.read_bytes())
         if tokens is not None:
-            out[path.name] = [line for _, _, line in tokens]
+            out[path.name] = [line for _, _, (line, _col) in tokens]
     return out
 
 

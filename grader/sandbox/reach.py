@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import io
 import threading
+import tokenize
 from pathlib import Path
 
 from grader.paths import RUNTIME_PACKAGE
@@ -166,3 +168,20 @@ def _imports(source: bytes) -> tuple[str, ...] | None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.append(node.module.split(".")[0])
     return tuple(names)
+
+
+def code_tokens(source: bytes) -> list | None:
+    """The code's tokens without its comments and layout (blank lines, the
+    breaks inside brackets, indentation's width), each with where it starts
+    (line, column); None where the source does not tokenize.  Two sources
+    with the same tokens differ in comments and layout only: they run alike,
+    and where the places match too, every line and column Python reports of
+    them (a traceback's) matches."""
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING}
+    try:
+        return [(tok.type, "" if tok.type in (tokenize.INDENT, tokenize.DEDENT) else tok.string,
+                 # a line's end sits after its comment: its line alone
+                 (tok.start[0], -1) if tok.type == tokenize.NEWLINE else tok.start)
+                for tok in tokenize.tokenize(io.BytesIO(source).readline) if tok.type not in skip]
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        return None
