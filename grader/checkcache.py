@@ -82,17 +82,12 @@ def _inputs(folder: Path, exercise: str) -> bytes:
 
 def _code(path: Path) -> bytes:
     """A module's code and where each of its tokens sits, without its
-    comments (``reach.code_tokens``): a comment edited on its own line or at
+    comments (``reach.code_key``): a comment edited on its own line or at
     a line's end checks nothing again, while anything that moves code (a
     line added above it) does, so that every line and column the feedback
     names is still right.  Its bytes where it does not tokenize."""
-    from grader.sandbox.reach import code_tokens
-    source = path.read_bytes()
-    tokens = code_tokens(source)
-    if tokens is None:
-        return b"bytes\0" + source
-    return b"tokens\0" + json.dumps(tokens, ensure_ascii=False).encode(
-        "utf-8", "surrogateescape")
+    from grader.sandbox.reach import code_key
+    return code_key(path.read_bytes(), places=True)
 
 
 def keys(folder: Path, options, exercises: list[str]) -> dict[str, str]:

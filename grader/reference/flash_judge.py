@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from grader.sandbox.reach import code_tokens
+from grader.sandbox.reach import code_key, code_tokens
 
 # Named tolerances beyond grader.feedback.TOLERANCES: on a GPU, float32 tl.dot
 # runs in TF32 (10-bit mantissa) by default; float16/bfloat16 kernels round
@@ -200,13 +200,8 @@ def compile_inputs(submission_dir) -> list[Path] | None:
 
 def _meaning(path: Path) -> bytes:
     """What a module's code means to a compiler: its tokens without comments
-    or layout (``reach.code_tokens``), else its bytes.  A comment-only edit keeps it."""
-    source = path.read_bytes()
-    tokens = code_tokens(source)
-    if tokens is None:
-        return b"bytes\0" + source
-    return b"tokens\0" + "\0".join(f"{kind} {text}" for kind, text, _ in tokens).encode(
-        "utf-8", "surrogateescape")
+    or layout (``reach.code_key``), else its bytes.  A comment-only edit keeps it."""
+    return code_key(path.read_bytes(), places=False)
 
 
 def _code_lines(submission_dir) -> dict:

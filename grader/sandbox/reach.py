@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import functools
 import io
+import json
 import threading
 import tokenize
 from pathlib import Path
@@ -185,3 +186,16 @@ def code_tokens(source: bytes) -> list | None:
                 for tok in tokenize.tokenize(io.BytesIO(source).readline) if tok.type not in skip]
     except (tokenize.TokenError, SyntaxError, ValueError):
         return None
+
+
+def code_key(source: bytes, *, places: bool) -> bytes:
+    """What a module's code is, as bytes to hash: its tokens without comments
+    or layout (``code_tokens``), with where each one sits when ``places``,
+    else its bytes where it does not tokenize."""
+    tokens = code_tokens(source)
+    if tokens is None:
+        return b"bytes\0" + source
+    if not places:
+        tokens = [(kind, text) for kind, text, _ in tokens]
+    return b"tokens\0" + json.dumps(tokens, ensure_ascii=False).encode(
+        "utf-8", "surrogateescape")
