@@ -232,7 +232,7 @@ def start(token, seconds):
         os.setsid()
         if os.fork() == 0:
             os.execv(sys.executable, [sys.executable, "-c",
-                                      f"import time; time.sleep({{seconds}})", token])
+                                      f"import time; time.sleep({seconds})", token])
         os._exit(0)
     os.wait()
     return 1
@@ -289,15 +289,11 @@ def _daemon_scenario(mode: str, how: str, folder: str, token: str) -> dict:
     try:
         worker = own.worker(Path(folder), "ex02_mha", call_timeout=10, fork_from=zyg)
         assert worker.uid is None or how != "subreaper"
-        # Started again if a busy machine refused a fork: what is tested is its end.
-        for attempt in range(5):
-            assert StudentModule(worker).start(token, 60) == 1
-            deadline = time.monotonic() + 10
-            while not _running(token) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if _running(token):
-                break
-            time.sleep(1 + attempt)
+        assert StudentModule(worker).start(token, 120) == 1
+        # It lives two minutes: a busy machine may take long to exec it.
+        deadline = time.monotonic() + 60
+        while not _running(token) and time.monotonic() < deadline:
+            time.sleep(0.05)
         started = bool(_running(token))
         worker.close()
         return {"started": started, "left": _running(token)}
