@@ -6,8 +6,8 @@ interpreter's site-packages, through a ``.pth`` file: no network), puts the
 reference solutions in its ``exercises/`` (a student who has done the work)
 and times, each ``--repeat`` times (median):
 
-* ``check B --no-cache`` (one NumPy exercise, nothing kept) and ``check B``
-  with its file unchanged;
+* ``check B --no-cache`` (one NumPy exercise, nothing kept), ``check B``
+  with its file unchanged and after a one-line edit (what a student runs);
 * ``check`` of every exercise with the files unchanged (after a first
   ``check``, also timed);
 * ``check G`` after a one-line edit of ex07's kernel (every launch is new:
@@ -90,6 +90,15 @@ def main() -> None:
         report("check B --no-cache (one NumPy exercise)",
                [run("B", "--no-cache")[0] for _ in range(args.repeat)])
         report("check B, its file unchanged", [run("B")[0] for _ in range(args.repeat)])
+        ex02 = edition / "exercises" / "ex02_mha.py"
+        mha, edited = ex02.read_text(), []
+        for i in range(args.repeat):   # a line of code added: B is checked again
+            ex02.write_text(mha + f"\n_EDITED = {i}\n")
+            seconds, out = run("B")
+            assert "kept from an earlier check" not in out, out
+            edited.append(seconds)
+        ex02.write_text(mha)
+        report("check B after a one-line edit", edited)
         report("check (everything), files unchanged", [run()[0] for _ in range(args.repeat)])
         ex07 = edition / "exercises" / "ex07_flash_attention.py"
         original = ex07.read_text()

@@ -260,7 +260,8 @@ class GradingPlugin:
         extra = tuple(m for e in exercises for m in EXERCISES[e].preload
                       if not (gpu and m in TRACES))
         if self.options.fork_server:
-            self.fork_server = self.launcher.fork_server(needs, extra)
+            self.fork_server = self.launcher.fork_server(
+                needs, extra, font_cache=self.options.check_cache)
         for exercise in exercises:
             self.worker(exercise)
             self._started[exercise] = threading.Event()

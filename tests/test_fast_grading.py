@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -430,3 +431,55 @@ def test_checks_keep_each_launch_that_compiled(tmp_path, monkeypatch):
     rows = [r for t in graded["targets"] for r in t["rows"]]
     assert len(compiled) == len(rows) == 12
     assert not any(r.get("kept") or r.get("pending") for r in rows)
+
+
+FONTS = '''
+import matplotlib.font_manager as fm
+def names():
+    return sorted({f.name for f in fm.fontManager.ttflist})
+'''
+
+
+@pytest.mark.parametrize("mode", ["strict", "fallback"])
+def test_the_fork_server_takes_checks_font_list_instead_of_scanning(tmp_path, mode):
+    """matplotlib's font list is built once, by the grader's own Python, in
+    `check`'s cache, and the fork server imports matplotlib with it: a font
+    only the kept list names (it was added to it here) is what the forked
+    worker's matplotlib knows; without a cache it scans the machine itself."""
+    import json
+    from grader.sandbox import bwrap, fonts
+    from grader.sandbox.client import StudentModule
+    from tests.conftest import launcher
+    if not sys.platform.startswith("linux"):
+        pytest.skip("a fork server is Linux only")
+    if mode == "strict" and not bwrap.usable()[0]:
+        pytest.skip("no namespaces here")
+    pytest.importorskip("matplotlib")
+    cache = tmp_path / "cache"
+    kept = fonts.font_list(cache)
+    assert kept is not None and kept.parent.parent == cache, kept
+    assert fonts.font_list(cache) == kept      # kept: found, not built again
+    listed = json.loads(kept.read_text())
+    planted = dict(listed["ttflist"][0], name="AttnGradeKeptFont")
+    listed["ttflist"].append(planted)
+    kept.write_text(json.dumps(listed))
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    os.chmod(tmp_path, 0o755)
+    (sub / "ex02_mha.py").write_text(FONTS)
+    own = launcher(mode)
+    for cache_given, expected in ((cache, True), (None, False)):
+        zyg = own.fork_server({"NumPy"}, ("matplotlib", "matplotlib.font_manager"),
+                              font_cache=cache_given)
+        zyg.start()
+        try:
+            assert zyg.alive, zyg.failed
+            worker = own.worker(sub, "ex02_mha", call_timeout=60, fork_from=zyg)
+            try:
+                known = StudentModule(worker).names()
+                assert getattr(worker.proc, "forked", False)
+            finally:
+                worker.close()
+        finally:
+            zyg.close()
+        assert ("AttnGradeKeptFont" in known) == expected, (cache_given, known[:5])

@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from grader.sandbox import bwrap, confine, process
+from grader.sandbox import bwrap, confine, fonts, process
 
 # What the exercises' ``needs`` preload (Triton is left to the worker: ex07's
 # TRITON_INTERPRET must be set before it is imported).
@@ -91,12 +91,14 @@ class ForkedProcess:
 
 class ForkServer:
     def __init__(self, needs: set[str], *, namespaces: bool, memory_bytes: int,
-                 extra: tuple[str, ...] = ()):
+                 extra: tuple[str, ...] = (), font_cache: Path | None = None):
         """``extra``: modules preloaded beside the needs' libraries (the
         exercises' ``Exercise.preload``).  It imports each when the first
         worker that wants it is forked (``fork``'s ``wants``), PyTorch's last:
         A's, B's and C's workers, asked for first, start without waiting for
-        PyTorch."""
+        PyTorch.  ``font_cache``: where `check` keeps matplotlib's font list
+        (``fonts``), given to it before it imports matplotlib."""
+        self.font_cache = font_cache
         self.preload = sorted(dict.fromkeys(wanted(needs, extra)), key=_heavy)   # stable
         self.preloaded: list[str] = []   # what it had imported at its latest fork
         self.namespaces = namespaces
@@ -140,6 +142,14 @@ class ForkServer:
         # sandbox of its own (``launch``).
         own = {"tmpfs_bytes": tmpfs, "keep": bwrap.under_tmpfs()} if self.namespaces else None
         cfg = {"fork_server": {"preload": self.preload, "own_namespaces": own}}
+        font_list = None
+        if any(m.split(".")[0] == "matplotlib" for m in self.preload):
+            font_list = fonts.font_list(self.font_cache)
+        if font_list is not None:   # a copy in its folder: it never sees the cache
+            shutil.copyfile(font_list, self.root / font_list.name)
+            os.chmod(self.root / font_list.name, 0o644)
+            inside = Path(WORKSPACE) if self.namespaces else self.root
+            cfg["fork_server"]["font_list"] = str(inside / font_list.name)
         env = process.worker_environment(self.root, self.namespaces)
         if not self.namespaces:
             # Only the runtime's student part, readable by the workers' uids.

@@ -92,17 +92,19 @@ class Launcher:
                                fork_from=fork_from, fork_wants=fork_wants)
         return launch
 
-    def fork_server(self, needs: set[str],
-                    extra: tuple[str, ...] = ()) -> "forkserver.ForkServer | None":
+    def fork_server(self, needs: set[str], extra: tuple[str, ...] = (), *,
+                    font_cache: Path | None = None) -> "forkserver.ForkServer | None":
         """A fork server for a grading whose exercises need ``needs``, or None
         where none is used: not on this platform, nothing heavy to preload,
         or namespaces without root (a forked worker's own namespaces need
         root there; each worker is then spawned in a sandbox of its own).
         ``extra``: what their tests import besides (``Exercise.preload``),
-        preloaded too where there is a fork server."""
+        preloaded too where there is a fork server.  ``font_cache``: where
+        `check` keeps matplotlib's font list (``fonts``)."""
         if not forkserver.supported() or not needs & set(forkserver.PRELOAD):
             return None
         if self.namespaces and not confine.is_root():
             return None
         return forkserver.ForkServer(needs, namespaces=self.namespaces,
-                                     memory_bytes=self.memory_bytes, extra=extra)
+                                     memory_bytes=self.memory_bytes, extra=extra,
+                                     font_cache=font_cache)
