@@ -145,9 +145,8 @@ class ForkServer:
         font_list = None
         if any(m.split(".")[0] == "matplotlib" for m in self.preload):
             font_list = fonts.font_list(self.font_cache)
-        if font_list is not None:   # a copy in its folder: it never sees the cache
+        if font_list is not None:   # a copy in its (own user's) folder: never the cache
             shutil.copyfile(font_list, self.root / font_list.name)
-            os.chmod(self.root / font_list.name, 0o644)
             inside = Path(WORKSPACE) if self.namespaces else self.root
             cfg["fork_server"]["font_list"] = str(inside / font_list.name)
         env = process.worker_environment(self.root, self.namespaces)
