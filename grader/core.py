@@ -234,6 +234,7 @@ class GradingPlugin:
         self.items: dict = {}                    # nodeid -> the collected item
         self.collected: dict[str, int] = {}      # nodeid -> its place as collected
         self._started: dict[str, threading.Event] = {}
+        self._serving = threading.Event()   # the fork server has started (or failed to)
         self._starter: threading.Thread | None = None
         self._closing = threading.Event()
         self.launcher: Launcher | None = None   # set by grade() from the isolation it found
@@ -267,8 +268,11 @@ class GradingPlugin:
             self._started[exercise] = threading.Event()
 
         def run():
-            if self.fork_server is not None and not self._closing.is_set():
-                self.fork_server.start()   # its imports, once; on failure workers are spawned
+            try:
+                if self.fork_server is not None and not self._closing.is_set():
+                    self.fork_server.start()   # on failure workers are spawned
+            finally:
+                self._serving.set()
             for exercise in exercises:
                 try:
                     if not self._closing.is_set():
@@ -327,6 +331,12 @@ class GradingPlugin:
         """Until every worker ``prestart`` began has started (or failed to)."""
         for started in list(self._started.values()):
             started.wait()
+
+    def wait_serving(self) -> None:
+        """Until the fork server ``prestart`` began has started (or failed
+        to), so that a worker launched now is forked, not spawned."""
+        if self._starter is not None:
+            self._serving.wait()
 
     def student(self, exercise: str, timeout: float | None = None) -> StudentModule:
         return StudentModule(self.worker(exercise), timeout)

@@ -320,10 +320,33 @@ def test_the_compile_test_is_named_where_the_conftest_looks():
     assert Path(SUITES_DIR / "public" / "test_ex04_quadratic.py").is_file()
 
 
+def test_only_timed_suites_measure_the_peaks_themselves():
+    """A test outside the timed exercises reads the machine's peaks through
+    the ``machine_peaks`` fixture, which sorts it after the background
+    compile (``_quiet``), never by measuring them itself beside it."""
+    import re
+
+    from grader.paths import SUITES_DIR
+    from grader.suites import conftest as suites_conftest
+
+    readers = []
+    for path in sorted(SUITES_DIR.glob("*/test_*.py")):
+        text = path.read_text()
+        exercise = re.search(r'mark\.exercise\("(\w+)"\)', text)
+        if exercise and exercise.group(1) in suites_conftest.TIMED:
+            continue
+        if re.search(r"\b(grading_peaks|machine_peaks|matmul_flops|copy_bandwidth)\(", text):
+            readers.append(path.name)
+    assert readers == []
+    assert any("machine_peaks" in p.read_text() for p in SUITES_DIR.glob("public/test_ex06*.py"))
+
+
 def test_the_compile_test_waits_last_and_is_reported_in_its_place(monkeypatch):
     """Where G compiles in the background, its compile test (which waits for
-    the answer) runs after every other untimed test, just before the timed
-    exercises: the rest run while it compiles.  The report keeps the course
+    the answer) runs after every other test that measures nothing, just
+    before the timed exercises and the tests that read the machine's peaks
+    (measured then, with nothing beside them): the rest run while it
+    compiles.  The report keeps the course
     order with each exercise's tests as collected."""
     from types import SimpleNamespace
 
@@ -331,8 +354,9 @@ def test_the_compile_test_waits_last_and_is_reported_in_its_place(monkeypatch):
     from grader.suites import conftest as suites_conftest
 
     class Item:
-        def __init__(self, exercise, name):
+        def __init__(self, exercise, name, fixturenames=()):
             self.exercise, self.name, self.nodeid = exercise, name, f"{exercise}::{name}"
+            self.fixturenames = list(fixturenames)
 
         def get_closest_marker(self, mark):
             return SimpleNamespace(args=[self.exercise]) if mark == "exercise" else None
@@ -340,6 +364,7 @@ def test_the_compile_test_waits_last_and_is_reported_in_its_place(monkeypatch):
     compile_test = suites_conftest.COMPILE_TEST_NAME
     items = [Item("ex01_by_hand", "a"), Item("ex04_quadratic", "timed"),
              Item("ex05_decode_prefill", "timed_too"), Item("ex07_flash_attention", "b"),
+             Item("ex06_gqa_intensity", "peaks", ["student", "machine_peaks"]),
              Item("ex07_flash_attention", compile_test), Item("ex07_flash_attention", "c"),
              Item("ex08_mla", "d")]
     plugin = core.GradingPlugin(Path("."), core.Options(),
@@ -348,7 +373,8 @@ def test_the_compile_test_waits_last_and_is_reported_in_its_place(monkeypatch):
     monkeypatch.setattr(suites_conftest, "_compiles_early", lambda session: True)
     run = list(items)
     suites_conftest.pytest_collection_modifyitems(None, None, run)
-    assert [i.name for i in run] == ["a", "b", "c", "d", compile_test, "timed", "timed_too"]
+    assert [i.name for i in run] == ["a", "b", "c", "d", compile_test, "timed", "timed_too",
+                                     "peaks"]
     plugin.plan = {i.nodeid: core.Planned(1.0, True) for i in run}
     plugin.items = {i.nodeid: i for i in run}
     for i in run:   # recorded as they ran
@@ -356,7 +382,7 @@ def test_the_compile_test_waits_last_and_is_reported_in_its_place(monkeypatch):
                                           max_score=1.0, score=1.0, status=PASSED)
         plugin.report.tests.append(plugin.results[i.nodeid])
     plugin.unrecorded()
-    assert [t.name for t in plugin.report.tests] == ["a", "timed", "timed_too", "b",
+    assert [t.name for t in plugin.report.tests] == ["a", "timed", "timed_too", "peaks", "b",
                                                      compile_test, "c", "d"]
 
 

@@ -14,6 +14,7 @@ drawn (``grader.reference.cases``).  ``roster_student_id``,
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,8 +60,10 @@ def machine_peaks(machine):
     """The grading machine's peaks (``grader.sandbox.runtime.measure.Peaks``),
     measured the first time a test asks and then kept in ``machine`` (top of
     the report); a suite that measures them again stores them there too.  A
-    suite that wants them measured before its first test says
-    ``pytest.mark.usefixtures("machine_peaks")``."""
+    test that reads them asks for this fixture (or says
+    ``pytest.mark.usefixtures("machine_peaks")`` to show them at the top),
+    never ``measure.grading_peaks`` itself: such a test runs with nothing of
+    the grading beside it (``_quiet``)."""
     # here: it imports PyTorch, which NumPy suites never need
     from grader.sandbox.runtime import measure
 
@@ -146,26 +149,38 @@ def _exercise_of(item) -> str | None:
     return mark.args[0] if mark else None
 
 
+def _quiet(item) -> bool:
+    """Does this test measure with nothing beside it: an exercise that times
+    the submission (``TIMED``), or a test that reads the machine's peaks
+    (measured by the first that asks: ``machine_peaks``)?"""
+    return _exercise_of(item) in TIMED or "machine_peaks" in getattr(item, "fixturenames", ())
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
     """Where G's compile check runs in the background (``compile_early``),
-    the exercises that time the submission (``TIMED``) run last, once it has
-    ended: nothing of the grading runs beside their measurements; and the
-    compile check's own test, which waits for its answer, runs just before
-    them, so that every other test runs while it compiles.  The report keeps
-    the course order, each exercise's tests as collected
-    (``GradingPlugin.unrecorded``)."""
+    the tests that measure (``_quiet``) run last, once it has ended: nothing
+    of the grading runs beside their measurements, the machine's peaks
+    among them; and the compile check's own test, which waits for its
+    answer, runs just before them, so that every other test runs while it
+    compiles.  The report keeps the course order, each exercise's tests as
+    collected (``GradingPlugin.unrecorded``)."""
     if _compiles_early(session):
-        items.sort(key=lambda item: (_exercise_of(item) in TIMED,
+        items.sort(key=lambda item: (_quiet(item),
                                      item.name == COMPILE_TEST_NAME))   # stable: in order
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    """A timed exercise's test waits for the background compile to end
+    """A test that measures (``_quiet``) waits, before its fixtures measure
+    anything, until nothing else of the grading runs: every worker
+    ``prestart`` began has started, and the background compile has ended
     (`check`'s is ended once its answer is ready: ``CompileEarly.quiet``)."""
-    if _exercise_of(item) in TIMED:
-        from grader.reference import flash_judge
-        flash_judge.wait_early(_plugin(item.config).folder(COMPILE_EXERCISE))
+    if _quiet(item):
+        _plugin(item.config).wait_started()
+        flash_judge = sys.modules.get("grader.reference.flash_judge")   # none: no compile
+        if flash_judge is not None:
+            flash_judge.wait_early(_plugin(item.config).folder(COMPILE_EXERCISE))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -174,24 +189,17 @@ def compile_early(request):
     the background before the first test when the grading runs it, so that
     its compiling overlaps the other exercises' tests: the same probes in
     workers from the same ``launch_worker``, its test takes the answer up
-    (`check`'s once its first launches are compiled: ``CompileEarly``).
-    Before it begins, the machine's peaks are measured where a test may read
-    them (``machine``), so that nothing runs beside that measurement either,
-    and the workers ``prestart`` began have started."""
+    (`check`'s once its first launches are compiled: ``CompileEarly``).  It
+    begins once the fork server is up, beside the other workers' starts;
+    what measures, the machine's peaks among it, runs after it has ended
+    (``pytest_collection_modifyitems``)."""
     plugin = _plugin(request.config)
     if not _compiles_early(request.session):
         yield
         return
     from grader.reference import flash_judge   # PyTorch: only where G is checked
 
-    plugin.wait_started()
-    if any({"machine", "machine_peaks"} & set(getattr(item, "fixturenames", ()))
-           for item in request.session.items):
-        from grader.sandbox.runtime import measure
-        try:
-            measure.grading_peaks(plugin.report.machine, measure.default_device())
-        except Exception:  # noqa: BLE001 - measured again by the first test that asks
-            pass
+    plugin.wait_serving()   # its workers forked, beside the other workers' starts
     submission = plugin.folder(COMPILE_EXERCISE)
     flash_judge.compile_early(submission, plugin.binder(COMPILE_EXERCISE),
                               plugin.options.check_cache)

@@ -3,7 +3,6 @@
 numbers next to this machine's ridge point."""
 import pytest
 
-from grader.sandbox.runtime import measure
 from grader.feedback import Feedback, check_close, check_equal
 from grader.reference.secret import mla as ref
 from grader.reference import mla_trace
@@ -106,13 +105,13 @@ def check_intensity_at(student, s):
 
 
 @pytest.mark.points(1)
-def test_deepseek_v3_intensity_table(student, machine, request):
+def test_deepseek_v3_intensity_table(student, machine_peaks, request):
     """mla_decode_intensity at DeepSeek-V3's shape, S=4096 and 32768 (shown against this ridge)"""
     v = V3
     lens = (4096, 32768)
     for s in lens:
         check_intensity_at(student, s)
-    peaks = measure.grading_peaks(machine, measure.default_device())
+    peaks = machine_peaks
     d_qk = v["d_nope"] + v["d_rope"]
     rows = []
     for label, h_kv in (("MHA", 128), ("GQA-8", 8), ("MQA", 1)):
