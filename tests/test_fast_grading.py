@@ -346,8 +346,8 @@ def test_the_compile_test_waits_last_and_is_reported_in_its_place(monkeypatch):
     the answer) runs after every other test that measures nothing, just
     before the timed exercises and the tests that read the machine's peaks
     (measured then, with nothing beside them): the rest run while it
-    compiles.  The report keeps the course
-    order with each exercise's tests as collected."""
+    compiles.  The report keeps the course order with each exercise's tests
+    as collected."""
     from types import SimpleNamespace
 
     from grader.report import Report
