@@ -17,7 +17,9 @@ from __future__ import annotations
 import os
 import random
 import signal
+import stat
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -87,14 +89,19 @@ def can_drop_privileges() -> bool:
 
 
 def fresh_uid() -> int:
-    """A user id for one worker, not used by any running process.  Workers
-    may start in two threads at once (ex07's compile begins in the
-    background): one at a time here, so that no two take the same id."""
+    """A user id for one worker, not used by any running process nor held by
+    another grader on this machine.  Workers may start in two threads at once
+    (ex07's compile begins in the background): one at a time here, so that no
+    two take the same id.  Gradings may run side by side in separate
+    processes (``batch --jobs``, a test run's workers): each holds a lock on
+    its ids in ``uid_registry`` until it has released them, since an id whose
+    worker has just exited is not yet free: its grader will still kill what
+    runs as it and remove its files."""
     running = _running_uids()
     with _uid_lock:
         for _ in range(1000):
             uid = random.randint(*UID_RANGE)
-            if uid not in _used_uids and uid not in running:
+            if uid not in _used_uids and uid not in running and _reserve(uid):
                 _used_uids.add(uid)
                 allocated_uids.append(uid)
                 return uid
@@ -104,7 +111,62 @@ def fresh_uid() -> int:
 def release_uid(uid: int) -> None:
     kill_uid(uid)
     remove_leftovers(uid)
-    _used_uids.discard(uid)
+    with _uid_lock:
+        _used_uids.discard(uid)
+        _unreserve(uid)
+
+
+_registry_fd: int | None = None     # this process's handle on the registry, kept open
+
+
+def uid_registry() -> Path | None:
+    """The file whose bytes stand for the worker ids (byte ``uid`` for ``uid``):
+    a grader holds a POSIX lock on the bytes of the ids it uses, which the
+    kernel drops when that grader dies.  It lives in ``/run`` (root's alone),
+    else in the temp folder; None, leaving each process to itself, when
+    neither is safe (a folder someone else could write)."""
+    for folder in (Path("/run"), Path(tempfile.gettempdir())):
+        try:
+            info = folder.lstat()
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022:
+            return folder / "attn-grade-uids.lock"
+    return None
+
+
+def _registry() -> int | None:
+    global _registry_fd
+    if _registry_fd is None and sys.platform.startswith("linux"):
+        path = uid_registry()
+        if path is not None:
+            try:
+                # Never closed: closing any handle on the file would drop every
+                # lock this process holds on it.
+                _registry_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            except OSError:
+                return None
+    return _registry_fd
+
+
+def _reserve(uid: int) -> bool:
+    """Lock ``uid``'s byte of the registry; False when another process holds it."""
+    import fcntl
+    fd = _registry()
+    if fd is None:
+        return True
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, uid)
+    except OSError:
+        return False
+    return True
+
+
+def _unreserve(uid: int) -> None:
+    import fcntl
+    fd = _registry()
+    if fd is not None:
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, uid)
 
 
 SHARED_FOLDERS = (Path("/dev/shm"), Path("/tmp"), Path("/var/tmp"))
