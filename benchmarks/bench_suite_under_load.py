@@ -7,7 +7,7 @@ core (plain CPU-bound processes, started and stopped here), and runs
 and the load average seen; exits with pytest's status.  The suite must pass
 like this: no test may depend on the machine being quiet.
 
-    python benchmarks/bench_suite_under_load.py [--per-core 2] [--venv PATH] [-- PYTEST_ARGS]
+    python benchmarks/bench_suite_under_load.py [--per-core 2] [--venv PATH] [--log FILE] [-- PYTEST_ARGS]
 
 With ``--venv`` an existing environment is reused (nothing is downloaded):
 the clone gets one of its own on top of it.  What follows ``--`` goes to
@@ -75,6 +75,8 @@ def main() -> int:
                         help="an environment with the package's dev extra already installed "
                              "(e.g. a checkout's .venv): the clone gets an environment of its "
                              "own on top of it, and this one is left as it is")
+    parser.add_argument("--log", type=Path, default=None,
+                        help="also write pytest's whole output here (to read a failure)")
     parser.add_argument("pytest_args", nargs="*",
                         help="after --: what pytest is given besides -q (default: nothing, "
                              "the README's whole suite), e.g. -- tests/test_budget.py -n 0")
@@ -122,6 +124,8 @@ def main() -> int:
           f"{max(loads, default=0):.1f}")
     print(f"pytest: {closing}")
     print(f"wall {wall:.0f} s, exit status {code}")
+    if args.log is not None:
+        args.log.write_text("\n".join(lines) + "\n")
     if code:
         print("\n".join(ln for ln in lines if ln.startswith(("FAILED", "ERROR"))))
     shutil.rmtree(work, ignore_errors=True)
