@@ -58,9 +58,9 @@ def _environment() -> bytes:
 
 def _options(options) -> bytes:
     """The options a check's results depend on (not the exercises asked for,
-    nor the cache itself)."""
+    nor the caches themselves)."""
     fields = dataclasses.asdict(options)
-    for name in ("exercises", "check_cache", "seed", "grading_budget"):
+    for name in ("exercises", "check_cache", "font_cache", "seed", "grading_budget"):
         fields.pop(name, None)
     return json.dumps(fields, sort_keys=True, default=str).encode()
 
@@ -148,9 +148,9 @@ def grade_cached(folder: Path, options, grade) -> Report:
     """``grade(folder, options)`` for the exercises whose results are not
     kept in ``options.check_cache``; the others' read back from it.  The
     report holds every exercise asked for, in course order."""
-    from grader.core import _exercises
+    from grader.options import exercises_of
     cache_dir = options.check_cache
-    names = _exercises(options)
+    names = exercises_of(options)
     began = time.time()
     found = keys(folder, options, names)
     kept = {e: entry for e in names if (entry := _load(cache_dir, found[e])) is not None}

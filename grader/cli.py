@@ -18,11 +18,12 @@ from pathlib import Path
 import click
 
 from grader import report as fmt
-from grader.core import GraderConfigError, Options, grade
+from grader.options import GraderConfigError, Options
 from grader.registry import EXERCISES, available, by_letter, suite_files
 from grader.paths import EXERCISES_DIR, HIDDEN_SUITES_DIR, REPO_DIR, SOLUTIONS_DIR
 from grader.report import write_private
 from grader.safetext import clean
+from grader.sandbox import launch
 from grader.sandbox.launch import GRADING_BUDGET_S
 from grader.submission import SubmissionError, materialize
 
@@ -192,6 +193,7 @@ def _run(path: Path, options: Options):
     found = _unsupported(options.exercises)
     try:
         with materialize(path) as folder:
+            _begin_fork_server(options)
             if options.check_cache is not None:
                 from grader.checkcache import grade_cached
                 report = grade_cached(folder, options, grade)
@@ -204,6 +206,38 @@ def _run(path: Path, options: Options):
         raise click.UsageError(clean(exc)) from None
     except GraderConfigError as exc:  # --isolation strict without namespaces, too
         raise click.UsageError(str(exc)) from None
+    finally:
+        launch.drop_begun()
+
+
+def grade(folder: Path, options: Options):
+    """``grader.core.grade``, imported on the first grading: the command line
+    starts without the core's imports (``_begin_fork_server``)."""
+    from grader.core import grade as grade_folder
+    return grade_folder(folder, options)
+
+
+def _begin_fork_server(options: Options) -> None:
+    """Begin the fork server the grading will ask for before this process
+    imports the grader's core (pytest, NumPy: about a third of a `check` of
+    one NumPy exercise), so that the two start side by side
+    (``launch.begin_fork_server``; the grading takes it or closes it)."""
+    from grader.options import exercises_of
+    from grader.registry import fork_server_preloads
+    from grader.sandbox import bwrap, forkserver
+    if not options.fork_server:
+        return
+    try:
+        names = exercises_of(options)
+    except GraderConfigError:
+        return      # the grading says so
+    gpu = bool(bwrap.gpu_devices())
+    needs, extra = fork_server_preloads(names, gpu)
+    forked = [e for e in names if not (gpu and "GPU" in EXERCISES[e].needs)]
+    first = forkserver.wanted(EXERCISES[forked[0]].needs, EXERCISES[forked[0]].preload) \
+        if forked else ()
+    launch.begin_fork_server(options.isolation, options.memory_mb, needs, extra, first,
+                             font_cache=options.font_cache)
 
 
 def _html_page(report, artifacts: Path | None) -> str:
@@ -293,7 +327,7 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, gpu_tier, dedu
     options = Options(suite="public", exercises=_exercise_names(exercise, "EXERCISE"),
                       call_timeout=timeout, artifacts_dir=artifacts, isolation=isolation,
                       gpu_tier=gpu_tier, deduct_each=deduct_each,
-                      check_cache=_user_cache() if cache else None)
+                      check_cache=_user_cache() if cache else None, font_cache=_user_cache())
     report, unsupported = _run(path, options)
     click.echo(fmt.to_text(report, public_only=True), nl=False)
     for problem in unsupported:   # last, where the exit status is read

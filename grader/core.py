@@ -35,88 +35,18 @@ from pathlib import Path
 import pytest
 
 from grader import fault, rootcause
-from grader.registry import EXERCISES, TRACES, suite_files
+from grader.registry import EXERCISES, fork_server_preloads, suite_files
 from grader.feedback import Feedback
+from grader.options import GraderConfigError, Options, exercises_of as _exercises
 from grader.paths import SOLUTIONS_DIR, SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
 from grader.sandbox import bwrap, confine, forkserver, isolation, reach
 from grader.sandbox.client import StudentError, StudentModule, Worker
-from grader.sandbox.launch import GRADING_BUDGET_S, Launcher
+from grader.sandbox.launch import Launcher
 from grader.sandbox.process import remove_stale_staging_once
 
 PLUGIN_KEY = pytest.StashKey["GradingPlugin"]()
 SEED_LIMIT = 2**32
-
-
-class GraderConfigError(ValueError):
-    """Bad input from the person running the grader (not the student)."""
-
-
-def _option(default, flag: str | None = None, *, scores: bool = True):
-    """A field of ``Options``: ``flag``, its ``attn-grade grade`` option (None:
-    none, it must keep its default to be said on a command line); ``scores``:
-    whether it can change a grade (then it is in ``cache_key``)."""
-    return dataclasses.field(default=default, metadata={"flag": flag, "scores": scores})
-
-
-@dataclass
-class Options:
-    """One grading's options: every one once, with its command-line form
-    (``argv``, what a batch's grading process is given) and whether it can
-    change a grade (``cache_key``, what a stored result must match)."""
-    suite: str = _option("hidden", "--suite")   # "public" or "hidden" (public + hidden)
-    exercises: list[str] | None = _option(None, "--exercise")  # None: every one with a suite
-    call_timeout: float | None = _option(None, "--timeout")   # overrides each exercise's default
-    import_timeout: float = _option(60.0)        # importing a submission's module
-    memory_mb: int = _option(8192)               # per worker (RLIMIT_DATA)
-    # The GPU tier (tests marked ``gpu``) is graded: in the maximum on every
-    # machine, needing a regrade where no GPU is present.  Off: not run, in no
-    # maximum, on any machine.  A declared choice, never what the machine has.
-    gpu_tier: bool = _option(False, "--gpu-tier")
-    keyword: str | None = _option(None, "--keyword")   # a pytest -k expression: only these tests
-    markers: str | None = _option(None)         # a pytest -m expression: only these tests
-    seed: int | None = _option(None, "--seed")  # hidden suites' random cases; None: a fresh secret
-    student_id: str | None = _option(None, "--student-id")   # exercise A's identifier (roster)
-    # Every failure costs, even one that follows a root cause.
-    deduct_each: bool = _option(False, "--deduct-each")
-    # Grade a failing exercise again with a reference in place of what it
-    # builds on (``_upstream_evidence``).  False inside that second grading.
-    check_upstream: bool = _option(True)
-    isolation: str = _option("auto", "--isolation")   # auto, strict or fallback (sandbox.isolation)
-    # A grader-owned folder for files like the ex04 plot.
-    artifacts_dir: Path | None = _option(None, "--artifacts", scores=False)
-    # `check` only: answers kept for unchanged files.
-    check_cache: Path | None = _option(None, scores=False)
-    # Fork workers from one process per grading (read by GradingPlugin.prestart).
-    fork_server: bool = _option(True, scores=False)
-    # Seconds per exercise (None: each one's default), and for the whole grading.
-    exercise_budget: float | None = _option(None, "--exercise-budget")
-    grading_budget: float | None = _option(GRADING_BUDGET_S, "--grading-budget")
-
-    def argv(self) -> list[str]:
-        """The ``attn-grade grade`` options that grade with these options (the
-        defaults left out).  An option without a flag must have its default."""
-        out: list[str] = []
-        for f in dataclasses.fields(self):
-            value, flag = getattr(self, f.name), f.metadata["flag"]
-            if value == f.default:
-                continue
-            if flag is None or value is False:
-                raise ValueError(f"Options.{f.name}={value!r} has no command-line form")
-            if isinstance(value, bool):   # the flags turn on what is off by default
-                out.append(flag)
-            elif isinstance(value, (list, tuple)):
-                out += [word for item in value for word in (flag, str(item))]
-            else:
-                out += [flag, str(value)]   # a float's repr: read back exactly
-        return out
-
-    def cache_key(self) -> dict:
-        """The options that can change a grade, as a stored result records them."""
-        key = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.metadata["scores"]}
-        key["exercises"] = sorted(self.exercises) if self.exercises else "all"
-        return key
 
 
 def _title(item) -> str:
@@ -250,19 +180,12 @@ class GradingPlugin:
         with the grading process's own start-up instead of following it.
         One at a time, in course order, so that no two starts run at once
         (each may take a fresh user id).  ``worker()`` waits for its own."""
-        needs = {n for e in exercises for n in EXERCISES[e].needs}
         for folder in {self.folder(e) for e in exercises}:
             reach.parse_all(folder)   # here, not beside pytest's parsing (reach)
-        # What the tests import besides (``Exercise.preload``); PyTorch's
-        # (TRACES) not on a machine with a GPU: there a fork server preloads
-        # only what has been proven to leave CUDA to its forked workers
-        # (benchmarks/gpu_check.py).
-        gpu = bool(bwrap.gpu_devices())
-        extra = tuple(m for e in exercises for m in EXERCISES[e].preload
-                      if not (gpu and m in TRACES))
-        if self.options.fork_server:
+        if self.options.fork_server:   # (the one begun early, where it is the same)
+            needs, extra = fork_server_preloads(exercises, bool(bwrap.gpu_devices()))
             self.fork_server = self.launcher.fork_server(
-                needs, extra, font_cache=self.options.check_cache)
+                needs, extra, font_cache=self.options.font_cache)
         for exercise in exercises:
             self.worker(exercise)
             self._started[exercise] = threading.Event()
@@ -619,19 +542,6 @@ def _pytest_args(options: Options, names: list[str]) -> list[str]:
     if options.markers:
         args += ["-m", options.markers]
     return args + files
-
-
-def _exercises(options: Options) -> list[str]:
-    """The exercises a grading covers, in course order; bad names are a
-    ``GraderConfigError``."""
-    if options.suite not in ("public", "hidden"):
-        raise GraderConfigError(f"unknown suite {options.suite!r}: use public or hidden")
-    requested = options.exercises or [e for e in EXERCISES if suite_files(e, "public")]
-    unknown = [e for e in requested if e not in EXERCISES]
-    if unknown:
-        raise GraderConfigError(f"unknown exercise {unknown[0]!r}; known: "
-                                f"{', '.join(EXERCISES)}")
-    return [e for e in EXERCISES if e in requested]  # course order, no repeats
 
 
 class _Collector:

@@ -146,6 +146,18 @@ EXERCISES = {e.name: e for e in [
 ]}
 
 
+def fork_server_preloads(exercises, gpu: bool) -> tuple[set[str], tuple[str, ...]]:
+    """What a grading of ``exercises`` has its fork server import: the
+    libraries they need, and what their tests import besides
+    (``Exercise.preload``); PyTorch's trace machinery (TRACES) not on a
+    machine with a GPU (``gpu``): there a fork server preloads only what has
+    been proven to leave CUDA to its forked workers (benchmarks/gpu_check.py)."""
+    needs = {n for e in exercises for n in EXERCISES[e].needs}
+    extra = tuple(m for e in exercises for m in EXERCISES[e].preload
+                  if not (gpu and m in TRACES))
+    return needs, extra
+
+
 def contract() -> dict:
     return json.loads(CONTRACT_PATH.read_text())
 

@@ -509,3 +509,62 @@ def test_the_fork_server_takes_checks_font_list_instead_of_scanning(tmp_path, mo
         finally:
             zyg.close()
         assert ("AttnGradeKeptFont" in known) == expected, (cache_given, known[:5])
+
+
+def test_check_begins_its_fork_server_before_the_core_and_leaves_nothing(tmp_path, monkeypatch):
+    """`attn-grade check B`: the command line begins the grading's fork server
+    before it imports the grader's core (``launch.begin_fork_server``), and
+    the grading forks B's worker from that one: one fork server in all,
+    begun with what B's worker wants, given check's font list with --no-cache
+    too, gone with its folder afterwards.  A check that grades nothing (B
+    kept) closes the one it began; the fallback begins none (its secret
+    folders are protected first, by the grading)."""
+    from click.testing import CliRunner
+    from grader.cli import main
+    from grader.registry import EXERCISES
+    from grader.sandbox import bwrap, confine, forkserver, launch
+    if not (forkserver.supported() and bwrap.usable()[0] and confine.is_root()):
+        pytest.skip("a fork server under namespaces needs Linux, bubblewrap and root")
+    spawned, begun, forked_from = [], [], []
+    real_spawn, real_begin = forkserver.ForkServer._spawn, forkserver.ForkServer.begin
+    real_fork = forkserver.ForkServer.fork
+
+    def spawn(self):
+        real_spawn(self)
+        spawned.append(self)
+
+    def begin(self, eager=()):
+        begun.append((self, tuple(eager)))
+        real_begin(self, eager)
+
+    def fork(self, cfg, on_forked=None, wants=None):
+        forked_from.append(self)
+        return real_fork(self, cfg, on_forked, wants)
+
+    monkeypatch.setattr(forkserver.ForkServer, "_spawn", spawn)
+    monkeypatch.setattr(forkserver.ForkServer, "begin", begin)
+    monkeypatch.setattr(forkserver.ForkServer, "fork", fork)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    sub = copy_solutions(tmp_path / "sub", ["ex02_mha"])
+
+    def check(*flags):
+        result = CliRunner().invoke(main, ["check", "--path", str(sub), "B", "--artifacts",
+                                           str(tmp_path / "out"), *flags])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    check("--no-cache")
+    ex = EXERCISES["ex02_mha"]
+    assert len(spawned) == 1 and [s for s, _ in begun] == spawned
+    assert begun[0][1] == forkserver.wanted(ex.needs, ex.preload)
+    assert forked_from and all(f is spawned[0] for f in forked_from)
+    assert spawned[0].font_cache == tmp_path / "xdg" / "attn-grade"
+    assert spawned[0].root is None and spawned[0].proc.poll() is not None
+    assert launch._begun == []
+    check()                                     # graded, and kept
+    assert "kept from an earlier check" in check()   # nothing graded: begun, closed
+    assert len(spawned) == len(begun) == 3 and len(set(map(id, forked_from))) == 2
+    assert spawned[-1].root is None and spawned[-1].proc.poll() is not None
+    check("--no-cache", "--isolation", "fallback")
+    assert len(begun) == 3 and len(spawned) == 4 and forked_from[-1] is spawned[-1]
+    assert launch._begun == []

@@ -186,15 +186,15 @@ def test_a_grading_forks_from_one_fork_server_and_leaves_nothing(tmp_path, monke
     """... and that fork server has imported matplotlib for ex08's pictures
     (``Exercise.preload``), once for every worker that draws."""
     forks, roots, preloaded = [], [], []
-    real_fork, real_start = forkserver.ForkServer.fork, forkserver.ForkServer._start
+    real_fork, real_spawn = forkserver.ForkServer.fork, forkserver.ForkServer._spawn
     real_close = forkserver.ForkServer.close
 
     def fork(self, cfg, on_forked=None, wants=None):
         forks.append(cfg["cwd"])
         return real_fork(self, cfg, on_forked, wants)
 
-    def start(self):
-        real_start(self)
+    def spawn(self):
+        real_spawn(self)
         roots.append(self.root)
 
     def close(self):
@@ -202,7 +202,7 @@ def test_a_grading_forks_from_one_fork_server_and_leaves_nothing(tmp_path, monke
         real_close(self)
 
     monkeypatch.setattr(forkserver.ForkServer, "fork", fork)
-    monkeypatch.setattr(forkserver.ForkServer, "_start", start)
+    monkeypatch.setattr(forkserver.ForkServer, "_spawn", spawn)
     monkeypatch.setattr(forkserver.ForkServer, "close", close)
     sub = copy_solutions(tmp_path / "submission")
     report = grade(sub, Options(exercises=["ex05_decode_prefill", "ex08_mla"]))
@@ -284,3 +284,25 @@ def test_a_gpu_exercise_is_not_forked_on_a_gpu_machine(monkeypatch):
     assert plugin._fork_server_for(EXERCISES["ex05_decode_prefill"]) is plugin.fork_server
     monkeypatch.setattr(bwrap, "gpu_devices", lambda: [])
     assert plugin._fork_server_for(EXERCISES["ex07_flash_attention"]) is plugin.fork_server
+
+
+def test_a_fork_server_begun_early_has_imported_what_its_first_worker_wants(namespaces):
+    """``begin(eager)``: spawned now, it imports ``eager`` of its preloads at
+    once, before any worker asks (the command line begins it before its own
+    imports); one not begun imports nothing before a worker wants it."""
+    for eager in [("numpy",), ()]:
+        z = launcher("strict" if namespaces else "fallback").fork_server({"NumPy", "PyTorch"})
+        try:
+            z.begin(eager)
+            z.start()
+            assert z.alive, z.failed
+            w = _worker(SOLUTIONS, "ex02_mha", namespaces, z, fork_wants=())
+            try:
+                assert isinstance(w.proc, forkserver.ForkedProcess)
+                assert z.preloaded == list(eager), z.preloaded   # torch: not eager, not wanted
+                assert _answers(w)
+            finally:
+                w.close()
+        finally:
+            z.close()
+        assert z.root is None

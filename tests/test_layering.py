@@ -54,6 +54,16 @@ def test_intake_does_not_import_notebook_building():
             assert all(a.name != "grader.notebooks" for a in node.names)
 
 
+def test_the_command_line_starts_without_the_graders_core():
+    """`attn-grade` imports neither pytest nor NumPy (nor the core that needs
+    them) before it has begun the grading's fork server: those imports are a
+    third of a `check` of one exercise, and they run beside the fork
+    server's own instead of before it (``cli._begin_fork_server``)."""
+    loaded = _imported("grader.cli")
+    assert not {"numpy", "pytest", "grader.core", "torch"} & loaded, \
+        sorted({"numpy", "pytest", "grader.core", "torch"} & loaded)
+
+
 def _suite_files():
     return sorted(SUITES_DIR.rglob("*.py"))
 

@@ -16,7 +16,6 @@ Only `check` keeps one (`grade` leaves nothing behind on the machine).
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import os
 import re
 import shutil
@@ -34,6 +33,7 @@ def font_list(cache: Path | None) -> Path | None:
     cannot be built (the fork server then builds its own, as before)."""
     if cache is None:
         return None
+    import importlib.metadata   # (here: the command line's start waits for what it imports)
     try:
         version = importlib.metadata.version("matplotlib")
     except importlib.metadata.PackageNotFoundError:

@@ -17,6 +17,11 @@ for it); where the fork server cannot do it, it is not used under namespaces.
 Without namespaces (the fallback) workers share the machine's temp folders,
 as spawned ones do there.
 
+The command line begins a grading's fork server (``ForkServer.begin``, by
+``launch.begin_fork_server``) before it imports the grader's core, and the
+grading takes that one when it would have asked for the same: the fork
+server's imports run beside the grading process's own start.
+
 Only ``grader.sandbox.launch`` makes a fork server.  If it cannot start or dies,
 workers are spawned instead: the fork server changes how fast a worker starts,
 never whether it does, nor how it is confined.
@@ -115,22 +120,47 @@ class ForkServer:
         self._pidns: str | None = None
         self._reader: threading.Thread | None = None
         self._folders = 0
+        self._eager: list[str] = []   # imported at once (``begin``), not when first wanted
 
     # -- lifecycle ---------------------------------------------------------
     @property
     def alive(self) -> bool:
         return self.failed is None and self.proc is not None and self.proc.poll() is None
 
-    def start(self) -> None:
-        """Start it and wait until it has imported its libraries.  On any
-        failure ``failed`` says why and workers are spawned instead."""
+    def begin(self, eager: tuple[str, ...] = ()) -> None:
+        """Spawn it now, without waiting for it (``start`` waits), importing
+        ``eager`` of its preloads as soon as it runs instead of when a worker
+        first asks for them: a grading about to begin (``launch.begin_fork_server``)
+        whose first worker will want them.  The fork server dies with the
+        thread that calls this (bubblewrap's --die-with-parent): only a
+        thread that outlives the grading may, the main thread."""
+        self._eager = [m for m in self.preload if m in eager]
         try:
-            self._start()
+            self._spawn()
         except Exception as exc:
             self.failed = f"{type(exc).__name__}: {exc}"
             self.close()
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Start it (unless ``begin`` did) and wait until it is ready.  On any
+        failure ``failed`` says why and workers are spawned instead."""
+        if self.failed is not None:
+            return
+        try:
+            if self.proc is None:
+                self._spawn()
+            self._await_ready()
+        except Exception as exc:
+            self.failed = f"{type(exc).__name__}: {exc}"
+            self.close()
+
+    def same(self, other: "ForkServer") -> bool:
+        """Would ``other``, not started, be this one?  (``launch``: a fork
+        server begun early serves only the grading it was begun for.)"""
+        return (self.preload, self.namespaces, self.memory_bytes, self.font_cache) == \
+            (other.preload, other.namespaces, other.memory_bytes, other.font_cache)
+
+    def _spawn(self) -> None:
         self.root = process.staging_folder("fork_server-")
         os.chmod(self.root, 0o711)   # each worker's uid passes through to its own folder
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -141,7 +171,8 @@ class ForkServer:
         # the fork server's sandbox; without it workers are spawned, each in a
         # sandbox of its own (``launch``).
         own = {"tmpfs_bytes": tmpfs, "keep": bwrap.under_tmpfs()} if self.namespaces else None
-        cfg = {"fork_server": {"preload": self.preload, "own_namespaces": own}}
+        cfg = {"fork_server": {"preload": self.preload, "eager": self._eager,
+                               "own_namespaces": own}}
         font_list = None
         if any(m.split(".")[0] == "matplotlib" for m in self.preload):
             font_list = fonts.font_list(self.font_cache)
@@ -165,6 +196,8 @@ class ForkServer:
         finally:
             theirs.close()
             err.close()
+
+    def _await_ready(self) -> None:
         ready = self._receive(READY_TIMEOUT)
         if "ready" not in ready:
             raise ForkServerError(f"unexpected first message {ready!r}")

@@ -105,6 +105,54 @@ class Launcher:
             return None
         if self.namespaces and not confine.is_root():
             return None
-        return forkserver.ForkServer(needs, namespaces=self.namespaces,
-                                     memory_bytes=self.memory_bytes, extra=extra,
-                                     font_cache=font_cache)
+        server = forkserver.ForkServer(needs, namespaces=self.namespaces,
+                                       memory_bytes=self.memory_bytes, extra=extra,
+                                       font_cache=font_cache)
+        return _take_begun(server) or server
+
+
+# A fork server begun before its grading (``begin_fork_server``), until the
+# grading's ``Launcher.fork_server`` takes it.
+_begun: list[forkserver.ForkServer] = []
+
+
+def begin_fork_server(mode: str, memory_mb: int, needs: set[str], extra: tuple[str, ...],
+                      first: tuple[str, ...], *, font_cache: Path | None = None) -> None:
+    """Spawn, now, the fork server that a grading about to begin in this
+    process will ask for (``Launcher.fork_server`` with the same arguments),
+    importing ``first`` (what its first worker will want) at once: the
+    command line calls it before it imports the grader's core, so that those
+    imports run beside the grading process's own start instead of after it.
+    Only under namespaces: there the secret folders need no protecting before
+    anything starts (``grader.core.protect_secret_folders``), and nothing of
+    this machine's is visible to it.  It is the same fork server, confined
+    the same way, that the grading would have started: a grading whose
+    arguments differ closes it and starts its own, and ``drop_begun`` closes
+    one that no grading took.  Call it from the main thread (``ForkServer.begin``)."""
+    drop_begun()
+    try:
+        iso = isolation.decide(mode, memory_mb)
+    except (ValueError, isolation.IsolationUnavailable):
+        return          # the grading says why, in one sentence
+    if not iso.namespaces:
+        return
+    server = Launcher(iso, memory_mb=memory_mb).fork_server(needs, extra,
+                                                            font_cache=font_cache)
+    if server is not None:
+        server.begin(first)
+        _begun.append(server)
+
+
+def _take_begun(wanted: forkserver.ForkServer) -> forkserver.ForkServer | None:
+    while _begun:
+        server = _begun.pop()
+        if server.same(wanted) and server.failed is None:
+            return server
+        server.close()
+    return None
+
+
+def drop_begun() -> None:
+    """Close a fork server begun early that no grading took."""
+    while _begun:
+        _begun.pop().close()

@@ -20,8 +20,6 @@ import struct
 from decimal import Decimal
 from fractions import Fraction
 
-import numpy as np
-
 MAX_DEPTH = 32
 _HEADER = struct.Struct("<QQ")  # (json length, total buffer length)
 
@@ -78,6 +76,14 @@ def _torch():
     return sys.modules.get("torch")
 
 
+def _numpy():
+    """NumPy where it is imported: no value can be an array before it is, and
+    the grading process's command line need not import it to start a worker
+    (``grader.cli``)."""
+    import sys
+    return sys.modules.get("numpy")
+
+
 def encode(value, buffers: list, depth: int = 0):
     """Turn ``value`` into a JSON-able tree, appending raw bytes to ``buffers``."""
     if depth > MAX_DEPTH:
@@ -110,9 +116,10 @@ def encode(value, buffers: list, depth: int = 0):
                 "bases": list(value.bases)}
     if t is Fraction or t is Decimal:  # exact numbers a student may return -> float
         return encode(float(value), buffers, depth + 1)
-    if isinstance(value, np.generic):  # numpy scalars -> python numbers
+    np = _numpy()
+    if np is not None and isinstance(value, np.generic):  # numpy scalars -> python numbers
         return encode(value.item(), buffers, depth + 1)
-    if isinstance(value, np.ndarray):
+    if np is not None and isinstance(value, np.ndarray):
         arr = np.ascontiguousarray(value)
         if arr.dtype.name not in _NP_DTYPES:
             raise CodecError(f"arrays of dtype {arr.dtype} cannot be returned")
@@ -129,6 +136,7 @@ def encode(value, buffers: list, depth: int = 0):
 def _encode_tensor(torch, value, buffers):
     if value.is_sparse or value.layout != torch.strided:
         raise CodecError("only dense tensors can be returned")
+    import numpy as np
     t = value.detach().to("cpu").contiguous()
     name = str(t.dtype).replace("torch.", "")
     wire, reinterpret = _TORCH_WIRE.get(name, (name, False))
@@ -187,7 +195,8 @@ def decode(tree, buffers: list, depth: int = 0, tensors: str = "torch"):
     return {str(k): decode(v, buffers, depth + 1, tensors) for k, v in tree.items()}
 
 
-def _array(dtype: str, shape, raw: bytes) -> np.ndarray:
+def _array(dtype: str, shape, raw: bytes):
+    import numpy as np
     if dtype not in _NP_DTYPES:
         raise CodecError(f"unexpected dtype {dtype!r}")
     shape = tuple(int(s) for s in shape)

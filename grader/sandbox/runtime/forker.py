@@ -249,6 +249,9 @@ def run(cfg: dict, serve) -> None:
     _take_font_list(cfg.get("font_list"))
     preload = list(cfg.get("preload", []))
     todo = list(preload)            # not imported yet
+    # What the grading's first worker will want, imported before it asks: a
+    # fork server begun before its grading process has finished its own start.
+    _import_wanted(todo, cfg.get("eager") or [])
     while True:
         _reap(sock)
         if not select.select([sock], [], [], 0.05)[0]:
@@ -267,14 +270,19 @@ def run(cfg: dict, serve) -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        wants = req.get("wants")
-        for name in [m for m in todo if wants is None or m in wants]:   # in preload's order
-            try:
-                _import_without_triton(name)
-            except Exception:  # not installed: the worker says so later
-                pass
-            todo.remove(name)
+        _import_wanted(todo, req.get("wants"))
         _fork(sock, req, fds, serve, cfg, preload)
+
+
+def _import_wanted(todo: list[str], wants) -> None:
+    """Import the modules of ``todo`` that are in ``wants`` (None: all), in
+    preload's order, and take them off ``todo``."""
+    for name in [m for m in todo if wants is None or m in wants]:
+        try:
+            _import_without_triton(name)
+        except Exception:  # not installed: the worker says so later
+            pass
+        todo.remove(name)
 
 
 def _fork(sock, req: dict, fds: list[int], serve, cfg: dict, preload: list[str]) -> None:
