@@ -568,3 +568,22 @@ def test_check_begins_its_fork_server_before_the_core_and_leaves_nothing(tmp_pat
     check("--no-cache", "--isolation", "fallback")
     assert len(begun) == 3 and len(spawned) == 4 and forked_from[-1] is spawned[-1]
     assert launch._begun == []
+
+
+def test_a_fork_server_that_fails_to_begin_costs_the_check_nothing(tmp_path, monkeypatch):
+    """The early start is a head start, never a condition: where beginning
+    the fork server raises, the grading starts its own and the check passes."""
+    from click.testing import CliRunner
+    from grader.cli import main
+    from grader.sandbox import forkserver, launch
+
+    def broken(self, eager=()):
+        raise RuntimeError("no head start today")
+
+    monkeypatch.setattr(forkserver.ForkServer, "begin", broken)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    sub = copy_solutions(tmp_path / "sub", ["ex02_mha"])
+    result = CliRunner().invoke(main, ["check", "--path", str(sub), "B", "--no-cache",
+                                       "--artifacts", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "FAIL" not in result.output and launch._begun == []

@@ -132,15 +132,15 @@ def begin_fork_server(mode: str, memory_mb: int, needs: set[str], extra: tuple[s
     drop_begun()
     try:
         iso = isolation.decide(mode, memory_mb)
-    except (ValueError, isolation.IsolationUnavailable):
-        return          # the grading says why, in one sentence
-    if not iso.namespaces:
-        return
-    server = Launcher(iso, memory_mb=memory_mb).fork_server(needs, extra,
-                                                            font_cache=font_cache)
-    if server is not None:
-        server.begin(first)
-        _begun.append(server)
+        if not iso.namespaces:
+            return
+        server = Launcher(iso, memory_mb=memory_mb).fork_server(needs, extra,
+                                                                font_cache=font_cache)
+        if server is not None:
+            _begun.append(server)
+            server.begin(first)
+    except Exception:   # a head start, never a condition: the grading decides and says why
+        drop_begun()
 
 
 def _take_begun(wanted: forkserver.ForkServer) -> forkserver.ForkServer | None:
