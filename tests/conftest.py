@@ -138,6 +138,19 @@ def pytest_xdist_auto_num_workers(config) -> int:
 _launchers: dict = {}
 
 
+def package_dirs() -> list[str]:
+    """The folders this Python imports installed packages from: its
+    site-packages, then any other site-packages folder on ``sys.path`` (a
+    layered environment's base, as benchmarks/bench_suite_under_load.py
+    --venv makes), for the tests that build an environment over this one's
+    packages."""
+    import site
+    import sys
+    dirs = list(site.getsitepackages())
+    return dirs + [p for p in sys.path
+                   if p.endswith(("site-packages", "dist-packages")) and p not in dirs]
+
+
 def launcher(mode: str = "auto"):
     """A ``Launcher`` for this machine in ``mode`` (``strict``: namespaces,
     ``fallback``), one per mode for the test process: the one way a test

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import site
 import subprocess
 import sys
 import sysconfig
@@ -29,7 +28,7 @@ from grader.gradescope import autograder_tree, place_upload, run_autograder, val
 from grader.notebooks import TAG_PREFIX, WRITEFILE, build_notebook
 from grader.report import to_gradescope
 from grader.paths import SUITES_DIR
-from tests.conftest import EXERCISES_DIR, SOLUTIONS, copy_solutions, grade_dir
+from tests.conftest import EXERCISES_DIR, SOLUTIONS, copy_solutions, grade_dir, package_dirs
 
 QUICK = "ex01_by_hand ex03_gqa"      # staff's ATTN_EXERCISES: a quick run
 
@@ -53,7 +52,7 @@ def installed(bundle, tmp_path_factory):
     # fresh venv, behind its own site-packages: nothing is downloaded again.
     purelib = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})
                    ["purelib"])
-    ours = [p for p in site.getsitepackages() if "site-packages" in p]
+    ours = [p for p in package_dirs() if "site-packages" in p]
     (purelib / "_attn_test_env.pth").write_text("\n".join(ours) + "\n")
     setup = (root / "source" / "setup.sh").read_text()
     assert "apt-get" in setup and '"$SOURCE[plot]"' in setup   # the plot extra

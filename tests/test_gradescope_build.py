@@ -17,7 +17,6 @@ import json
 import os
 import shlex
 import shutil
-import site
 import subprocess
 import sys
 import sysconfig
@@ -32,7 +31,7 @@ from grader.cli import main
 from grader.gradescope import (RECORD_FILE, autograder_tree, build_bundle, place_upload,
                                run_autograder, validate_results)
 from grader.sandbox import bwrap, confine
-from tests.conftest import copy_solutions, ex01_max
+from tests.conftest import copy_solutions, ex01_max, package_dirs
 
 # What bubblewrap prints where a container's seccomp profile blocks it: without
 # root (a user namespace) and as root (the uid map, or the unshare itself).
@@ -105,7 +104,7 @@ def _reachable_venv() -> Path:
     subprocess.run([str(SYSTEM_PYTHON), "-m", "venv", "--without-pip", str(venv)], check=True)
     purelib = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})
                    ["purelib"])
-    ours = [p for p in site.getsitepackages() if "site-packages" in p]
+    ours = [p for p in package_dirs() if "site-packages" in p]
     (purelib / "_attn_test_env.pth").write_text("\n".join(ours) + "\n")
     uid = confine.fresh_uid()
     try:

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import site
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import EXERCISES_DIR, REPO, SOLUTIONS
+from tests.conftest import EXERCISES_DIR, REPO, SOLUTIONS, package_dirs
 
 BLOCKER = '''"""Hide Triton, as on macOS and Windows: `import triton` raises ImportError."""
 import sys
@@ -38,7 +37,7 @@ def python_without_triton(tmp_path_factory):
     packages = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"],
                               capture_output=True, text=True, check=True).stdout.strip()
     with open(os.path.join(packages, "base.pth"), "w") as fh:
-        fh.write("\n".join(site.getsitepackages()) + "\n")
+        fh.write("\n".join(package_dirs()) + "\n")
     with open(os.path.join(packages, "sitecustomize.py"), "w") as fh:
         fh.write(BLOCKER)
     probe = subprocess.run([python, "-I", "-c", "import numpy, torch, triton"],
