@@ -95,13 +95,15 @@ class Launcher:
     def fork_server(self, needs: set[str], extra: tuple[str, ...] = (), *,
                     font_cache: Path | None = None) -> "forkserver.ForkServer | None":
         """A fork server for a grading whose exercises need ``needs``, or None
-        where none is used: not on this platform, nothing heavy to preload,
-        or namespaces without root (a forked worker's own namespaces need
-        root there; each worker is then spawned in a sandbox of its own).
+        where none is used: not on this platform, nothing to preload (no
+        library of ``forkserver.PRELOAD`` and no ``extra``: exercise A's
+        matplotlib is worth one too), or namespaces without root (a forked
+        worker's own namespaces need root there; each worker is then spawned
+        in a sandbox of its own).
         ``extra``: what their tests import besides (``Exercise.preload``),
         preloaded too where there is a fork server.  ``font_cache``: where
         `check` keeps matplotlib's font list (``fonts``)."""
-        if not forkserver.supported() or not needs & set(forkserver.PRELOAD):
+        if not forkserver.supported() or not (needs & set(forkserver.PRELOAD) or extra):
             return None
         if self.namespaces and not confine.is_root():
             return None
