@@ -151,9 +151,13 @@ class GradingPlugin:
     a suite asks those fixtures for what it needs."""
 
     def __init__(self, submission: Path, options: Options, report: Report,
-                 folders: dict[str, Path] | None = None):
+                 folders: dict[str, Path] | None = None,
+                 fork_server: forkserver.ForkServer | None = None):
         self.submission = submission
         self.folders = dict(folders or {})   # exercise -> its own folder (``grade``)
+        # The grading's own fork server, lent to its root causes' gradings
+        # (``grade``'s ``fork_server``): started, and closed, by its owner.
+        self.borrowed = fork_server
         self.options = options
         self.report = report
         self.workers: dict[str, Worker] = {}
@@ -182,7 +186,9 @@ class GradingPlugin:
         (each may take a fresh user id).  ``worker()`` waits for its own."""
         for folder in {self.folder(e) for e in exercises}:
             reach.parse_all(folder)   # here, not beside pytest's parsing (reach)
-        if self.options.fork_server:   # (the one begun early, where it is the same)
+        if self.borrowed is not None:
+            self.fork_server = self.borrowed
+        elif self.options.fork_server:   # (the one begun early, where it is the same)
             needs, extra = fork_server_preloads(exercises, bool(bwrap.gpu_devices()))
             self.fork_server = self.launcher.fork_server(
                 needs, extra, font_cache=self.options.font_cache)
@@ -192,7 +198,8 @@ class GradingPlugin:
 
         def run():
             try:
-                if self.fork_server is not None and not self._closing.is_set():
+                if self.fork_server is not None and self.borrowed is None \
+                        and not self._closing.is_set():
                     self.fork_server.start()   # on failure workers are spawned
             finally:
                 self._serving.set()
@@ -264,13 +271,20 @@ class GradingPlugin:
     def student(self, exercise: str, timeout: float | None = None) -> StudentModule:
         return StudentModule(self.worker(exercise), timeout)
 
+    def close_workers(self) -> None:
+        """Close every worker; the fork server lives on (the root causes'
+        gradings borrow it: ``grade``)."""
+        for w in self.workers.values():
+            w.close()
+
     def close(self) -> None:
+        # The fork server dies with the thread that started it (its parent-
+        # death signal): that thread ends only here, after the borrowers.
         self._closing.set()
         if self._starter is not None:
             self._starter.join()     # never a worker started after its clean-up
-        for w in self.workers.values():
-            w.close()
-        if self.fork_server is not None:
+        self.close_workers()
+        if self.fork_server is not None and self.borrowed is None:
             self.fork_server.close()
 
     # -- pytest hooks ------------------------------------------------------
@@ -443,10 +457,13 @@ def protect_secret_folders(iso: isolation.Isolation) -> list[Path]:
 
 
 def grade(submission: Path | str, options: Options | None = None, *,
-          folders: dict[str, Path] | None = None) -> Report:
+          folders: dict[str, Path] | None = None,
+          fork_server: forkserver.ForkServer | None = None) -> Report:
     """Grade a folder of exercise modules; always returns a ``Report``.
     ``folders`` (exercise -> folder) grades those exercises from folders of
-    their own instead (the root causes' second grading, ``_regrade``).
+    their own instead, and ``fork_server`` is the started fork server of the
+    grading they are part of, to fork their workers from (the root causes'
+    second grading, ``_regrade``).
 
     Protects the secret folders first where workers could read them
     (``protect_secret_folders``).  Sets PyTorch to one thread in this process once a suite has imported it
@@ -465,7 +482,7 @@ def grade(submission: Path | str, options: Options | None = None, *,
     report = Report(submission=str(submission), suite=options.suite, exercises=list(names),
                     seed=run_seed(options.seed), student_id=options.student_id,
                     isolation=iso.level, isolation_text=iso.text)
-    plugin = GradingPlugin(submission, options, report, folders)
+    plugin = GradingPlugin(submission, options, report, folders, fork_server)
     plugin.launcher = Launcher(iso, memory_mb=options.memory_mb,
                                import_timeout=options.import_timeout,
                                grading_budget_s=options.grading_budget,
@@ -473,38 +490,46 @@ def grade(submission: Path | str, options: Options | None = None, *,
     start = time.perf_counter()
     args = _pytest_args(options, names)
     try:
-        plugin.prestart(names)
-        with _own_plugins_only():
-            code = pytest.main(args, plugins=[plugin])
-        if code not in (0, 1, 5) and not report.errors:
-            report.errors.append(f"pytest stopped with exit code {int(code)}")
-    except BaseException as exc:  # the report is written whatever happens
-        report.errors.append(f"the grader failed: {type(exc).__name__}: {exc}")
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+        try:
+            plugin.prestart(names)
+            with _own_plugins_only():
+                code = pytest.main(args, plugins=[plugin])
+            if code not in (0, 1, 5) and not report.errors:
+                report.errors.append(f"pytest stopped with exit code {int(code)}")
+        except BaseException as exc:  # the report is written whatever happens
+            report.errors.append(f"the grader failed: {type(exc).__name__}: {exc}")
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+        finally:
+            plugin.unrecorded()
+            for name, worker in plugin.workers.items():
+                if worker.load_error is not None:
+                    report.import_errors[name] = str(worker.load_error)
+            plugin.close_workers()
+        if plugin.first_test is not None:
+            report.phase_seconds = {"start and collection": plugin.first_test - start,
+                                    **report.phase_seconds}
+        report.exercise_seconds = {e: report.exercise_seconds[e] for e in
+                                   list(EXERCISES) + sorted(report.exercise_seconds)
+                                   if e in report.exercise_seconds}   # course order
+        began = time.perf_counter()
+        try:
+            # The same student's code, graded again: its gradings fork their
+            # workers from this grading's fork server, which never runs a
+            # student's code (its imports are not paid again, up to 3 s each).
+            lent = plugin.fork_server if plugin.fork_server is not None \
+                and plugin.fork_server.alive else None
+            upstream = {} if secrets_kept else \
+                _upstream_evidence(report, plugin.called, submission, options, start, lent)
+            if upstream:
+                report.phase_seconds["root causes"] = time.perf_counter() - began
+            report.deduct_each = options.deduct_each
+            rootcause.attribute(report, plugin.called, upstream=upstream,
+                                deduct_each=options.deduct_each)
+        except Exception as exc:
+            report.errors.append(f"the grader failed: {type(exc).__name__}: {exc}")
     finally:
-        plugin.unrecorded()
-        for name, worker in plugin.workers.items():
-            if worker.load_error is not None:
-                report.import_errors[name] = str(worker.load_error)
         plugin.close()
-    if plugin.first_test is not None:
-        report.phase_seconds = {"start and collection": plugin.first_test - start,
-                                **report.phase_seconds}
-    report.exercise_seconds = {e: report.exercise_seconds[e] for e in
-                               list(EXERCISES) + sorted(report.exercise_seconds)
-                               if e in report.exercise_seconds}   # course order
-    began = time.perf_counter()
-    try:
-        upstream = {} if secrets_kept else \
-            _upstream_evidence(report, plugin.called, submission, options, start)
-        if upstream:
-            report.phase_seconds["root causes"] = time.perf_counter() - began
-        report.deduct_each = options.deduct_each
-        rootcause.attribute(report, plugin.called, upstream=upstream,
-                            deduct_each=options.deduct_each)
-    except Exception as exc:
-        report.errors.append(f"the grader failed: {type(exc).__name__}: {exc}")
     report.seconds = time.perf_counter() - start
     return report
 
@@ -632,12 +657,14 @@ REFERENCE_MODULE = "_attn_reference_{}"   # the excerpt's module, beside the stu
 
 
 def _regrade(report: Report, submission: Path, options: Options,
-             jobs: dict[str, tuple[dict[str, str], str | None]], start: float) -> set[tuple]:
+             jobs: dict[str, tuple[dict[str, str], str | None]], start: float,
+             fork_server: forkserver.ForkServer | None = None) -> set[tuple]:
     """The (exercise, test name) pairs that pass when each exercise of ``jobs``
     (exercise -> (files, keyword)) is graded again with its files (name ->
     text) in a copy of the submission of its own: one grading for them all,
     each exercise's workers seeing only its own copy, so that what one
-    exercise's files fix reaches no other (ex03 imports ex02).  The same cases
+    exercise's files fix reaches no other (ex03 imports ex02), forked from
+    ``fork_server`` (the first grading's) where it is given.  The same cases
     (the run's seed), its workers confined as every worker is.  Only pass or
     fail is read: its feedback, which could quote the reference, is never
     shown.  Nothing where too little of the grading's budget is left for a
@@ -664,7 +691,7 @@ def _regrade(report: Report, submission: Path, options: Options,
         again = grade(submission, dataclasses.replace(
             options, exercises=list(jobs), seed=report.seed, check_upstream=False,
             keyword=keyword or options.keyword, artifacts_dir=None, grading_budget=left),
-            folders=folders)
+            folders=folders, fork_server=fork_server)
     return set() if again.errors else {(t.exercise, t.name) for t in again.tests
                                        if t.status == PASSED}
 
@@ -676,7 +703,9 @@ def _only(tests) -> str:
 
 
 def _upstream_evidence(report: Report, called: dict[int, list[str]], submission: Path,
-                       options: Options, start: float) -> dict[str, list[rootcause.Upstream]]:
+                       options: Options, start: float,
+                       fork_server: forkserver.ForkServer | None = None
+                       ) -> dict[str, list[rootcause.Upstream]]:
     """The evidence for root causes (``grader.rootcause``): an exercise with a
     failing test is graded again with a reference in place of the part of the
     student's work it builds on, and a failure that passes then follows from
@@ -709,7 +738,7 @@ def _upstream_evidence(report: Report, called: dict[int, list[str]], submission:
     # only the failing tests: a passing one has nothing to explain
     passed = _regrade(report, submission, options, {
         name: ({f"{d}.py": (SOLUTIONS_DIR / f"{d}.py").read_text() for d in deps},
-               _only(failing[name])) for name, deps in earlier.items()}, start)
+               _only(failing[name])) for name, deps in earlier.items()}, start, fork_server)
     for name, deps in earlier.items():
         out[name].append(rootcause.Upstream(" and ".join(deps), True, frozenset(
             t.name for t in failing[name] if (name, t.name) in passed)))
@@ -730,7 +759,7 @@ def _upstream_evidence(report: Report, called: dict[int, list[str]], submission:
         own[name] = (fn, downstream, {f"{name}.py": patched, f"{ref}.py": excerpt})
     passed = _regrade(report, submission, options, {
         name: (files, _only(downstream)) for name, (_, downstream, files) in own.items()},
-        start)
+        start, fork_server)
     for name, (fn, downstream, _) in own.items():
         out[name].append(rootcause.Upstream(fn, False, frozenset(
             t.name for t in downstream if (name, t.name) in passed)))

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 from click.testing import CliRunner
 
 from grader.cli import main
 from grader.report import FAILED, PASSED, Report, to_gradescope, to_junit, to_text
 from grader.report import TestResult as Result  # not "Test*": pytest would collect it
 from grader.rootcause import Upstream, attribute
+from grader.sandbox import bwrap, confine, forkserver
 from tests.conftest import SOLUTIONS, failures, grade_dir
 from tests.mutants import all_mutants
 
@@ -321,3 +323,37 @@ def test_the_second_grading_is_one_for_every_exercise_each_from_its_own_copy(tmp
     assert {("ex02_mha", t.name) for t in failed["ex02_mha"]} <= passed
     assert not {("ex03_gqa", t.name) for t in failed["ex03_gqa"]} & passed
     assert not any(folder.exists() for folder in gradings[0].values())
+
+
+@pytest.mark.skipif(not (bwrap.usable()[0] and confine.is_root() and forkserver.supported()),
+                    reason="a fork server under namespaces needs Linux, bubblewrap and root "
+                           "(elsewhere the root causes' gradings spawn their workers)")
+def test_the_root_causes_gradings_fork_from_the_first_gradings_fork_server(tmp_path,
+                                                                          monkeypatch):
+    """The same student's code graded again (the root causes' evidence) forks
+    its workers from the first grading's fork server, not from one that
+    imports PyTorch again: one fork server for the whole grading, ended with
+    it, its folder gone; the evidence is what it was (ex03's failures follow
+    from the student's ex02)."""
+    from grader import core
+    spawned, regraded, real_spawn, real_grade = [], [], forkserver.ForkServer._spawn, core.grade
+
+    def spawn(self):
+        spawned.append(self)
+        return real_spawn(self)
+
+    def grade(*args, **kwargs):
+        regraded.append(kwargs.get("fork_server"))
+        return real_grade(*args, **kwargs)
+
+    monkeypatch.setattr(forkserver.ForkServer, "_spawn", spawn)
+    monkeypatch.setattr(core, "grade", grade)   # what _regrade calls; grade_dir is the first
+    sub = _mutant(tmp_path, "ex02_mha:no_scale")
+    report = real_grade(sub, core.Options(exercises=["ex02_mha", "ex03_gqa"], seed=7,
+                                          isolation="strict"))
+    assert not report.errors, report.errors
+    assert "root causes" in report.phase_seconds and regraded, report.phase_seconds
+    assert len(spawned) == 1 and all(lent is spawned[0] for lent in regraded), regraded
+    assert spawned[0].root is None and spawned[0].proc.poll() is not None
+    ex03 = failures(report, "ex03_gqa")
+    assert ex03 and all(t.kept and "your ex02_mha" in t.output for t in ex03)
