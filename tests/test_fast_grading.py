@@ -270,7 +270,7 @@ def test_second_grading_runs_only_the_failing_tests(tmp_path, monkeypatch):
     mha.write_text(mha.read_text() + "\n# not the reference's file\n")
     asked = []
 
-    def regrade(report, submission, options, jobs, start):
+    def regrade(report, submission, options, jobs, start, fork_server=None):
         asked.extend((exercise, sorted(files), keyword)
                      for exercise, (files, keyword) in jobs.items())
         return set()
