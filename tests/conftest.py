@@ -17,6 +17,10 @@ EXERCISES_DIR = REPO / "exercises"
 
 
 def pytest_addoption(parser):
+    parser.addoption("--corpus", action="store_true", default=False,
+                     help="run the corpus tier too (tests marked corpus: every mutant's round, "
+                          "every independent submission, each attack in the other isolation); "
+                          "the default run holds one or a few of each. CI runs it")
     parser.addoption("--full-matrix", action="store_true", default=False,
                      help="tests/test_gpu_compile.py: compile every configuration of every "
                           "kernel in every case (192 compiles), not aot.default_matrix()")
@@ -94,15 +98,31 @@ class _NoTorch:
         return None
 
 
+CORPUS = "corpus"
+
+
+def _left_out(config, item) -> bool:
+    """A test the run leaves out: an author's loop's own test outside a loop,
+    and a corpus test (more cases of a promise the default run already
+    holds) unless ``--corpus`` asks for them or a loop is run (a loop grades
+    its exercise's mutants alone, every one)."""
+    if _tier(config) == AUTHOR:
+        return False
+    if item.get_closest_marker("loop_only"):
+        return True
+    return item.get_closest_marker(CORPUS) is not None and not config.getoption("corpus")
+
+
 def pytest_collection_modifyitems(config, items):
     """An author's loop keeps the tests marked ``author``, and of those
     parametrized by exercise only the chosen exercises' ones; other runs
-    leave out the loop's own tests (tests/test_author.py)."""
-    if _tier(config) != AUTHOR:   # the loop's own tests wait for --exercise
-        loop = [item for item in items if item.get_closest_marker("loop_only")]
-        if loop:
-            config.hook.pytest_deselected(items=loop)
-            items[:] = [item for item in items if item not in loop]
+    leave out the loop's own tests (tests/test_author.py) and, without
+    ``--corpus``, the corpus tier."""
+    if _tier(config) != AUTHOR:
+        drop = [item for item in items if _left_out(config, item)]
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = [item for item in items if not _left_out(config, item)]
         return
     from grader.registry import EXERCISES
     chosen = set(config.getoption("exercise"))
@@ -115,6 +135,15 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Say that a run without ``--corpus`` left the corpus tier out (the
+    deselected count, under pytest-xdist, is its workers' to know)."""
+    if _tier(config) is None and not config.getoption("corpus"):
+        terminalreporter.write_line(
+            "The corpus tier was left out (the rest of the mutants, independent "
+            "submissions and attack variants): python -m pytest -q --corpus runs it; CI does.")
 
 
 def author_exercises(config) -> list[str]:

@@ -238,6 +238,7 @@ def test_stubs_grade_to_zero_without_grader_problems(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.corpus     # the default run grades ex04-ex06 under its own load (pytest-xdist)
 def test_reference_full_marks_three_times_under_load(tmp_path):
     """The acceptance run: the ex04-ex06 hidden suites on the reference, 3x in
     a row while busy processes come and go (one per core, in random spells).

@@ -13,6 +13,10 @@ fork server's PyTorch, pytest's session) per mutant.  The same grading's
 public tests are the public check (``tests/test_public_catches.py``): it must
 fail too, naming the mistake, unless the mutant is listed there.
 
+The default run grades the first ``DEFAULT_ROUNDS`` rounds; the rest are
+the corpus tier (``python -m pytest -q --corpus``, which CI runs), and an
+author's loop (``--exercise``) grades every mutant of its exercise.
+
 Every diagnosis the failing tests print carries a table's key: none of the
 mistakes the corpus makes is named in words that no table holds
 (``grader.insight``'s ``unkeyed-`` ids; tests/test_mistake_keys.py checks the
@@ -48,11 +52,24 @@ def _group(exercise: str) -> str:
     return min(linked)
 
 
+def _interleaved(mutants: list[Mutant]) -> list[Mutant]:
+    """The mutants, each exercise's first before any exercise's second (and
+    so on): a group's exercises take turns in its rounds, so that the first
+    rounds grade some mutants of every exercise."""
+    rank: dict[str, int] = {}
+    keyed = []
+    for i, m in enumerate(mutants):
+        keyed.append((rank.get(m.file, 0), i, m))
+        rank[m.file] = rank.get(m.file, 0) + 1
+    return [m for _, _, m in sorted(keyed, key=lambda k: k[:2])]
+
+
 def _rounds(mutants: list[Mutant]) -> list[list[Mutant]]:
-    """The i-th mutant of each group in round i."""
+    """The i-th mutant of each group in round i (a group's exercises taking
+    turns: ``_interleaved``)."""
     rounds: list[list[Mutant]] = []
     position: dict[str, int] = {}
-    for m in mutants:
+    for m in _interleaved(mutants):
         group = _group(m.file)
         i = position.get(group, 0)
         position[group] = i + 1
@@ -63,6 +80,10 @@ def _rounds(mutants: list[Mutant]) -> list[list[Mutant]]:
 
 
 ROUNDS = _rounds(MUTANTS)
+# The default run grades the first rounds: a few mutants of every exercise,
+# each round holding one of every group's.  The rest are the corpus tier
+# (``--corpus``, run by CI); an author's loop grades all of its exercise's.
+DEFAULT_ROUNDS = 3
 
 
 def _keyword(round_: list[Mutant]) -> str | None:
@@ -117,8 +138,10 @@ def pytest_generate_tests(metafunc):
         return
     chosen = metafunc.config.getoption("exercise")
     rounds = _rounds([m for m in MUTANTS if m.file in chosen]) if chosen else ROUNDS
-    metafunc.parametrize("round_", rounds,
-                         ids=["+".join(f"{m.file}:{m.name}" for m in r) for r in rounds])
+    metafunc.parametrize("round_", [
+        pytest.param(r, id="+".join(f"{m.file}:{m.name}" for m in r),
+                     marks=[pytest.mark.corpus] if i >= DEFAULT_ROUNDS else [])
+        for i, r in enumerate(rounds)])
 
 
 @pytest.fixture

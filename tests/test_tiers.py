@@ -14,9 +14,13 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.quick
 
 
-def _config(markexpr="", exercise=()):
-    options = {"markexpr": markexpr, "exercise": list(exercise)}
+def _config(markexpr="", exercise=(), corpus=False):
+    options = {"markexpr": markexpr, "exercise": list(exercise), "corpus": corpus}
     return SimpleNamespace(getoption=options.__getitem__)
+
+
+def _item(*markers):
+    return SimpleNamespace(get_closest_marker=lambda name: name if name in markers else None)
 
 
 def test_the_tiers_collect_only_the_files_that_hold_their_tests():
@@ -39,3 +43,27 @@ def test_the_quick_tier_refuses_pytorch_and_workers():
     with pytest.raises(RuntimeError, match="grades nothing"):
         conftest._no_worker()
 
+
+
+def test_the_default_run_leaves_the_corpus_tier_out_and_corpus_or_a_loop_runs_it():
+    corpus, plain, loop_only = _item("corpus", "slow"), _item("slow"), _item("loop_only")
+    default, full, loop = _config(), _config(corpus=True), _config(exercise=["ex02_mha"])
+    assert conftest._left_out(default, corpus) and not conftest._left_out(default, plain)
+    assert not conftest._left_out(full, corpus) and not conftest._left_out(full, plain)
+    assert not conftest._left_out(loop, corpus)          # a loop grades all its mutants
+    assert conftest._left_out(default, loop_only) and conftest._left_out(full, loop_only)
+    assert not conftest._left_out(loop, loop_only)
+    assert not conftest._left_out(_config("not slow"), plain)
+
+
+def test_the_corpus_tier_is_a_few_of_each_promise_and_ci_runs_the_rest():
+    """The default run keeps some of every corpus: the first rounds of the
+    mutants, some independent submissions; CI's corpus job runs the rest."""
+    from tests import test_independent, test_mutants
+    assert 0 < test_mutants.DEFAULT_ROUNDS < len(test_mutants.ROUNDS)
+    assert {m.file for r in test_mutants.ROUNDS[:test_mutants.DEFAULT_ROUNDS] for m in r} \
+        == {m.file for m in test_mutants.MUTANTS}     # every exercise has a mutant graded
+    variants = {p.name for p in test_independent.HERE.iterdir() if p.is_dir()}
+    assert test_independent.DEFAULT_VARIANTS < variants
+    workflow = (REPO / ".github" / "workflows" / "ci.yml").read_text()
+    assert "python -m pytest -q --corpus -m corpus" in workflow
