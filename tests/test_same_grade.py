@@ -11,9 +11,11 @@ first, expose every known mistake (the curriculum's "Common mistakes" and
   how it runs them in one process per exercise, and why its shortcuts are
   exact).  About 100 s of CPU, more than the default run can spend: it runs
   with ``ATTN_SEED_SWEEP=full``;
-* ``test_the_fixed_cases_decide_every_known_mistake``, in the default run
-  (about 45 s of CPU): the same under 3 seeds, and every test a mutant
-  fails, it fails on a fixed case (before any random case is drawn);
+* ``test_the_fixed_cases_decide_every_known_mistake``: the same under 3
+  seeds, and every test a mutant fails, it fails on a fixed case (before
+  any random case is drawn); the default run sweeps the mutants it grades
+  (tests/test_mutants.py's first rounds), the corpus tier the rest (about
+  45 s of CPU in all);
 * the seed is read nowhere but through ``grader.reference.cases``, so that
   every other test is the same under every seed by construction;
 * a failure that only a random case finds says so, with its seed (the rule
@@ -33,9 +35,19 @@ from grader.reference import cases
 from tests import seed_sweep
 from tests.conftest import copy_solutions, failures, grade_dir
 from tests.mutants import all_mutants
+from tests.test_mutants import DEFAULT_ROUNDS, ROUNDS
 
 MUTANTS = all_mutants()
 SWEPT = sorted({m.file for m in MUTANTS})
+# The mutants the default run grades (tests/test_mutants.py's first rounds):
+# the default run sweeps those; the corpus tier (``--corpus``) the rest.
+IN_DEFAULT_ROUNDS = {(m.file, m.name) for r in ROUNDS[:DEFAULT_ROUNDS] for m in r}
+PARTS = [pytest.param(ex, "default", id=ex) for ex in SWEPT] + \
+        [pytest.param(ex, "corpus", id=f"{ex}-corpus", marks=pytest.mark.corpus) for ex in SWEPT]
+
+
+def _part(mutant, part) -> bool:
+    return part is None or ((mutant.file, mutant.name) in IN_DEFAULT_ROUNDS) == (part == "default")
 FULL_SEEDS = 20
 FAST_SEEDS = 3
 
@@ -110,8 +122,9 @@ def test_a_mistake_only_a_random_case_finds_fails_and_names_its_seed(tmp_path):
         assert cases.RANDOM_ONLY in t.output and "--seed 4`" in t.output
 
 
-def _sweep(exercise, n_seeds, tmp_path) -> list[seed_sweep.Verdict]:
-    """The solution and every mutant of ``exercise`` under ``n_seeds`` seeds."""
+def _sweep(exercise, n_seeds, tmp_path, part=None) -> list[seed_sweep.Verdict]:
+    """The solution and every mutant of ``exercise`` (of its ``part``:
+    ``_part``) under ``n_seeds`` seeds."""
     sweep = seed_sweep.Sweep(exercise, seed_sweep.seeds(n_seeds), tmp_path)
     try:
         start = time.perf_counter()
@@ -119,7 +132,8 @@ def _sweep(exercise, n_seeds, tmp_path) -> list[seed_sweep.Verdict]:
         wrong = {name: per for name, per in solution.statuses.items()
                  if set(per.values()) - {"passed"}}
         assert not wrong, f"the solution does not pass {sorted(wrong)}: {solution.texts}"
-        verdicts = [sweep.mutant(m) for m in MUTANTS if m.file == exercise]
+        verdicts = [sweep.mutant(m) for m in MUTANTS if m.file == exercise and _part(m, part)]
+        assert verdicts, f"no mutant of {exercise} in the {part} part"
         print(f"{exercise}: {len(sweep.items)} seed-dependent tests, {len(verdicts)} "
               f"mutants, {n_seeds} seeds: {sum(v.runs for v in verdicts) + solution.runs} "
               f"runs in {time.perf_counter() - start:.1f} s")
@@ -146,9 +160,9 @@ def test_every_mutant_gets_one_score_under_20_seeds(exercise, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("exercise", SWEPT)
-def test_the_fixed_cases_decide_every_known_mistake(exercise, tmp_path):
-    verdicts = _sweep(exercise, FAST_SEEDS, tmp_path)
+@pytest.mark.parametrize("exercise, part", PARTS)
+def test_the_fixed_cases_decide_every_known_mistake(exercise, part, tmp_path):
+    verdicts = _sweep(exercise, FAST_SEEDS, tmp_path, part)
     problems = [p for v in verdicts for p in [v.problem()] if p]
     problems += [p for v in verdicts for p in _randomly_decided(v)]
     assert not problems, "\n\n".join(problems)
