@@ -252,7 +252,9 @@ def test_a_notebook_that_needs_an_earlier_one_works_alone(notebooks, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("exercise", ["ex01_by_hand", "ex02_mha", "ex08_mla"])
+@pytest.mark.parametrize("exercise", [   # one in the default run, the others the corpus tier's
+    pytest.param("ex01_by_hand", marks=pytest.mark.corpus), "ex02_mha",
+    pytest.param("ex08_mla", marks=pytest.mark.corpus)])
 def test_the_heatmap_is_shown_inline(notebooks, tmp_path, exercise):
     """The self-check's public test draws the exercise's heatmap with the saved
     module (in its sandbox) and the notebook shows it (A from the student's
