@@ -119,10 +119,12 @@ def pytest_collection_modifyitems(config, items):
     leave out the loop's own tests (tests/test_author.py) and, without
     ``--corpus``, the corpus tier."""
     if _tier(config) != AUTHOR:
-        drop = [item for item in items if _left_out(config, item)]
+        keep, drop = [], []
+        for item in items:
+            (drop if _left_out(config, item) else keep).append(item)
         if drop:
             config.hook.pytest_deselected(items=drop)
-            items[:] = [item for item in items if not _left_out(config, item)]
+            items[:] = keep
         return
     from grader.registry import EXERCISES
     chosen = set(config.getoption("exercise"))

@@ -84,6 +84,8 @@ ROUNDS = _rounds(MUTANTS)
 # each round holding one of every group's.  The rest are the corpus tier
 # (``--corpus``, run by CI); an author's loop grades all of its exercise's.
 DEFAULT_ROUNDS = 3
+# Those rounds' mutants, by (exercise, name): what the default run grades.
+IN_DEFAULT_RUN = {(m.file, m.name) for r in ROUNDS[:DEFAULT_ROUNDS] for m in r}
 
 
 def _keyword(round_: list[Mutant]) -> str | None:

@@ -35,21 +35,21 @@ from grader.reference import cases
 from tests import seed_sweep
 from tests.conftest import copy_solutions, failures, grade_dir
 from tests.mutants import all_mutants
-from tests.test_mutants import DEFAULT_ROUNDS, ROUNDS
+from tests.test_mutants import IN_DEFAULT_RUN
 
 MUTANTS = all_mutants()
 SWEPT = sorted({m.file for m in MUTANTS})
-# The mutants the default run grades (tests/test_mutants.py's first rounds):
-# the default run sweeps those; the corpus tier (``--corpus``) the rest.
-IN_DEFAULT_ROUNDS = {(m.file, m.name) for r in ROUNDS[:DEFAULT_ROUNDS] for m in r}
+FULL_SEEDS = 20
+FAST_SEEDS = 3
+# The default run sweeps the mutants it grades (tests/test_mutants.py's
+# first rounds); the corpus tier (``--corpus``) the rest.
 PARTS = [pytest.param(ex, "default", id=ex) for ex in SWEPT] + \
         [pytest.param(ex, "corpus", id=f"{ex}-corpus", marks=pytest.mark.corpus) for ex in SWEPT]
 
 
 def _part(mutant, part) -> bool:
-    return part is None or ((mutant.file, mutant.name) in IN_DEFAULT_ROUNDS) == (part == "default")
-FULL_SEEDS = 20
-FAST_SEEDS = 3
+    """Whether ``mutant`` is in ``part`` ("default", "corpus"; None: all)."""
+    return part is None or ((mutant.file, mutant.name) in IN_DEFAULT_RUN) == (part == "default")
 
 
 def test_only_the_cases_module_reads_the_run_seed():
