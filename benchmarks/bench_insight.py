@@ -4,8 +4,9 @@ Grades a few distinct submissions for real (the solutions and mutants of
 them, every exercise, the hidden suites, one at a time) to measure seconds
 per submission, then makes a class of 200 from copies of the solutions, the
 independent submissions and the mutants, and times the passes ``batch``
-adds: the mistakes table (``grader.insight``), the similarity pass
-(``grader.similarity``) and the class report (``grader.html``).  The class's
+adds: the gradebook's recording, the mistakes table, the similarity pass
+(``grader.classroom.similarity``) and every view with the class report
+(``grader.classroom.views.write_all``), and the report's size on disk.  The class's
 grading time is estimated as seconds per submission * 200 / 2 (``--jobs 2``
 on 2 cores).  A benchmark, not a test.
 
@@ -25,8 +26,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from grader import html, insight, similarity  # noqa: E402
-from grader.batch import Submission  # noqa: E402
+from grader.classroom import similarity, views  # noqa: E402
+from grader.classroom.batch import Submission  # noqa: E402
+from grader.classroom.gradebook import Gradebook  # noqa: E402
 from grader.registry import EXERCISES  # noqa: E402
 
 
@@ -70,27 +72,32 @@ def main() -> None:
         class_s = per_sub * args.students / 2
         loaded = [(f"s{i:03d}", f"s{i:03d}", graded[i % len(graded)])
                   for i in range(args.students)]
-        grades = "submission,total,max_total,needs_regrade,error\n" + "".join(
-            f"s{i:03d},{d.get('score', 0)},100,0,\n" for i, (_, _, d) in enumerate(loaded))
         subs = [Submission(f"s{i:03d}", cls / f"s{i:03d}") for i in range(args.students)]
-
+        book = Gradebook(root / "grades.sqlite")
         start = time.perf_counter()
-        rows = insight.class_rows([(label, data) for label, _, data in loaded])
-        insight.write_mistakes(root / "grades.csv", rows, whole_class=True,
-                               students=args.students)
+        for label, key, data in loaded:
+            book.record_student(label, result_key=key)
+            book.record_grading(label, data)
+        t_record = time.perf_counter() - start
+        start = time.perf_counter()
+        rows = views.class_mistakes(book.results())
         t_mistakes = time.perf_counter() - start
         start = time.perf_counter()
         pairs = similarity.class_pairs(subs)
-        (root / "similarity.csv").write_text(similarity.to_csv(pairs))
+        book.set_pairs(pairs)
         t_similarity = time.perf_counter() - start
         start = time.perf_counter()
-        html.write_class_report(root / "report", grades, loaded, rows, pairs)
+        views.write_all(book, root / "grades.csv", results_dir=results)
         t_report = time.perf_counter() - start
-    added = t_mistakes + t_similarity + t_report
+        report = root / "report"
+        size = sum(p.stat().st_size for p in report.rglob("*") if p.is_file())
+        book.close()
+    added = t_record + t_mistakes + t_similarity + t_report
     print(f"grading: {per_sub:.1f} s per submission (mean of {args.graded}); a class of "
           f"{args.students} with --jobs 2: about {class_s:.0f} s")
-    print(f"mistakes table {t_mistakes:.2f} s, similarity {t_similarity:.1f} s "
-          f"({len(pairs)} pairs listed), report {t_report:.1f} s")
+    print(f"gradebook {t_record:.2f} s, mistakes table {t_mistakes:.2f} s, similarity "
+          f"{t_similarity:.1f} s ({len(pairs)} pairs listed), every view {t_report:.1f} s; "
+          f"report/ {size / 1e6:.1f} MB")
     print(f"added: {added:.1f} s = {100 * added / class_s:.1f} % of the class's grading time")
 
 

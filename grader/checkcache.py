@@ -6,8 +6,9 @@ the student's machine (``cli._user_cache``).  An exercise's key is what its
 public results can depend on: the files of the submission its module can
 import (``reach.imported_modules``; names, and code with the place of every
 token but without comments, so that every line number in the feedback is
-still right: ``_code``), the grader's own files, the
-versions of Python and of the libraries, and the options of the check.  A
+still right: ``_code``), the grader's own files and the
+versions of Python and of the libraries (``grader.digest``, as a class's
+gradebook asks too), and the options of the check.  A
 result that could not be judged (a regrade, a grader problem) is never
 kept, nor one whose files (the ex04 plot) are gone.  Grading never uses it:
 only `check` does, and `--no-cache` checks everything again.
@@ -18,42 +19,15 @@ import dataclasses
 import hashlib
 import json
 import os
-import sys
 import time
-from importlib import metadata, util
 from pathlib import Path
 
-from grader.paths import PACKAGE_DIR
+from grader import digest
 from grader.report import NEEDS_REGRADE, Report, TestResult
 
 VERSION = b"attn-grade check results 1\0"
-LIBRARIES = ("numpy", "torch", "triton", "pytest", "matplotlib")
 KEPT_NOTE = ("{n} exercise(s) kept from an earlier check of these same files: {names} "
              "(--no-cache checks them again).")
-
-
-def _grader_digest() -> bytes:
-    """The grader's own files (suites, references, runtime, feedback): a new
-    version of any of them checks again."""
-    h = hashlib.sha256()
-    for path in sorted(PACKAGE_DIR.rglob("*")):
-        if "__pycache__" in path.parts or path.suffix not in (".py", ".json", ".ini"):
-            continue
-        h.update(str(path.relative_to(PACKAGE_DIR)).encode() + b"\0" + path.read_bytes())
-    return h.digest()
-
-
-def _environment() -> bytes:
-    parts = [sys.version]
-    for dist in LIBRARIES:
-        try:
-            parts.append(f"{dist}={metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            parts.append(f"{dist}=none")
-    parts.append(f"triton importable={util.find_spec('triton') is not None}")
-    from grader.sandbox import bwrap
-    parts.append(f"gpu={bool(bwrap.gpu_devices())}")
-    return "\0".join(parts).encode()
 
 
 def _options(options) -> bytes:
@@ -70,8 +44,7 @@ def _inputs(folder: Path, exercise: str) -> bytes:
     h = hashlib.sha256()
     paths = imported_modules(folder, exercise)
     if paths is None:      # an import that cannot be read: every file counts
-        from grader.batch import content_hash
-        return content_hash(folder).encode()
+        return digest.content_hash(folder).encode()
     own = folder / f"{exercise}.py"
     h.update(b"own " + (b"link" if own.is_symlink() else b"file" if own.is_file()
                         else b"missing") + b"\0")
@@ -92,7 +65,7 @@ def _code(path: Path) -> bytes:
 
 def keys(folder: Path, options, exercises: list[str]) -> dict[str, str]:
     """Each exercise's key in the cache."""
-    common = hashlib.sha256(VERSION + _grader_digest() + _environment() + _options(options))
+    common = hashlib.sha256(VERSION + digest.grader_files() + digest.environment() + _options(options))
     out = {}
     for exercise in exercises:
         h = common.copy()

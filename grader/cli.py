@@ -243,7 +243,7 @@ def _begin_fork_server(options: Options) -> None:
 def _html_page(report, artifacts: Path | None) -> str:
     """``grade --format html``: the student's page, with the PNGs (the ex04
     plot) the grading left in ``--artifacts``."""
-    from grader.html import pictures_in, student_page
+    from grader.pages import pictures_in, student_page
 
     return student_page(fmt.to_gradescope(report), Path(report.submission).name,
                         pictures_in(artifacts))
@@ -414,8 +414,8 @@ def _plural(n: int, word: str) -> str:
 @click.argument("folder", type=click.Path(path_type=Path))
 @grading_options
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default="grades.csv",
-              show_default=True, help="The class's CSV: points per exercise and total "
-              "(free-text answers for staff go to NAME_rubric.csv beside it).")
+              show_default=True, help="The class's CSV (a view of the gradebook NAME.sqlite "
+              "beside it; free-text answers for staff go to NAME_rubric.csv).")
 @click.option("--results", "results_dir", type=click.Path(path_type=Path, file_okay=False),
               default=None, help="Folder for each submission's results JSON "
               "[default: results/ beside --out].")
@@ -425,95 +425,67 @@ def _plural(n: int, word: str) -> str:
               show_default=True, help="Seconds allowed for grading one whole submission.")
 @click.option("--force", is_flag=True, help="Grade again what an earlier run graded.")
 @click.option("--roster", type=click.Path(path_type=Path, dir_okay=False, exists=True),
-              default=None, help="CSV with columns submission,student_id: exercise A of "
-              "each submission is graded for its student's identifier.")
+              default=None, help="CSV with columns submission,student_id (and name): exercise A "
+              "of each submission is graded for its student's identifier; a row with an empty "
+              "submission is a student who handed nothing in.")
 @click.option("--shard", default=None, metavar="K/N",
               help="Grade only the K-th of N equal parts of the class (for N machines; "
-                   "join their CSVs with attn-grade merge).")
+                   "join their gradebooks with attn-grade merge).")
 @click.option("--due", default=None, metavar="TIME",
               help="The due time (2026-12-15T23:59; UTC without a zone), for --late-policy.")
 @click.option("--late-policy", default=None, metavar="POLICY",
               help='Points off late work: "10%/day,max 3" (P%/day or P%/hour, max N, '
-                   'grace M min); the CSV adds penalty and final_total [default: none].')
+                   'grace M min), kept in the gradebook for later runs; "none" removes it.')
 @click.option("--submitted-times", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               default=None, help="A CSV of submission,submitted_at from the LMS, for "
                                  "--late-policy (never read from a submission's own files).")
+@click.option("--extensions", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              default=None, help="A CSV of submission,due[,reason]: a student's own due time.")
 def batch(folder, options, fail_on_lost_points, out, results_dir, jobs, submission_timeout,
-          force, roster, shard, due=None, late_policy=None, submitted_times=None):
-    """Grade every submission in FOLDER: each sub-folder, notebook and zip, or an
-    LMS bulk download (Canvas's name_id_submissionid_file, grouped by student).
+          force, roster, shard, due=None, late_policy=None, submitted_times=None,
+          extensions=None):
+    """Grade every submission in FOLDER into the class's gradebook: each sub-folder,
+    notebook and zip, or an LMS bulk download (Canvas's name_id_submissionid_file,
+    grouped by student).
 
     Exit status: 0 all graded; 1 points lost, with --fail-on-lost-points; 2 bad
     input; 3 the CSV and results are written, but some submission could not be
     graded or has tests needing a regrade."""
-    import tempfile
+    from grader.classroom.run import ClassOptions, run_batch
 
-    from grader.batch import (RosterError, columns, discover, read_roster, roster_by_name,
-                              rubric_of, run_batch, shard_of, to_csv, to_rubric_csv, write_extras)
+    opts = ClassOptions(out=out, results_dir=results_dir, jobs=jobs,
+                        submission_timeout=submission_timeout, force=force, roster=roster,
+                        shard=_shard(shard), due=due, late_policy=late_policy,
+                        submitted_times=submitted_times, extensions=extensions)
+    bars = []
 
-    if not folder.exists():
-        raise click.BadParameter(f"{folder} does not exist.", param_hint="FOLDER")
-    if not folder.is_dir():
-        raise click.BadParameter(f"{folder} is not a folder of submissions.",
-                                 param_hint="FOLDER")
-    only = options.exercises
-    part = _shard(shard)
-    late = _late(due, late_policy, submitted_times)
-    ids = None
-    if roster is not None:
-        try:
-            ids = read_roster(roster)
-        except RosterError as exc:
-            raise click.BadParameter(str(exc), param_hint="--roster") from None
-    results_dir = results_dir or out.parent / "results"
-    with tempfile.TemporaryDirectory(prefix="attn-intake-") as staging:
-        skipped: list[str] = []
-        everyone = discover(folder, staging=Path(staging), skipped=skipped)
-        for why in skipped:
-            click.echo(f"  skipped {clean(why)}", err=True)
-        if not everyone:
-            raise click.UsageError(f"{folder} holds no submissions (sub-folders, notebooks "
-                                   "or zip files).")
-        subs = shard_of(everyone, *part) if part else everyone
-        ids = roster_by_name(ids, everyone) if ids is not None else None
-        for sub in subs if ids is not None else []:
-            if sub.name not in ids:
-                kept = f" (named with its suffix: {Path(sub.name).stem} is another submission)" \
-                    if sub.name == sub.path.name and sub.path.is_file() else ""
-                click.echo(f"  {sub.label} is not on the roster{clean(kept)}: exercise A is "
-                           "graded for the STUDENT_ID in its module, if any", err=True)
-        with click.progressbar(length=len(subs), label="grading", file=sys.stderr,
-                               show_pos=True, item_show_func=lambda o: o.submission.label
-                               if o else "") as bar:
-            outcomes = run_batch(subs, results_dir, options, jobs=jobs,
-                                 submission_timeout=submission_timeout, force=force,
-                                 roster=ids, on_done=lambda o: bar.update(1, o))
-        # Over the whole class (every shard discovers it all), while Canvas's staged
-        # folders exist; of the shards, the first writes it, and merge takes it.
-        from grader import similarity
-        pairs = similarity.class_pairs(everyone, exercises=only) \
-            if (part is None or part[0] == 1) and similarity.available() else None
-        text = to_csv(outcomes, columns(outcomes))
-        if late is not None:   # while Canvas's staged folders (and their metadata) exist
-            from grader import late as late_work
-            text = late_work.apply_to_csv(text, subs, *late)
-    write_private(out, text)
-    extras = write_extras(out, text, shard=part,
-                          everyone=[s.label for s in everyone] if part else None,
-                          results=results_dir)
-    extras += _class_insight(out, text, outcomes, pairs, whole_class=part is None)
-    rubric = rubric_of(out)   # beside grades.csv, for staff
-    if any(o.manual for o in outcomes):
-        write_private(rubric, to_rubric_csv(outcomes))
-        click.echo(f"free-text answers for staff: {rubric}")
+    def start(count: int):
+        bars.append(click.progressbar(length=count, label="grading", file=sys.stderr,
+                                      show_pos=True, item_show_func=lambda o:
+                                      o.submission.label if o else ""))
+        bars[0].__enter__()
+    try:
+        run = _class_run(lambda: run_batch(folder, options, opts, on_start=start,
+                                           on_done=lambda o: bars[0].update(1, o)))
+    finally:
+        for bar in bars:
+            bar.__exit__(None, None, None)
+    for why in run.skipped:
+        click.echo(f"  skipped {clean(why)}", err=True)
+    for label in run.unrostered:
+        click.echo(f"  {label} is not on the roster: exercise A is graded for the STUDENT_ID "
+                   "in its module, if any", err=True)
+    outcomes = run.outcomes
     skipped = sum(o.skipped for o in outcomes)
     broken = [o for o in outcomes if o.error]
-    where = f" (shard {part[0]}/{part[1]} of {_plural(len(everyone), 'submission')})" \
-        if part else ""
+    where = f" (shard {opts.shard[0]}/{opts.shard[1]} of " \
+        f"{_plural(len(run.everyone), 'submission')})" if opts.shard else ""
+    missing = f", {run.missing} on the roster without a submission" if run.missing else ""
     click.echo(f"{_plural(len(outcomes), 'submission')}{where}: {len(outcomes) - skipped} "
                f"graded, {skipped} already graded (--force to redo), "
-               f"{len(broken)} with errors; wrote {out}, {results_dir}/"
-               + "".join(f", {p}" for p in extras))
+               f"{len(broken)} with errors{missing}; "
+               + ("no grading changed; " if skipped == len(outcomes) else "")
+               + f"wrote {out}, {opts.results}/" + "".join(f", {p}" for p in run.written))
     for o in broken:
         click.echo(f"  {o.submission.label}: {o.error}")
     regrade = [o for o in outcomes if o.needs_regrade]
@@ -521,7 +493,6 @@ def batch(folder, options, fail_on_lost_points, out, results_dir, jobs, submissi
         click.echo(f"{len(broken)} submission(s) not graded and {len(regrade)} with tests "
                    f"needing a regrade (exit status {EXIT_UNGRADED})", err=True)
         sys.exit(EXIT_UNGRADED)
-
     lost = [o for o in outcomes if o.error or any(got < total for got, total
                                                    in (o.scores or {}).values())]
     if fail_on_lost_points and lost:
@@ -529,51 +500,16 @@ def batch(folder, options, fail_on_lost_points, out, results_dir, jobs, submissi
         sys.exit(1)
 
 
-def _late(due: str | None, policy: str | None, times: Path | None = None):
-    """(Policy, due time, submission times) of ``--due``, ``--late-policy`` and
-    ``--submitted-times``, or None for neither."""
-    from grader import late
+def _class_run(work):
+    """A class command's work; a person's bad input is one sentence, exit 2."""
+    from grader.classroom.run import ClassInputError
 
-    if due is None and policy is None:
-        if times is not None:
-            raise click.UsageError("--submitted-times goes with --due and --late-policy.")
-        return None
-    if due is None or policy is None:
-        raise click.UsageError("--due and --late-policy go together: give both or neither.")
     try:
-        when = late.parse_time(due)
-    except late.LatePolicyError as exc:
-        raise click.BadParameter(str(exc), param_hint="--due") from None
-    try:
-        parsed = late.parse(policy)
-    except late.LatePolicyError as exc:
-        raise click.BadParameter(str(exc), param_hint="--late-policy") from None
-    try:
-        return parsed, when, late.read_times(times) if times is not None else {}
-    except late.LatePolicyError as exc:
-        raise click.BadParameter(str(exc), param_hint="--submitted-times") from None
-
-
-def _class_insight(out: Path, text: str, outcomes, pairs, *, whole_class: bool) -> list[Path]:
-    """Beside grades.csv: the mistakes sheet, similarity.csv (``pairs`` None:
-    not made) and, for a whole class, report/index.html and its pages."""
-    from grader import html, insight, similarity
-
-    from grader.batch import artifacts_of
-
-    loaded = insight.read_outcomes(outcomes)
-    mistakes = insight.class_rows([(label, data) for label, _, data in loaded])
-    written = insight.write_mistakes(out, mistakes, whole_class=whole_class,
-                                     students=len(outcomes))
-    if pairs is not None:
-        write_private(similarity.similarity_csv(out), similarity.to_csv(pairs))
-        written.append(similarity.similarity_csv(out))
-    if whole_class:
-        pictures = {o.submission.label: html.pictures_in(artifacts_of(o.result_path))
-                    for o in outcomes}
-        written.append(html.write_class_report(out.parent / "report", text, loaded, mistakes,
-                                               pairs or [], pictures=pictures))
-    return written
+        return work()
+    except ClassInputError as exc:
+        if exc.param:
+            raise click.BadParameter(str(exc), param_hint=exc.param) from None
+        raise click.UsageError(str(exc)) from None
 
 
 @main.command()
@@ -592,90 +528,58 @@ def variant(student_id):
 @click.argument("parts", nargs=-1,
                 type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default="grades.csv",
-              show_default=True, help="The joined CSV.")
+              show_default=True, help="The joined CSV (its gradebook NAME.sqlite beside it).")
 @click.option("--rubric", "rubric_sheet", default=None,
               type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="The rubric sheet with staff's points filled in: adds them to --out "
-                   "(graded already, or merged from PARTS), its results and class page.")
+              help="The rubric sheet with staff's points filled in: stores them in the "
+                   "gradebook beside --out (graded already, or merged from PARTS).")
 @click.option("--results", "results_dir", type=click.Path(path_type=Path, file_okay=False),
-              default=None, help="The results JSON folder for --rubric "
-              "[default: results/ beside --out].")
-def merge(parts, out, rubric_sheet, results_dir):
-    """Join the CSVs of `batch --shard K/N` runs into one, refusing overlaps and gaps,
-    and the free-text rubric sheets beside them (NAME_rubric.csv) into one.  With
-    --rubric (PARTS then optional): add staff's points from the filled sheet."""
-    from grader.batch import MergeError, merge_parts, merge_rubrics, rubric_of, write_extras
+              default=None, help="The results JSON folder [default: results/ beside --out].")
+@click.option("--grader", "who", default=None,
+              help="Who gave the rubric's points, for the gradebook's history "
+                   "[default: your user name].")
+def merge(parts, out, rubric_sheet, results_dir, who):
+    """Join the gradebooks of `batch --shard K/N` runs (PARTS: their grades.csv or
+    .sqlite files) into the one beside --out, refusing overlaps and gaps; staff points
+    already there stay.  With --rubric (PARTS then optional): store staff's points
+    from the filled sheet."""
+    from grader.classroom.run import ClassOptions, run_merge, run_rubric
 
-    if not parts:
-        if rubric_sheet is None:
-            raise click.UsageError("Name the parts to merge, or --rubric SHEET.")
-        return _apply_rubric(out, rubric_sheet, results_dir)
-    try:
-        text = merge_parts(list(parts))
-    except MergeError as exc:
-        raise click.UsageError(str(exc)) from None
-    write_private(out, text)
-    extras = write_extras(out, text)
-    from grader import insight
-    mistakes = insight.merge_mistakes(list(parts))
-    if mistakes is not None:
-        extras += insight.write_mistakes(out, mistakes, whole_class=True,
-                                         students=max(text.count("\n") - 1, 0))
-    rubric = merge_rubrics(list(parts))
-    if rubric is not None:
-        write_private(rubric_of(out), rubric)
-        extras.append(rubric_of(out))
-    extras += _merged_insight(list(parts), out, text, mistakes)
-    rows = max(text.count("\n") - 1, 0)
-    click.echo(f"merged {_plural(len(parts), 'part')} into {out}: "
-               f"{_plural(rows, 'submission')}" + "".join(f"; wrote {p}" for p in extras))
+    who = who or ClassOptions(out=out).who
+    if not parts and rubric_sheet is None:
+        raise click.UsageError("Name the parts to merge, or --rubric SHEET.")
+    if parts:
+        count, written = _class_run(lambda: run_merge(list(parts), out, results_dir, who))
+        click.echo(f"merged {_plural(len(parts), 'part')} into {out}: "
+                   f"{_plural(count, 'submission')}" + "".join(f"; wrote {p}" for p in written))
     if rubric_sheet is not None:
-        _apply_rubric(out, rubric_sheet, results_dir)
+        given, changed, _ = _class_run(lambda: run_rubric(out, rubric_sheet, results_dir, who))
+        click.echo(f"staff points: {_plural(given, 'answer')} in {rubric_sheet}, "
+                   f"{changed} new or changed, stored in the gradebook beside {out}; "
+                   "its CSV, sheet and pages written again")
 
 
-def _merged_insight(parts: list[Path], out: Path, text: str, mistakes) -> list[Path]:
-    """What a whole class's batch writes beside grades.csv besides the sheets:
-    ``similarity.csv``, from the first shard (which compares the whole class),
-    and ``report/``, from the parts' results JSONs and artifacts."""
-    from grader import html, similarity
-    from grader.batch import artifacts_of, merged_results
+@main.command()
+@click.argument("submission")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default="grades.csv",
+              show_default=True, help="The class's CSV (its gradebook NAME.sqlite beside it).")
+@click.option("--points", type=float, default=None,
+              help="The final grade to give instead of the computed one.")
+@click.option("--reason", default="", help="Why (kept in the gradebook's history).")
+@click.option("--remove", is_flag=True, help="Remove the override: the computed grade again.")
+@click.option("--grader", "who", default=None, help="Who [default: your user name].")
+def override(submission, out, points, reason, remove, who):
+    """Replace SUBMISSION's final grade (a regrade by hand, an academic decision), with
+    a reason; the gradebook keeps who and when, and every view shows it."""
+    from grader.classroom.run import ClassOptions, run_override
 
-    written = []
-    pairs = []
-    for part in parts:
-        alike = similarity.similarity_csv(part)
-        if alike.is_file():
-            sheet = alike.read_text(encoding="utf-8", errors="replace")
-            pairs = similarity.read_csv(sheet)
-            write_private(similarity.similarity_csv(out), similarity.to_csv(pairs))
-            written.append(similarity.similarity_csv(out))
-            break
-    loaded = merged_results(parts, text)
-    if loaded:
-        pictures = {label: html.pictures_in(artifacts_of(path)) for label, path, _ in loaded}
-        written.append(html.write_class_report(
-            out.parent / "report", text, [(label, path.stem, data) for label, path, data
-                                          in loaded],
-            mistakes or [], pairs, pictures=pictures))
-    return written
-
-
-def _apply_rubric(out: Path, sheet: Path, results_dir: Path | None) -> None:
-    """``merge --rubric``: staff's points into grades.csv, results and class page."""
-    from grader import html, rubric
-
-    if not out.is_file():
-        raise click.BadParameter(f"{out} does not exist: --rubric adds points to a "
-                                 "batch's grades.csv.", param_hint="--out")
-    results_dir = results_dir or out.parent / "results"
-    try:
-        staff = rubric.apply(out, sheet, results_dir)
-    except rubric.RubricError as exc:
-        raise click.UsageError(f"{sheet}: nothing was written.\n{exc}") from None
-    points = {who: sum(e["points"] for e in given) for who, given in staff.items()}
-    page = html.rewrite_class_page(out.parent / "report", out, results_dir, points)
-    click.echo(f"staff points for {_plural(len(staff), 'submission')} added to {out} and "
-               f"{results_dir}/" + (f", {page}" if page else ""))
+    if remove == (points is not None):
+        raise click.UsageError("Give --points N --reason TEXT, or --remove.")
+    who = who or ClassOptions(out=out).who
+    _class_run(lambda: run_override(out, submission, points, reason, who))
+    click.echo(f"{clean(submission, one_line=True)}: " + (
+        "override removed" if remove else f"final grade {points:g} ({clean(reason)})")
+        + f"; {out} and its pages written again")
 
 
 @main.command()
@@ -683,8 +587,8 @@ def _apply_rubric(out: Path, sheet: Path, results_dir: Path | None) -> None:
 @click.option("--canvas", "gradebook", type=click.Path(path_type=Path, exists=True,
                                                        dir_okay=False), default=None,
               help="Your Canvas gradebook export (Grades > Export): the file written is "
-                   "Canvas's gradebook import, each total in its student's row (matched on "
-                   "the Canvas user id, else the login).")
+                   "Canvas's gradebook import, each final grade in its student's row (matched "
+                   "on the Canvas user id, else the login).")
 @click.option("--assignment", default="Attention exercises", show_default=True,
               help="The Canvas assignment column to fill: an existing one's name (or its "
                    "full column, 'Name (12345)'), or a new one's.")
@@ -692,31 +596,25 @@ def _apply_rubric(out: Path, sheet: Path, results_dir: Path | None) -> None:
               help="[default: canvas-import.csv with --canvas, the generic one beside it as "
                    "NAME-generic.csv; grades-export.csv without]")
 def export(grades, gradebook, assignment, out):
-    """Write a class's grades (GRADES: the CSV of batch or merge) for an LMS: Canvas's
-    gradebook import with --canvas, and a generic CSV (identifiers, points, the most)."""
-    from grader.lms import ExportError, canvas_import, generic, read_grades
+    """Write a class's final grades (GRADES: the grades.csv of batch or merge, or its
+    gradebook) for an LMS: Canvas's gradebook import with --canvas, and a generic CSV
+    with every column."""
+    from grader.classroom.run import run_export
 
-    try:
-        rows = read_grades(grades)
-        made = canvas_import(rows, gradebook, assignment) if gradebook else None
-    except ExportError as exc:
-        raise click.UsageError(str(exc)) from None
+    out, plain, made, count = _class_run(lambda: run_export(grades, gradebook, assignment, out))
     if made is None:
-        out = out or Path("grades-export.csv")
-        write_private(out, generic(rows))
-        click.echo(f"wrote {out}: {_plural(len(rows), 'submission')} with their identifiers "
-                   "and points")
+        click.echo(f"wrote {out}: {_plural(count, 'submission')} with their identifiers, "
+                   "points and final grades")
         return
-    out = out or Path("canvas-import.csv")
-    plain = out.with_name(f"{out.stem}-generic.csv")
-    write_private(out, made.text)
-    write_private(plain, generic(rows))
     click.echo(f"wrote {out} for Canvas (Grades > Import), column {made.column!r}: "
-               f"{_plural(made.matched, 'student')} graded, {made.without_grade} in the "
-               f"gradebook without a submission; and {plain}")
+               f"{_plural(made.matched, 'student')} graded (final grades), "
+               f"{made.without_grade} in the gradebook without a grade; and {plain}")
     for name in made.unmatched:
         click.echo(f"  {clean(name)}: no student of the gradebook matches it (or one already "
                    "graded does): not in the import", err=True)
+    for name in made.to_regrade:
+        click.echo(f"  {clean(name)}: needs a regrade, so no final grade yet: not in the "
+                   "import", err=True)
 
 
 @main.command()

@@ -17,32 +17,23 @@ table gets ``unkeyed-<slug>-<hash>`` of its words: stable as long as its
 wording is (tests/test_mistake_keys.py holds the grader to writing none).
 
 ``annotate`` puts the ids into a Gradescope result (each test's
-``extra_data.mistakes`` and the result's ``extra_data.mistakes``);
-``class_rows`` counts them over a class, each student once per exercise and
-mistake however many tests named it (a root cause and the downstream tests
-that follow from it are one mistake); ``mistakes_csv`` writes
-``grades-mistakes.csv`` beside ``grades.csv`` and ``merge_mistakes`` joins
-the parts' sheets of a sharded run.
+``extra_data.mistakes`` and the result's ``extra_data.mistakes``), and
+``result_mistakes`` reads them back; the class's table of them
+(``grader.classroom.views.class_mistakes``) counts each student once per
+exercise and mistake, however many tests named it.
 """
 from __future__ import annotations
 
 import ast
-import csv
 import hashlib
 import importlib
-import io
-import json
 import re
-from pathlib import Path
 
 from grader.feedback import LOOKS_LIKE
 from grader.paths import SUITES_DIR
-from grader.safetext import NAME_LIMIT, clean, csv_text, csv_value
 
-MISTAKES_COLUMNS = ["exercise", "mistake_id", "text", "count", "students"]
 # The line rootcause puts first on a downstream failure (grader.rootcause.FOLLOWS).
 FOLLOWS_START = "This follows from the "
-STUDENTS_SEP = "; "
 OR = " (or: "    # two mistakes giving one answer (grader.feedback.matching_mistake)
 
 # Every table of mistakes' words ({key: text}) the grader writes diagnoses
@@ -225,106 +216,3 @@ def result_mistakes(data: dict) -> list[tuple[str, str, str]]:
         exercise = str(test.get("name", "")).split(":", 1)[0]
         out += [(exercise, i, text) for i, text in diagnoses(str(test.get("output", "")))]
     return out
-
-
-def class_rows(results: list[tuple[str, dict]]) -> list[list]:
-    """The mistakes table of (student label, results JSON) pairs: one row per
-    exercise and mistake, most common first, each student counted once."""
-    table: dict[tuple[str, str], tuple[str, set]] = {}
-    for label, data in results:
-        for exercise, ident, text in result_mistakes(data):
-            table.setdefault((exercise, ident), (text, set()))[1].add(label)
-    rows = [[ex, ident, text, len(who), STUDENTS_SEP.join(sorted(who))]
-            for (ex, ident), (text, who) in table.items()]
-    return sorted(rows, key=lambda r: (-r[3], r[0], r[1]))
-
-
-def read_outcomes(outcomes) -> list[tuple[str, str, dict]]:
-    """(label, result file's stem, results JSON) of each batch outcome whose
-    result can be read, in name order."""
-    out = []
-    for o in sorted(outcomes, key=lambda o: (o.submission.name, o.submission.key)):
-        try:
-            data = json.loads(Path(o.result_path).read_text())
-        except (OSError, ValueError):
-            continue   # a lost result has its error row in grades.csv already
-        if isinstance(data, dict):
-            out.append((o.submission.label, Path(o.result_path).stem, data))
-    return out
-
-
-def read_results(outcomes) -> list[tuple[str, dict]]:
-    """(label, results JSON) of each batch outcome whose result can be read."""
-    return [(label, data) for label, _, data in read_outcomes(outcomes)]
-
-
-def mistakes_of_csv(csv_path: Path) -> Path:
-    """``grades-mistakes.csv`` beside ``grades.csv``."""
-    csv_path = Path(csv_path)
-    return csv_path.with_name(csv_path.stem + "-mistakes.csv")
-
-
-def mistakes_csv(rows: list[list]) -> str:
-    return csv_text(MISTAKES_COLUMNS, [[clean(c, NAME_LIMIT, one_line=True) if i == 2 else c
-                                        for i, c in enumerate(r)] for r in rows])
-
-
-def read_mistakes_csv(text: str) -> list[list]:
-    rows = []
-    for row in csv.DictReader(io.StringIO(text)):
-        row = {k: clean(csv_value(v or "")) for k, v in row.items() if k is not None}
-        try:
-            count = int(float(row.get("count") or 0))
-        except ValueError:
-            count = 0
-        rows.append([row.get("exercise", ""), row.get("mistake_id", ""), row.get("text", ""),
-                     count, row.get("students", "")])
-    return rows
-
-
-def merge_mistakes(parts: list[Path]) -> list[list] | None:
-    """The mistakes sheets beside the parts' CSVs joined (None when no part
-    has one).  The parts hold disjoint students (``merge_parts`` refuses an
-    overlap), so the counts add up."""
-    table: dict[tuple[str, str], list] = {}
-    found = False
-    for path in parts:
-        sheet = mistakes_of_csv(path)
-        if not sheet.is_file():
-            continue
-        found = True
-        for ex, ident, text, count, students in read_mistakes_csv(
-                sheet.read_text(encoding="utf-8", errors="replace")):
-            row = table.setdefault((ex, ident), [ex, ident, text, 0, []])
-            row[3] += count
-            row[4] += [s for s in students.split(STUDENTS_SEP) if s]
-    if not found:
-        return None
-    rows = [[ex, ident, text, n, STUDENTS_SEP.join(sorted(who))]
-            for ex, ident, text, n, who in table.values()]
-    return sorted(rows, key=lambda r: (-r[3], r[0], r[1]))
-
-
-def top_lines(rows: list[list], students: int, n: int = 5) -> list[str]:
-    """The summary's lines for the ``n`` most common mistakes."""
-    if not rows:
-        return ["Most common mistakes: none named."]
-    lines = [f"Most common mistakes (of {students} submissions):"]
-    for ex, ident, text, count, _ in rows[:n]:
-        lines.append(f"  {count:>4}  {ex}  {ident}: {text}")
-    return lines
-
-
-def write_mistakes(out: Path, rows: list[list], *, whole_class: bool, students: int) -> list[Path]:
-    """``grades-mistakes.csv`` beside ``out`` and, for a whole class (not a
-    shard), the five most common at the end of ``grades-summary.txt``."""
-    from grader.report import write_private
-
-    sheet = mistakes_of_csv(out)
-    write_private(sheet, mistakes_csv(rows))
-    written = [sheet]
-    summary = Path(out).with_name(Path(out).stem + "-summary.txt")
-    if whole_class and summary.is_file():
-        text = summary.read_text(encoding="utf-8")
-        write_private(summary, text + "\n".join(top_lines(rows, students)) + "\n")
-    return written

@@ -4,7 +4,7 @@ A submission controls much of what the grader writes: error messages,
 free-text answers, printed output, test feedback, import errors, file and
 folder names, student identifiers.  Each such field of ``Report``,
 ``TestResult`` (``grader.report``), ``Submission`` and ``Outcome``
-(``grader.batch``) passes through ``clean`` as it is assigned (the
+(``grader.classroom.batch``) passes through ``clean`` as it is assigned (the
 ``fields`` decorator; lists and mappings clean what is added to them), so
 every writer (text, JSON, JUnit, Gradescope, the batch's CSVs and summary,
 the terminal) gets text that is

@@ -534,7 +534,9 @@ def test_colliding_batch_names_each_get_their_own_grade(tmp_path, isolation):
     import csv
     import zipfile
 
-    from grader.batch import columns, discover, run_batch, to_csv
+    from grader.classroom.batch import discover, run_batch
+    from grader.classroom.gradebook import Gradebook
+    from grader.classroom.views import grades_csv
     from grader.core import Options
     root = tmp_path / "class"
     copy_solutions(root / "s1", ["ex01_by_hand"])
@@ -546,10 +548,12 @@ def test_colliding_batch_names_each_get_their_own_grade(tmp_path, isolation):
     copy_solutions(root / "Jos\u00e8", ["ex01_by_hand"])
     subs = discover(root)
     assert len({s.key for s in subs}) == 4
+    book = Gradebook(tmp_path / "grades.sqlite")
     outcomes = run_batch(subs, tmp_path / "results",
-                         Options(suite="hidden", exercises=["ex01_by_hand"], isolation=isolation))
+                         Options(suite="hidden", exercises=["ex01_by_hand"], isolation=isolation),
+                         book=book)
     assert not any(o.skipped for o in outcomes)
-    rows = {r["submission"]: r for r in csv.DictReader(to_csv(outcomes, columns(outcomes))
+    rows = {r["submission"]: r for r in csv.DictReader(grades_csv(book.rows(), book.exercises())
                                                        .splitlines())}
     assert set(rows) == {"s1", "s1!", "Jos\u00e9", "Jos\u00e8"}
     assert float(rows["s1"]["total"]) < float(rows["s1!"]["total"])

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 from click.testing import CliRunner
 
-from grader.batch import Submission, cache_key, grade_one
+from grader.classroom.batch import Submission, cache_key, grade_one
+from grader.classroom.gradebook import Gradebook
 from grader.core import Options
 from grader.cli import main
 from tests.conftest import copy_solutions, ex01_max
@@ -75,10 +76,15 @@ def test_a_submission_that_outlasts_its_limit_costs_only_its_row(tmp_path):
     sub = copy_solutions(tmp_path / "slow", ["ex01_by_hand"])
     (sub / "ex01_by_hand.py").write_text("import time\ntime.sleep(60)\n")
     before = set(stale_staging(min_age_s=0))
+    book = Gradebook(tmp_path / "grades.sqlite")
+    book.record_student("slow")
     outcome = grade_one(Submission("slow", sub), tmp_path / "results",
-                        Options(suite="hidden", exercises=["ex01_by_hand"]),
+                        Options(suite="hidden", exercises=["ex01_by_hand"]), book=book,
                         submission_timeout=3, force=False)
     assert "longer than 3 s" in outcome.error
+    # The grader could not finish it: the gradebook holds a regrade, not a zero.
+    [row] = book.rows()
+    assert row.grading_failed and row.final.points is None
     # The killed grading's workers' folders went with it (other tests' may be live).
     left = set(stale_staging(min_age_s=0)) - before
     assert not left, left
@@ -119,7 +125,7 @@ def test_intake_like_course_staff_need(tmp_path):
         (sol / "ex01_by_hand.py").read_text())
     (cls / "caroljones_late_99_100_ex01_by_hand.py").write_text("def x(:\n")
     (cls / "caroljones_late_99_100_notes.txt").write_text("not code")
-    from grader.batch import discover
+    from grader.classroom.batch import discover
     subs = discover(cls, staging=tmp_path / "staging")
     assert [s.name for s in subs] == ["alice", "bobsmith_1234", "caroljones_99"]
     assert (tmp_path / "staging" / "bobsmith_1234" / "ex01_by_hand.py").is_file()
@@ -193,7 +199,7 @@ def test_colliding_names_are_both_graded_under_distinct_names(tmp_path):
     safe name: each is graded on its own and the CSV keeps the original names."""
     import zipfile
 
-    from grader.batch import discover
+    from grader.classroom.batch import discover
     root = tmp_path / "class"
     copy_solutions(root / "s1", ["ex01_by_hand"])
     (root / "s1" / "ex01_by_hand.py").write_text("SCORES = None\n")   # 0 points
@@ -224,7 +230,9 @@ def test_the_cache_is_keyed_on_the_options_that_change_scores(tmp_path):
     (content, suite, exercises, grader version) is recorded in the result."""
     sub = copy_solutions(tmp_path / "a", ["ex01_by_hand"])
     results = tmp_path / "results"
-    kwargs = dict(submission_timeout=300, force=False)
+    book = Gradebook(tmp_path / "grades.sqlite")
+    book.record_student("a")
+    kwargs = dict(submission_timeout=300, force=False, book=book)
     public = Options(suite="public", exercises=["ex01_by_hand"])
     first = grade_one(Submission("a", sub, "a"), results, public, **kwargs)
     assert not first.skipped and not first.error
@@ -232,6 +240,7 @@ def test_the_cache_is_keyed_on_the_options_that_change_scores(tmp_path):
     assert key["suite"] == "public" and key["content"] and key["grader"]
     # the options as graded: the budget within --submission-timeout's
     assert key == cache_key(Submission("a", sub, "a"), replace(public, grading_budget=270.0))
+    assert book.current_result("a")[0] == key          # the gradebook's validity key
     again = grade_one(Submission("a", sub, "a"), results, public, **kwargs)
     assert again.skipped
     hidden = grade_one(Submission("a", sub, "a"), results, replace(public, suite="hidden"),
@@ -243,7 +252,7 @@ def test_the_cache_is_keyed_on_the_options_that_change_scores(tmp_path):
 
 def test_the_histograms_count_axis_has_whole_numbers():
     pytest.importorskip("matplotlib")
-    from grader.batch import histogram_figure
+    from grader.classroom.views import histogram_figure
     fig = histogram_figure([0.0, 7.0, 7.0, 3.5, 16.0])
     ax = fig.axes[0]
     fig.canvas.draw()   # the locator picks the ticks when drawn
@@ -269,7 +278,7 @@ def test_discover_gives_every_submission_a_label_of_its_own(tmp_path):
     """A file keeps its suffix where a folder or another file has its stem; a
     lone file is named by its stem, as before; labels that cleaning would make
     one get a hash tag; result names differ in more than case."""
-    from grader.batch import discover, roster_by_name
+    from grader.classroom.batch import RosterRow, discover, match_roster
     cls = tmp_path / "class"
     for folder in ("ann", "Bob", "c\x1b", "c\\x1b"):
         (cls / folder).mkdir(parents=True)
@@ -286,9 +295,11 @@ def test_discover_gives_every_submission_a_label_of_its_own(tmp_path):
     assert subs["ann"].key == "ann" and subs["ann.zip"].key == "ann.zip"
     # The roster names each as grades.csv does: ann is the folder, ann.zip the zip.
     tagged = subs["c\x1b"].label
-    assert roster_by_name({"ann": "s1", "ann.zip": "s2", "dan": "s3", tagged: "s4"},
-                          list(subs.values())) \
-        == {"ann": "s1", "ann.zip": "s2", "dan": "s3", "c\x1b": "s4"}
+    rows = [RosterRow(i + 2, name, sid) for i, (name, sid) in
+            enumerate([("ann", "s1"), ("ann.zip", "s2"), ("dan", "s3"), (tagged, "s4")])]
+    found, missing = match_roster(tmp_path / "roster.csv", rows, list(subs.values()))
+    assert {name: row.student_id for name, row in found.items()} \
+        == {"ann": "s1", "ann.zip": "s2", "dan": "s3", "c\x1b": "s4"} and missing == []
 
 
 @pytest.mark.slow
@@ -365,20 +376,27 @@ def test_shards_of_a_folder_and_a_zip_of_one_name_merge(tmp_path):
     assert f'id="total">Total: {ex01_max():g}/' in pages["ann.zip"]
 
 
-def test_merge_takes_the_result_written_under_its_own_name(tmp_path):
-    """A results folder may still hold an older run's file of a label (ann/ and
-    ann.zip were both 'ann', ann-49915e0d.json): merge's pages take the one the
-    batch wrote under that submission's own result name."""
-    from grader.batch import merged_results, write_extras
+def test_an_older_folder_is_read_in_with_the_result_written_under_its_own_name(tmp_path):
+    """An output folder of an earlier version (grades.csv and results/, no
+    gradebook) is read into a gradebook the first time a command meets it; a
+    results folder may still hold an older run's file of a label (ann/ and
+    ann.zip were both 'ann', ann-49915e0d.json): the one the batch wrote
+    under that submission's own result name is taken."""
+    from grader.classroom.views import import_folder
     from grader.safetext import csv_text
-    part, results = tmp_path / "part1" / "grades.csv", tmp_path / "part1" / "results"
+    out, results = tmp_path / "grades.csv", tmp_path / "results"
     results.mkdir(parents=True)
-    text = csv_text(["submission", "total"], [["ann", 1]])
-    part.write_text(text)
-    write_extras(part, text, shard=(1, 1), everyone=["ann"], results=results)
+    out.write_text(csv_text(["submission", "ex01_by_hand", "total", "max_total"],
+                            [["ann", 1, 1, 8], ["bob", 0, 0, 8]]))
     old = {"score": 0, "extra_data": {"batch": {"submission": "ann"}}}
-    new = {"score": 1, "extra_data": {"batch": {"submission": "ann", "result": "ann"}}}
+    new = {"score": 1, "extra_data": {"batch": {"submission": "ann", "result": "ann"},
+                                      "exercise_scores": {"ex01_by_hand": {
+                                          "score": 1, "max_score": 8}}}}
     (results / "ann-49915e0d.json").write_text(json.dumps(old))   # sorts first
     (results / "ann.json").write_text(json.dumps(new))
-    [(label, path, data)] = merged_results([part], text)
-    assert (label, path.name, data["score"]) == ("ann", "ann.json", 1)
+    book = import_folder(out)
+    with Gradebook(book) as opened:
+        rows = {r.submission: r for r in opened.rows()}
+        assert rows["ann"].result_key == "ann" and rows["ann"].total == 1
+        assert rows["bob"].total == 0 and "without its result" in rows["bob"].error
+    assert import_folder(out) is None        # once: the gradebook is the record now

@@ -13,6 +13,7 @@ import csv
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -37,7 +38,27 @@ def make_class(root: Path) -> Path:
     copy_solutions(root / "carol", ["questions"])                   # rubric rows, another shard
     (root / "empty").mkdir()                                        # nothing to grade
     (root / "broken.zip").write_bytes(b"PK\x03\x04 this is no zip")
+    # What staff give every path alike, beside the class: a roster (dan handed
+    # nothing in), the LMS's times (carol two days late) and a late policy.
+    staff = root.parent / "staff"
+    staff.mkdir()
+    (staff / "roster.csv").write_text("submission,student_id\ncarol,carol02\n,dan03\n")
+    (staff / "times.csv").write_text("submission,submitted_at\nalice,2026-12-15T10:00\n"
+                                     "carol,2026-12-17T10:00\n")
     return root
+
+
+# The same options on every path: batch's own, Slurm's `submit.sh ... --`, the workflow's input.
+OPTIONS = ["--roster", "staff/roster.csv", "--due", "2026-12-15T23:59", "--late-policy",
+           "10%/day,max 3", "--submitted-times", "staff/times.csv", "--seed", "7"]
+
+
+def export(grades: Path) -> str:
+    """``attn-grade export`` of a class's grades: the generic CSV's text."""
+    out = grades.with_name("export-for-test.csv")
+    result = CliRunner().invoke(main, ["export", str(grades), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out.read_text()
 
 
 def rows(path: Path) -> dict:
@@ -59,7 +80,7 @@ def one_run(tmp_path_factory):
     os.chdir(top)   # the class named as the workflow names it: errors name `submissions/...`
     try:
         result = CliRunner().invoke(main, ["batch", "submissions", "--out", str(out), "-j",
-                                           "2", "--isolation", "strict", *only])
+                                           "2", "--isolation", "strict", *only, *OPTIONS])
     finally:
         os.chdir(here)
     assert result.exit_code == 3, result.output      # empty/ and broken.zip: not graded
@@ -67,6 +88,8 @@ def one_run(tmp_path_factory):
     assert "no exercise modules" in graded["empty"]["error"]
     assert graded["broken"]["error"] and float(graded["broken"]["total"]) == 0
     assert float(graded["alice"]["total"]) == float(graded["alice"]["max_total"]) > 0
+    assert graded["dan03"]["status"] == "missing" and graded["dan03"]["student_id"] == "dan03"
+    assert graded["carol"]["late_units"] == "2" and float(graded["carol"]["penalty"]) > 0
     return cls, out
 
 
@@ -159,13 +182,15 @@ def test_the_class_workflows_shell_steps_end_in_one_artifact(tmp_path, one_run):
     on = workflow.get("on", workflow.get(True))    # YAML 1.1 reads a bare `on` as true
     inputs = {f"inputs.{k}": v.get("default", "")
               for k, v in on["workflow_dispatch"]["inputs"].items()}
-    inputs.update({"inputs.submissions": "submissions", "inputs.exercises": EXERCISES})
+    inputs.update({"inputs.submissions": "submissions", "inputs.exercises": EXERCISES,
+                   "inputs.batch_options": " ".join(shlex.quote(o) for o in OPTIONS)})
     env = base_env(tools(tmp_path / "bin"))
     artifacts = tmp_path / "artifacts"
     matrix = grade["strategy"]["matrix"]
     for shard in matrix["shard"]:
         machine = tmp_path / f"runner-{shard}"
         shutil.copytree(cls, machine / "submissions")          # the checkout
+        shutil.copytree(cls.parent / "staff", machine / "staff")
         context = {**inputs, "matrix.shard": shard, "matrix.of": matrix["of"][0]}
         steps = run_steps(grade, context, machine, env, artifacts)
         assert all(code == 0 for _, code, _ in steps), steps
@@ -182,13 +207,14 @@ def test_the_class_workflows_shell_steps_end_in_one_artifact(tmp_path, one_run):
     assert all(code == 0 for _, code, _ in steps), steps
     joined = artifacts / "grades"
     assert (joined / "grades.csv").read_text() == whole.read_text()
+    assert export(joined / "grades.csv") == export(whole)
     rubric = (joined / "grades_rubric.csv").read_text()
     assert rubric == whole.with_name("grades_rubric.csv").read_text()
     assert {r["submission"] for r in csv.DictReader(rubric.splitlines())} == {"alice", "carol"}
     results = {p.stem for p in (joined / "results").glob("*.json")}
     assert results == {"alice", "carol", "empty", "broken"}
     assert "not graded" in json.loads((joined / "results" / "empty.json").read_text())["output"]
-    assert (joined / "grades-summary.txt").read_text().startswith("4 submissions")
+    assert (joined / "grades-summary.txt").read_text().startswith("5 submissions")  # dan too
 
 
 # -- the Slurm job array --------------------------------------------------------
@@ -230,7 +256,7 @@ def test_the_slurm_job_array_merges_to_one_runs_csv(tmp_path, one_run):
     log = tmp_path / "slurm.log"
     env = base_env(bin_dir)
     env.update(FAKE_SLURM_LOG=str(log), OUT=str(tmp_path / "grades"), EXERCISES=EXERCISES)
-    proc = subprocess.run(["bash", str(SLURM / "submit.sh"), "submissions", "3"],
+    proc = subprocess.run(["bash", str(SLURM / "submit.sh"), "submissions", "3", "--", *OPTIONS],
                           cwd=cls.parent, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     calls = [json.loads(line) for line in log.read_text().splitlines()]
@@ -241,6 +267,7 @@ def test_the_slurm_job_array_merges_to_one_runs_csv(tmp_path, one_run):
         [p.read_text() for p in tmp_path.glob("slurm.log.*.out")]
     merged = tmp_path / "grades" / "grades.csv"
     assert merged.read_text() == whole.read_text()
+    assert export(merged) == export(whole)
     assert (tmp_path / "grades" / "grades_rubric.csv").read_text() == \
         whole.with_name("grades_rubric.csv").read_text()
     assert {p.stem for p in (tmp_path / "grades" / "results").glob("*.json")} == \

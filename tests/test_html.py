@@ -8,13 +8,14 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from grader import html
+from grader import pages as html
 from grader.cli import main
 from grader.reference.secret.attention import MISTAKES
 from grader.report import FAILED, Report, to_gradescope
 from grader.report import TestResult as Result
-from grader.safetext import csv_text
-from grader.similarity import Pair
+from grader.classroom import pages as class_pages
+from grader.classroom.gradebook import Gradebook
+from grader.classroom.similarity import Pair
 from tests.conftest import copy_solutions
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -30,16 +31,20 @@ def _result(name: str, score: float) -> dict:
 
 
 def _class(folder):
-    results = [("ann", "ann", _result("ann", 2.0)), ("ben", "ben", _result("ben", 0.0)),
-               (HOSTILE, "evil", _result(HOSTILE, 0.0))]
-    grades = csv_text(["submission", "ex02_mha", "total", "max_total", "needs_regrade",
-                       "isolation", "error"],
-                      [["ann", 2, 2, 2, 0, "uid", ""], ["ben", 0, 0, 2, 1, "uid", ""],
-                       [HOSTILE, 0, 0, 2, 0, "uid", "=boom"]])
+    """A class of three in a gradebook (ben's tests need a regrade; the
+    hostile name's grading the grader could not finish) and its report."""
+    ben, evil = _result("ben", 0.0), _result(HOSTILE, 0.0)
+    ben["extra_data"]["needs_regrade"] = 1
+    evil["extra_data"].update(batch_error="=boom", batch_fault="grader")
+    book = Gradebook(folder.parent / "grades.sqlite")
+    for name, key, data in (("ann", "ann", _result("ann", 2.0)), ("ben", "ben", ben),
+                            (HOSTILE, "evil", evil)):
+        book.record_student(name, result_key=key)
+        book.record_grading(name, data)
+    book.set_pairs([Pair("ex02_mha", "ann", "ben", 0.9, 0.8, [(1, 2)], [(2, 3)],
+                         "def f(x):\n    return x\n", "# a\ndef g(y):\n    return y <b>\n")])
     mistakes = [["ex02_mha", "no_scale", MISTAKES["no_scale"], 2, f"ben; {HOSTILE}"]]
-    pair = Pair("ex02_mha", "ann", "ben", 0.9, 0.8, [(1, 2)], [(2, 3)],
-                "def f(x):\n    return x\n", "# a\ndef g(y):\n    return y <b>\n")
-    return html.write_class_report(folder, grades, results, mistakes, [pair])
+    return class_pages.write_class_report(folder, book, book.rows(), mistakes, None)
 
 
 def test_the_class_page_holds_histogram_tables_and_links(tmp_path):
@@ -49,8 +54,10 @@ def test_the_class_page_holds_histogram_tables_and_links(tmp_path):
     assert "<code>no_scale</code>" in text and 'href="pair-0.html"' in text
     assert 'href="students/ann.html"' in text and 'href="students/evil.html"' in text
     assert "<script>" not in text and "&lt;script&gt;" in text       # escaped, never run
-    regrade = text[text.index('id="regrade"'):text.index("<h2>Students")]
+    regrade = text[text.index('id="regrade"'):text.index("<h2>What the class")]
     assert "ben" in regrade and "boom" in regrade and "ann.html" not in regrade
+    students = text[text.index('id="students"'):text.index("<h2>To regrade")]
+    assert "<strong>2</strong>" in students and "<strong>needs regrade</strong>" in students
     pair = (tmp_path / "report" / "pair-0.html").read_text()
     assert "<mark>def f(x):</mark>" in pair and "&lt;b&gt;" in pair and "<mark># a" not in pair
     student = (tmp_path / "report" / "students" / "ben.html").read_text()

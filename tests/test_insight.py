@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from grader import insight
+from grader.classroom.views import class_mistakes
 from grader.cli import main
 from grader.reference.secret.attention import MISTAKES
 from grader.report import FAILED, PASSED, Report, to_gradescope
@@ -66,7 +67,7 @@ def test_every_failed_test_and_the_result_carry_the_ids_in_the_json():
     assert [(m["test"], m["id"], m["follows"]) for m in listed] == \
         [("test_attention", "no_scale", False), ("test_mha", "no_scale", True)]
     # a root cause and what follows from it count once for the student
-    rows = insight.class_rows([("s", data), ("t", data)])
+    rows = class_mistakes([("s", "s", data), ("t", "t", data)])
     assert rows == [["ex02_mha", "no_scale", MISTAKES["no_scale"], 2, "s; t"]]
 
 
@@ -126,7 +127,7 @@ def test_batch_and_merge_write_the_class_mistakes(tmp_path):
     # A sharded class gets what a whole one does: the first shard compares the
     # whole class, merge takes its similarity.csv, and builds the class's pages
     # from the parts' results.
-    from grader import similarity
+    from grader.classroom import similarity
     if similarity.available():
         assert similarity.similarity_csv(parts[1]).exists() is False
         assert similarity.similarity_csv(merged).read_text() == \

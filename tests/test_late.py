@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 from click.testing import CliRunner
 
-from grader import late
+from grader.classroom import late
 from grader.cli import main
 from tests.conftest import SOLUTIONS, copy_solutions
 
@@ -63,8 +63,8 @@ def test_batch_applies_the_policy_to_flags_and_staff_times_and_changes_nothing_w
     plain = tmp_path / "plain" / "grades.csv"
     assert CliRunner().invoke(main, ["batch", str(cls), "--out", str(plain), "-e", "A",
                                      "-j", "2"]).exit_code == 0
-    header = plain.read_text().splitlines()[0]
-    assert "penalty" not in header and "final_total" not in header   # no policy: as before
+    for row in csv.DictReader(plain.open()):          # no policy: nothing off
+        assert float(row["penalty"]) == 0 and row["final_total"] == row["total"], row
 
     out = tmp_path / "late" / "grades.csv"
     result = CliRunner().invoke(main, ["batch", str(cls), "--out", str(out), "-e", "A", "-j",
@@ -93,23 +93,34 @@ def test_batch_applies_the_policy_to_flags_and_staff_times_and_changes_nothing_w
     assert alone.exit_code == 2 and "go together" in alone.output
 
 
-def test_merge_keeps_the_late_columns_of_sharded_parts(tmp_path):
-    from grader.batch import merge_parts
+def fake_result(points: float, most: float = 10.0) -> dict:
+    """A results JSON as a grading writes it: one exercise, one test."""
+    return {"score": points, "tests": [{"name": "ex01_by_hand: t", "score": points,
+                                        "max_score": most, "status": "passed"}],
+            "extra_data": {"exercise_scores": {"ex01_by_hand": {"score": points,
+                                                                "max_score": most}}}}
 
-    header = ["submission", "ex01_by_hand", "total", "max_total", "needs_regrade",
-              "isolation", "error", "lms_user_id", "lms_submission_id", "late",
-              *late.LATE_COLUMNS]
+
+def test_merge_keeps_the_policy_and_times_of_sharded_parts(tmp_path):
+    """Each shard's gradebook keeps the policy and its students' times; the
+    merged one applies them as one run would."""
+    from grader.classroom.gradebook import Gradebook
+    from grader.classroom.views import merge_parts
+
     parts = []
-    for k, (name, units) in enumerate((("ann", 0), ("ben", 2)), start=1):
-        part = tmp_path / f"p{k}" / "grades.csv"
-        part.parent.mkdir()
-        part.write_text(",".join(header) + "\n" + ",".join(
-            [name, "10", "10", "10", "0", "uid", "", "", "", "", "", str(units),
-             str(2 * units), str(10 - 2 * units)]) + "\n")
-        part.with_name("grades.shard.json").write_text(
-            json.dumps({"shard": [k, 2], "everyone": ["ann", "ben"]}))
-        parts.append(part)
-    rows = {r["submission"]: r for r in csv.DictReader(io.StringIO(merge_parts(parts)))}
-    assert rows["ben"]["penalty"] == "4" and rows["ben"]["final_total"] == "6"
-    assert rows["ann"]["late_units"] == "0" and rows["ann"]["final_total"] == "10"
-    assert list(rows["ann"])[-4:] == late.LATE_COLUMNS
+    for k, (name, when) in enumerate((("ann", "2026-12-15T10:00"), ("ben", "2026-12-17T10:00")),
+                                     start=1):
+        path = tmp_path / f"p{k}" / "grades.sqlite"
+        with Gradebook(path) as book:
+            book.set_meta("shard", f"{k}/2")
+            book.set_meta("everyone", json.dumps(["ann", "ben"]))
+            book.set_policy(DUE, "10%/day,max 3")
+            book.record_student(name)
+            book.record_grading(name, fake_result(10))
+            book.set_submitted_times({name: late.parse_time(when)})
+        parts.append(path)
+    with Gradebook(tmp_path / "merged.sqlite") as merged:
+        assert merge_parts(parts, merged) == 2
+        rows = {r.submission: r for r in merged.rows()}
+    assert rows["ben"].final.late_units == 2 and rows["ben"].final.penalty == 2
+    assert rows["ben"].final.points == 8 and rows["ann"].final.points == 10

@@ -14,7 +14,7 @@ import io
 import pytest
 from click.testing import CliRunner
 
-from grader.batch import Submission, discover, roster_by_name
+from grader.classroom.batch import RosterError, RosterRow, Submission, discover, match_roster
 from grader.cli import main
 from tests.conftest import SOLUTIONS, ex01_max
 
@@ -69,7 +69,7 @@ def test_canvas_intake_groups_by_user_id_and_keeps_what_canvas_says(tmp_path):
     assert (by_name["smithjohn_10006"].path / "ex01_by_hand.py").read_text() == WRONG
     assert len({s.key for s in subs}) == len(subs)
     said = "\n".join(skipped)
-    assert "leeann_late_10008_2004_notes.txt" in said and "stray.txt" in said
+    assert "stray.txt" in said and "notes.txt" not in said   # a student's file, kept with them
 
 
 @pytest.mark.slow
@@ -95,7 +95,7 @@ def test_a_bulk_download_graded_and_exported_for_canvas(tmp_path):
     result = CliRunner().invoke(main, ["export", str(out), "--canvas", str(gradebook),
                                        "--out", str(canvas)])
     assert result.exit_code == 0, result.output
-    assert "5 students graded, 1 in the gradebook without a submission" in result.output
+    assert "5 students graded (final grades), 1 in the gradebook without a grade" in result.output
     text = canvas.read_text(encoding="utf-8")
     header = text.splitlines()[0].split(",")
     assert header == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section",
@@ -107,7 +107,7 @@ def test_a_bulk_download_graded_and_exported_for_canvas(tmp_path):
     assert "Points Possible" not in text
 
     generic = rows_of((tmp_path / "canvas-import-generic.csv").read_text(encoding="utf-8"))
-    assert {r["submission"]: (r["lms_user_id"], r["score"], r["points_possible"], r["late"])
+    assert {r["submission"]: (r["lms_user_id"], r["final_total"], r["final_max"], r["late"])
             for r in generic}["leeann_10008"] == ("10008", full, full, "yes")
 
 
@@ -135,8 +135,13 @@ def test_export_says_which_grades_have_no_student_and_makes_new_columns(tmp_path
 
 
 @pytest.mark.quick
-def test_a_roster_may_name_a_canvas_student_by_user_id():
+def test_a_roster_may_name_a_canvas_student_by_user_id_and_a_typo_is_an_error():
+    from pathlib import Path
     subs = [Submission("smithjohn_10005", None, lms_user_id="10005"),
             Submission("ann", None)]
-    assert roster_by_name({"10005": "s5", "ann": "s1", "zed": "s9"}, subs) == \
-        {"smithjohn_10005": "s5", "ann": "s1"}
+    rows = [RosterRow(2, "10005", "s5"), RosterRow(3, "ann", "s1"), RosterRow(4, "", "s7")]
+    found, missing = match_roster(Path("roster.csv"), rows, subs)
+    assert {k: r.student_id for k, r in found.items()} == {"smithjohn_10005": "s5", "ann": "s1"}
+    assert [r.student_id for r in missing] == ["s7"]      # handed nothing in: a row, marked
+    with pytest.raises(RosterError, match="roster.csv line 5: no submission 'zed'"):
+        match_roster(Path("roster.csv"), rows + [RosterRow(5, "zed", "s9")], subs)

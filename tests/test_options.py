@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from grader import batch, cli
+from grader import cli
+from grader.classroom import batch
 from grader.cli import GRADING_OPTIONS, main
 from grader.core import Options
 from grader.report import Report, exercise_scores_of, to_gradescope

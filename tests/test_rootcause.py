@@ -257,7 +257,8 @@ def test_deduct_each_and_the_gpu_tier_are_wired_through_check_grade_and_batch(
     """The options reach ``Options`` (check, grade, and batch's ``run_batch``);
     --deduct-once, the old flag, is the default by its name; --require-gpu is
     --gpu-tier."""
-    from grader import batch, cli
+    from grader import cli
+    from grader.classroom import batch
     seen = []
     monkeypatch.setattr(cli, "_run", lambda path, options: seen.append(options) or
                         (Report(submission=str(path), suite=options.suite), []))

@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grader import safetext
-from grader.batch import (GRADES_NUMBERS, Outcome, Submission, class_summary, merge_parts,
-                          to_csv, to_rubric_csv, write_extras)
+from grader.classroom import views
+from grader.classroom.gradebook import Gradebook
 from grader.cli import main
 from grader.gradescope import validate_results
 from grader.report import (FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report,
@@ -194,20 +194,34 @@ def test_a_huge_answer_and_feedback_are_cut_and_the_answer_stored_once():
 # -- every CSV of a batch --------------------------------------------------
 
 @st.composite
-def outcomes(draw) -> list[Outcome]:
+def outcomes(draw) -> list[tuple[str, dict]]:
+    """(label, results JSON) of hostile submissions: names, errors, import
+    errors, isolation lines, questions, answers and rubrics."""
     out = []
     for i in range(draw(st.integers(1, 4))):
         name = draw(st.lists(st.one_of(st.sampled_from(PIECES), CHARS), max_size=12)
                     .map("".join)) + f"#{i}"
         got = draw(st.sampled_from([0.0, 3.5, 7.0]))
-        outcome = Outcome(Submission(name, Path(f"/nowhere/{i}"), key=f"k{i}"),
-                          Path(f"/nowhere/{i}.json"), error=draw(st.just("") | TEXT),
-                          scores={"ex01_by_hand": (got, 7.0)},
-                          import_errors={"questions": draw(TEXT)}, isolation=draw(NASTY))
-        outcome.manual = [{"exercise": "questions", "question": draw(NASTY), "points": 3,
-                           "answer": draw(TEXT), "rubric": draw(NASTY)}]
-        out.append(outcome)
+        manual = {"exercise": "questions", "question": clean(draw(NASTY), NAME_LIMIT), "points": 3,
+                  "answer": clean(draw(TEXT), ANSWER_LIMIT), "rubric": clean(draw(NASTY))}
+        data = {"score": got, "tests": [], "extra_data": {
+            "exercise_scores": {"ex01_by_hand": {"score": got, "max_score": 7.0}},
+            "batch_error": draw(st.just("") | TEXT), "isolation": draw(NASTY),
+            "import_errors": {"questions": draw(TEXT)}, "manual_grading": [manual]}}
+        out.append((clean(name, NAME_LIMIT, one_line=True), data))
     return out
+
+
+def gradebook_of(path: Path, outs: list, shard: str | None = None,
+                 everyone: list | None = None) -> Gradebook:
+    book = Gradebook(path)
+    if shard:
+        book.set_meta("shard", shard)
+        book.set_meta("everyone", json.dumps(everyone))
+    for label, data in outs:
+        book.record_student(label)
+        book.record_grading(label, data)
+    return book
 
 
 def read_csv(text: str, numbers: set[str]) -> list[dict]:
@@ -228,26 +242,31 @@ def read_csv(text: str, numbers: set[str]) -> list[dict]:
 @SETTINGS
 @given(outcomes())
 def test_every_batch_output_is_valid_safe_and_neutralised(outs):
-    numbers = {"ex01_by_hand", *GRADES_NUMBERS}
-    grades = to_csv(outs, ["ex01_by_hand"])
-    rows = read_csv(grades, numbers)
-    assert len(rows) == len(outs)
-    sheet = read_csv(to_rubric_csv(outs), {"points_possible"})
-    assert len(sheet) == len(outs)
-    assert len(to_rubric_csv(outs)) < len(outs) * (ANSWER_LIMIT + 3 * FIELD_LIMIT) * 7
-    assert_safe(class_summary(grades))
-    with tempfile.TemporaryDirectory() as tmp:   # two shards, joined
-        everyone = [o.submission.label for o in outs]
+    numbers = {"ex01_by_hand", *views.NUMBER_COLUMNS}
+    with tempfile.TemporaryDirectory() as tmp:
+        book = gradebook_of(Path(tmp, "whole.sqlite"), outs)
+        rows = book.rows()
+        grades = views.grades_csv(rows, ["ex01_by_hand"])
+        read = read_csv(grades, numbers)
+        assert len(read) == len(outs)
+        sheet_text = views.rubric_csv(book)
+        sheet = read_csv(sheet_text, {"points_possible"})
+        assert len(sheet) == len(outs)
+        assert len(sheet_text) < len(outs) * (ANSWER_LIMIT + 3 * FIELD_LIMIT) * 8
+        assert_safe(views.summary(rows, ["ex01_by_hand"], []))
+        everyone = [label for label, _ in outs]     # two shards, joined
         parts = []
         for k in (1, 2):
-            part = Path(tmp, f"part{k}.csv")
-            text = to_csv(outs[k - 1::2], ["ex01_by_hand"])
-            part.write_text(text, encoding="utf-8")
-            write_extras(part, text, shard=(k, 2), everyone=everyone)
+            part = Path(tmp, f"part{k}.sqlite")
+            gradebook_of(part, outs[k - 1::2], f"{k}/2", everyone).close()
             parts.append(part)
-        merged = merge_parts(parts)
-    assert sorted(map(sorted, (r.items() for r in read_csv(merged, numbers)))) == \
-        sorted(map(sorted, (r.items() for r in rows)))
+        merged = Gradebook(Path(tmp, "merged.sqlite"))
+        views.merge_parts(parts, merged)
+        joined = views.grades_csv(merged.rows(), ["ex01_by_hand"])
+        merged.close()
+        book.close()
+    assert sorted(map(sorted, (r.items() for r in read_csv(joined, numbers)))) == \
+        sorted(map(sorted, (r.items() for r in read)))
 
 
 # -- from outside: the command, on hostile submissions ----------------------
@@ -303,7 +322,7 @@ def test_batch_neutralises_formulas_and_caps_answers_in_staff_files(tmp_path):
                                        "-e", "questions"])
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.output
-    grades = read_csv(out.read_text(encoding="utf-8"), {"questions", *GRADES_NUMBERS})
+    grades = read_csv(out.read_text(encoding="utf-8"), {"questions", *views.NUMBER_COLUMNS})
     assert grades[0]["submission"] == "'=1+1\\x1b[2J"
     sheet = tmp_path / "grades_rubric.csv"
     rows = {r["question"]: r for r in read_csv(sheet.read_text(encoding="utf-8"),

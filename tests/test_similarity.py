@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from grader.cli import main
 from grader.registry import EXERCISES
 from grader.rootcause import function_order
-from grader.similarity import NOT_CODE, THRESHOLD, compare_exercise, stub_of
+from grader.classroom.similarity import NOT_CODE, THRESHOLD, compare_exercise, stub_of
 from tests.conftest import REPO, SOLUTIONS, copy_solutions
 from tests.plant import disguise
 

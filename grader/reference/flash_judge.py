@@ -238,7 +238,7 @@ def _compile_key(submission_dir) -> str:
     import hashlib
     from importlib import metadata
 
-    from grader.batch import content_hash
+    from grader.digest import content_hash
     from grader.paths import PROBES_DIR
     h = hashlib.sha256(b"attn-grade compile check 3\0")
     for dist in ("triton", "torch"):

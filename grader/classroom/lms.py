@@ -1,18 +1,19 @@
-"""A class's grades as files an LMS imports (``attn-grade export``).
+"""A class's grades as files an LMS imports (``attn-grade export``), from the gradebook.
 
 ``canvas_import`` fills one assignment column of Canvas's gradebook import
-from a grades CSV of ``attn-grade batch``.  Canvas imports a CSV whose
+with each student's **final grade** (``gradebook.final_grade``: the
+grader's and the staff's points, less the late penalty, or the override).  Canvas imports a CSV whose
 first columns are those of its own gradebook export (``Student``, ``ID``,
 ``SIS User ID``, ``SIS Login ID``, ``Section``), then one column per
 assignment (``Name (assignment id)`` for an existing one; a name without an
 id makes a new assignment); it matches each row on ``ID``, its user id, and
 ``SIS Login ID``.  So the identity columns are copied from the instructor's
 own gradebook export, row by row, for the students this class has a grade
-for: a row of a Canvas bulk download by its user id (the grades CSV's
-``lms_user_id``), any other by its submission name as the login (or SIS
-user id).  Grades without a student in the gradebook are returned, never
-dropped without a word.  ``generic`` is one row per submission with its
-identifiers and points, for any other LMS or a spreadsheet.
+for: a row of a Canvas bulk download by its user id (``lms_user_id``), any
+other by its roster id or submission name as the login (or SIS user id).
+Grades without a student in the Canvas gradebook, and grades that need a
+regrade (no number yet), are returned, never dropped without a word.  The
+generic export is ``grades.csv``'s every column (``views.grades_csv``).
 """
 from __future__ import annotations
 
@@ -21,16 +22,15 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.safetext import csv_number, csv_text, csv_value
+from grader.classroom.gradebook import MISSING, Row
+from grader.safetext import csv_text
 
 CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 ASSIGNMENT_ID = re.compile(r"^(?P<name>.*\S)\s*\((?P<id>\d+)\)$")   # "Attention (12345)"
-GENERIC_COLUMNS = ["submission", "lms_user_id", "lms_submission_id", "late", "score",
-                   "points_possible", "needs_regrade", "error"]
 
 
 class ExportError(ValueError):
-    """A grades CSV or gradebook that cannot be used; the text is one sentence."""
+    """A Canvas gradebook export that cannot be used; the text is one sentence."""
 
 
 def _rows(path: Path, needs: list[str], what: str) -> tuple[list[str], list[dict]]:
@@ -47,32 +47,13 @@ def _rows(path: Path, needs: list[str], what: str) -> tuple[list[str], list[dict
     return header, rows
 
 
-def read_grades(path: Path) -> list[dict]:
-    """The rows of a grades CSV (``batch`` or ``merge``), its text as written."""
-    _, rows = _rows(path, ["submission", "total", "max_total"], "a grades CSV of attn-grade "
-                    "batch")
-    return [{k: csv_value(v) for k, v in row.items()} for row in rows]
-
-
-def _number(text: str) -> str:
-    value = csv_number(text)
-    return f"{value:g}" if isinstance(value, float) else ""
-
-
-def generic(grades: list[dict]) -> str:
-    """One row per submission: its identifiers, its points and the most."""
-    return csv_text(GENERIC_COLUMNS, [
-        [g["submission"], g.get("lms_user_id", ""), g.get("lms_submission_id", ""),
-         g.get("late", ""), csv_number(g["total"]), csv_number(g["max_total"]),
-         csv_number(g.get("needs_regrade") or "0"), g.get("error", "")] for g in grades])
-
-
 @dataclass
 class CanvasImport:
     text: str                                      # the CSV to import
     column: str                                    # the assignment column it fills
     matched: int = 0
     unmatched: list[str] = field(default_factory=list)   # submissions with no student
+    to_regrade: list[str] = field(default_factory=list)  # grades without a number yet
     without_grade: int = 0                         # gradebook students with no submission
 
 
@@ -89,10 +70,9 @@ def _assignment_column(header: list[str], assignment: str) -> str:
     return named[0] if named else assignment
 
 
-def canvas_import(grades: list[dict], gradebook: Path, assignment: str) -> CanvasImport:
-    """Canvas's gradebook import for ``assignment``: the total of each
-    submission, in the row of its student in ``gradebook`` (an export of
-    Canvas's gradebook)."""
+def canvas_import(rows: list[Row], gradebook: Path, assignment: str) -> CanvasImport:
+    """Canvas's gradebook import for ``assignment``: the final grade of each
+    student, in their row of ``gradebook`` (an export of Canvas's gradebook)."""
     header, students = _rows(gradebook, CANVAS_IDENTITY, "a Canvas gradebook export")
     column = _assignment_column(header, assignment)
     # Export rows that are no student: "Points Possible", muted/manual-posting notes.
@@ -103,16 +83,24 @@ def canvas_import(grades: list[dict], gradebook: Path, assignment: str) -> Canva
         for key in ("SIS Login ID", "SIS User ID"):
             if s[key].strip():
                 by_login.setdefault(s[key].strip().casefold(), s)
-    rows, result, graded = [], CanvasImport("", column), set()
-    for g in grades:
-        uid = g.get("lms_user_id", "").strip()
-        student = by_id.get(uid) if uid else by_login.get(g["submission"].strip().casefold())
+    lines, result, graded = [], CanvasImport("", column), set()
+    for r in rows:
+        if r.status == MISSING:
+            continue            # handed nothing in: Canvas shows them without a submission
+        uid = r.lms_user_id.strip()
+        student = by_id.get(uid) if uid else next(
+            (by_login[k] for k in (r.roster_id.strip().casefold(),
+                                   r.submission.strip().casefold()) if k and k in by_login),
+            None)
         if student is None or student["ID"] in graded:
-            result.unmatched.append(g["submission"])
+            result.unmatched.append(r.submission)
+            continue
+        if r.final is None or r.final.points is None:
+            result.to_regrade.append(r.submission)
             continue
         graded.add(student["ID"])
-        rows.append([*(student[c] for c in CANVAS_IDENTITY), _number(g["total"])])
-    result.matched = len(rows)
+        lines.append([*(student[c] for c in CANVAS_IDENTITY), f"{r.final.points:g}"])
+    result.matched = len(lines)
     result.without_grade = len(students) - len(graded)
-    result.text = csv_text([*CANVAS_IDENTITY, column], sorted(rows, key=lambda r: r[1]))
+    result.text = csv_text([*CANVAS_IDENTITY, column], sorted(lines, key=lambda r: r[1]))
     return result

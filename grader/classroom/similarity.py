@@ -146,36 +146,16 @@ def class_pairs(subs, *, exercises: list[str] | None = None,
     for exercise, sources in class_sources(subs, exercises).items():
         pairs += compare_exercise(exercise, sources, stub=stub_of(exercise),
                                   threshold=threshold)
-    return sorted(pairs, key=_order)   # similarity.csv's order, the report's pair-<n>
+    return ordered(pairs)
 
 
 def _order(p: Pair):
     return (-p.score, p.exercise, p.a, p.b)
 
 
-def read_csv(text: str) -> list[Pair]:
-    """The pairs of a ``similarity.csv`` (without their sources), in its order."""
-    import csv
-
-    from grader.safetext import csv_value
-
-    def spans(cell: str) -> list[tuple[int, int]]:
-        out = []
-        for part in cell.split():
-            a, _, b = part.partition("-")
-            out.append((int(a), int(b or a)))
-        return out
-
-    pairs = []
-    for row in csv.DictReader(io.StringIO(text)):
-        row = {k: clean(csv_value(v or "")) for k, v in row.items() if k is not None}
-        try:
-            pairs.append(Pair(row["exercise"], row["submission_a"], row["submission_b"],
-                              float(row["share_a"]), float(row["share_b"]),
-                              spans(row["spans_a"]), spans(row["spans_b"])))
-        except (KeyError, ValueError):
-            continue
-    return pairs
+def ordered(pairs: list[Pair]) -> list[Pair]:
+    """Most alike first: ``similarity.csv``'s order, and the report's pair-<n>."""
+    return sorted(pairs, key=_order)
 
 
 def _spans(spans) -> str:

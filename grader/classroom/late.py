@@ -13,9 +13,10 @@ file in the submission (its student controls those): the times staff give
 (``--submitted-times FILE``, a CSV of ``submission,submitted_at``), else a
 Canvas bulk download's ``late`` flag, which carries no time and counts as
 one day (hour) late.  The due time without a
-zone is UTC.  The CSV keeps the raw total and adds ``submitted_at``,
-``late_units``, ``penalty`` and ``final_total``; with no policy, nothing
-changes.
+zone is UTC; a student's extension (``--extensions FILE``: ``submission,due``)
+is their own due time.  The penalty is taken from the sum of the grader's
+and the staff's points: the gradebook's ``final_grade`` is the one place
+that applies it.
 """
 from __future__ import annotations
 
@@ -27,10 +28,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from grader.safetext import clean, csv_text, csv_value
+from grader.safetext import clean
 
-LATE_COLUMNS = ["submitted_at", "late_units", "penalty", "final_total"]
-NUMBER_COLUMNS = ("late_units", "penalty", "final_total")   # written as numbers
 UNITS = {"day": timedelta(days=1), "hour": timedelta(hours=1)}
 
 
@@ -90,13 +89,46 @@ def read_times(path: Path) -> dict[str, datetime]:
     them.  Never read from a submission's own folder, which its student
     controls (a file there could claim any time)."""
     try:
-        rows = list(csv.DictReader(io.StringIO(Path(path).read_text(encoding="utf-8"))))
+        rows = list(csv.DictReader(io.StringIO(Path(path).read_text(encoding="utf-8-sig"))))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise LatePolicyError(f"{path} could not be read as a CSV: {exc}") from None
     if rows and not {"submission", "submitted_at"} <= set(rows[0]):
         raise LatePolicyError(f"{path} needs the columns submission and submitted_at")
-    return {clean(r["submission"]): parse_time(r["submitted_at"]) for r in rows
-            if r.get("submission") and r.get("submitted_at")}
+    return _times(path, rows, "submitted_at")
+
+
+def read_extensions(path: Path) -> dict[str, tuple[datetime, str]]:
+    """Per-student due times (``batch --extensions``): a CSV with
+    ``submission`` and ``due`` columns, and an optional ``reason``."""
+    try:
+        rows = list(csv.DictReader(io.StringIO(Path(path).read_text(encoding="utf-8-sig"))))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise LatePolicyError(f"{path} could not be read as a CSV: {exc}") from None
+    if rows and not {"submission", "due"} <= set(rows[0]):
+        raise LatePolicyError(f"{path} needs the columns submission and due")
+    due = _times(path, rows, "due")
+    return {name: (when, clean(next((r.get("reason") or "" for r in rows
+                                     if clean(r["submission"]) == name), ""), 1000))
+            for name, when in due.items()}
+
+
+def _times(path: Path, rows: list[dict], column: str) -> dict[str, datetime]:
+    """{submission: time} of a staff sheet's rows; a row named twice, or a
+    time that is not one, is refused with its line."""
+    out: dict[str, datetime] = {}
+    for line, r in enumerate(rows, start=2):
+        name, when = clean(r.get("submission") or "").strip(), (r.get(column) or "").strip()
+        if not name and not when:
+            continue
+        if not name or not when:
+            raise LatePolicyError(f"{path} line {line}: give both submission and {column}.")
+        if name in out:
+            raise LatePolicyError(f"{path} line {line}: {name!r} is listed twice.")
+        try:
+            out[name] = parse_time(when)
+        except LatePolicyError as exc:
+            raise LatePolicyError(f"{path} line {line}: {exc}") from None
+    return out
 
 
 def units_late(policy: Policy, due: datetime, submitted: datetime | None,
@@ -112,45 +144,10 @@ def units_late(policy: Policy, due: datetime, submitted: datetime | None,
 
 
 def penalty(policy: Policy, raw: float, units: int) -> float:
-    """Points off a raw total ``units`` late: never more than the total."""
+    """Points off a total ``units`` late: never more than the total, all of
+    it past the policy's ``max``."""
     if units <= 0:
         return 0.0
     if policy.max_units is not None and units > policy.max_units:
         return raw
     return min(raw, round(raw * policy.percent * units / 100, 6))
-
-
-def apply_to_csv(text: str, subs, policy: Policy, due: datetime,
-                 times: dict[str, datetime] | None = None) -> str:
-    """The grades CSV with the late columns after ``total`` is kept as the raw
-    one; ``times``: submission -> when it was submitted (``read_times``)."""
-    by_label = {s.label: s for s in subs}
-    reader = csv.DictReader(io.StringIO(text))
-    header = [h for h in (reader.fieldnames or []) if h not in LATE_COLUMNS]
-    rows = []
-    for row in reader:
-        row = {k: csv_value(v or "") for k, v in row.items() if k is not None}
-        name = clean(row.get("submission", ""))
-        sub = by_label.get(name)
-        when = (times or {}).get(name)
-        units = units_late(policy, due, when, bool(sub is not None and sub.late))
-        raw = float(row.get("total") or 0)
-        off = penalty(policy, raw, units)
-        row.update(submitted_at=when.isoformat() if when else "", late_units=units,
-                   penalty=off, final_total=raw - off)
-        rows.append(row)
-    from grader.batch import GRADES_NUMBERS
-    from grader.registry import EXERCISES
-
-    fields = header + LATE_COLUMNS
-    numbers = {*EXERCISES, *GRADES_NUMBERS, *NUMBER_COLUMNS}
-    return csv_text(fields, [[_number(r.get(f, "")) if f in numbers else r.get(f, "")
-                              for f in fields] for r in rows])
-
-
-def _number(value):
-    """A number column's cell, written as a number again."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return value
