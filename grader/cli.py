@@ -21,7 +21,7 @@ from grader import report as fmt
 from grader.options import GraderConfigError, Options
 from grader.registry import EXERCISES, available, by_letter, suite_files
 from grader.paths import EXERCISES_DIR, HIDDEN_SUITES_DIR, REPO_DIR, SOLUTIONS_DIR
-from grader.report import write_private
+from grader.artifacts import write_private
 from grader.safetext import clean
 from grader.sandbox import launch
 from grader.sandbox.launch import GRADING_BUDGET_S

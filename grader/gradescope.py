@@ -353,7 +353,8 @@ def run(root: Path, isolation: str | None = None) -> dict:
     for a bad submission.  ``isolation``: None, as ``setup.sh`` recorded when
     the image was built (``probe``); a mode, for tests and staff's checks."""
     from grader.core import Options, grade
-    from grader.report import to_gradescope, write_private
+    from grader.artifacts import write_private
+    from grader.report import to_gradescope
     from grader.submission import SubmissionError, describe, materialize
 
     start = time.monotonic()

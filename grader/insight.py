@@ -3,8 +3,8 @@
 A diagnosis is a feedback line "This looks like: <text>." (``grader.feedback``,
 ``grader.reference.mistakes.looks_like``).  Its id is the key of the text in a
 table of mistakes' words (``no_scale``, the key of
-``grader.reference.secret.attention.MISTAKES``; every table is listed once, in
-``TABLES``), found by its text, so that rewording a mistake's description
+``grader.reference.secret.attention.MISTAKES``; every table is found by
+``tables``), found by its text, so that rewording a mistake's description
 changes no id and two exercises naming the same slip share one (exercise A's
 by-hand slips are ``by_hand.MISTAKES``; a key another table has already for
 other words is qualified by its module: ``by_hand.no_scale``; an interview
@@ -30,33 +30,24 @@ import importlib
 import re
 
 from grader.feedback import LOOKS_LIKE
-from grader.paths import SUITES_DIR
+from grader.paths import PACKAGE_DIR, SUITES_DIR
 
 # The line rootcause puts first on a downstream failure (grader.rootcause.FOLLOWS).
 FOLLOWS_START = "This follows from the "
 OR = " (or: "    # two mistakes giving one answer (grader.feedback.matching_mistake)
 
 # Every table of mistakes' words ({key: text}) the grader writes diagnoses
-# from, as (module, attribute): the one place to add a module's table.  The
-# order keeps ids stable: a key met again with other words is qualified by its
-# module (``mla.no_scale``), so a new table goes at the end.  The interview
-# questions' slips (several wordings to a key) are read by ``_question_ids``.
-TABLES = (
-    ("grader.reference.secret.attention", "MISTAKES"),
-    ("grader.reference.secret.by_hand", "MISTAKES"),
-    ("grader.reference.secret.flash", "FLASH_MISTAKES"),
-    ("grader.reference.secret.mla", "MISTAKES"),
-    ("grader.reference.secret.roofline", "MISTAKES"),
-    ("grader.reference.timing", "MISTAKES"),
-    ("grader.reference.ex03_checks", "MISTAKES"),
-    ("grader.reference.ex04_checks", "MISTAKES"),
-    ("grader.reference.ex05_checks", "MISTAKES"),
-    ("grader.reference.ex06_checks", "MISTAKES"),
-    ("grader.reference.heatmap_checks", "MISTAKES"),
-    # words only a hidden suite writes stay with it (the edition has none)
-    ("grader.suites.hidden.test_ex03_gqa_hidden", "MISTAKES"),
-    ("grader.suites.hidden.test_ex04_quadratic_hidden", "MISTAKES"),
-)
+# from is found by ``tables``: a module-level dict named ``MISTAKES`` or
+# ``*_MISTAKES`` in ``grader/reference/secret/``, then ``grader/reference/``,
+# then the hidden suites (words only a hidden suite writes stay with it; the
+# edition has none), each folder in name order.  Nothing lists them: a new
+# module's table is found where it is written.  The order keeps ids stable: a
+# key met again with other words is qualified by its module (``mla.no_scale``).
+# The interview questions' slips (several wordings to a key) are read by
+# ``_question_ids``.
+TABLE_FOLDERS = (("grader.reference.secret", "reference/secret"),
+                 ("grader.reference", "reference"),
+                 ("grader.suites.hidden", "suites/hidden"))
 SUITES_PACKAGE = "grader.suites."
 # What may follow a table's words on a diagnosis line that says more.
 DETAIL_STARTS = (" (", ": ", ". ", ", ", "; ")
@@ -67,7 +58,7 @@ _heads: dict[str, str | None] = {}
 
 
 def table_of(module: str, attribute: str) -> dict[str, str]:
-    """One table of ``TABLES``, its empty words left out (``FLASH_MISTAKES``
+    """One table of ``tables()``, its empty words left out (``FLASH_MISTAKES``
     has a key for a mistake ``attention.MISTAKES`` words).  A suite's table
     is read from its file as a literal, never imported: a suite is pytest's
     to import (its marks, its fixtures)."""
@@ -82,17 +73,36 @@ def table_of(module: str, attribute: str) -> dict[str, str]:
     return {k: v for k, v in table.items() if v}
 
 
+def tables() -> list[tuple[str, str]]:
+    """(module, attribute) of every table of mistakes' words, found in the
+    source (a dict literal named ``MISTAKES`` or ``*_MISTAKES`` at a
+    module's top), in ``TABLE_FOLDERS``'s order."""
+    found = []
+    for package, folder in TABLE_FOLDERS:
+        for path in sorted((PACKAGE_DIR / folder).glob("*.py")):
+            try:
+                tree = ast.parse(path.read_text(encoding="utf-8"))
+            except (OSError, SyntaxError, ValueError):
+                continue
+            for node in tree.body:
+                names = [getattr(t, "id", "") for t in getattr(node, "targets", [])]
+                if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                        and len(names) == 1 and names[0].endswith("MISTAKES")):
+                    found.append((f"{package}.{path.stem}", names[0]))
+    return found
+
+
 def _reference_tables() -> list[tuple[str, dict]]:
-    """(module's short name, {key: text}) of every table in ``TABLES`` that
-    loads.  The student edition ships no hidden suite, and its secret modules
-    are replays: a table that does not load there keys nothing."""
-    tables = []
-    for module, attribute in TABLES:
+    """(module's short name, {key: text}) of every table that loads.  The
+    student edition ships no hidden suite, and its secret modules are
+    replays: a table that does not load there keys nothing."""
+    out = []
+    for module, attribute in tables():
         try:
-            tables.append((module.rsplit(".", 1)[-1], table_of(module, attribute)))
+            out.append((module.rsplit(".", 1)[-1], table_of(module, attribute)))
         except Exception:   # noqa: BLE001 - the edition's stubs may raise anything: no keys
             continue
-    return tables
+    return out
 
 
 def _question_ids() -> dict[str, str]:

@@ -9,12 +9,8 @@ so no format has a check of its own.  Gradescope's format: a top-level
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import stat
-import tempfile
 import textwrap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -375,29 +371,3 @@ def to_junit(report: Report) -> str:
             elif t.output:
                 ET.SubElement(case, "system-out").text = t.output
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a result atomically, readable by its owner only: whatever a
-    submission left at that path (a file, a link) is replaced, not followed.
-    A device or a pipe (``/dev/stdout``, ``/dev/null``) is written to, never
-    replaced."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        mode = None
-    if mode is not None and not stat.S_ISREG(mode) and not os.path.islink(path):
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

@@ -91,7 +91,7 @@ def test_results_to_a_pipe_or_device_are_written_not_replaced(tmp_path):
     import stat
     import threading
 
-    from grader.report import write_private
+    from grader.artifacts import write_private
 
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)

@@ -3,7 +3,7 @@
 A "This looks like: ..." line names its mistake in words from a table
 (``{key: text}``: ``timing.MISTAKES``, ``heatmap_checks.MISTAKES``, the
 secret references' ...), and ``grader.insight`` keys the line by those
-words; ``insight.TABLES`` lists every table.  Words written straight into a
+words; ``insight.tables`` finds every table.  Words written straight into a
 line would get an ``unkeyed-`` id in the class's table, so the grader's
 source is read for them: a line written without ``looks_like``, a
 ``looks_like`` of words that are no table's, a ``mistakes=`` mapping or an
@@ -71,18 +71,18 @@ def unkeyed_lines(path: Path, rel: str) -> list[str]:
             name = getattr(node.func, "id", getattr(node.func, "attr", None))
             if name == "looks_like" and node.args and _literal(node.args[0]):
                 flag(node, "looks_like of words that are no table's: put them in a "
-                           "MISTAKES table (grader.insight.TABLES)")
+                           "MISTAKES table (grader.insight.tables)")
             for kw in node.keywords:
                 if kw.arg == "unchecked" and _literal(kw.value):   # expect_raises's mistake
                     flag(kw.value, "unchecked= named in words of its own: take them from a "
-                                   "MISTAKES table (grader.insight.TABLES)")
+                                   "MISTAKES table (grader.insight.tables)")
                 if kw.arg != "mistakes":
                     continue
                 for sub in ast.walk(kw.value):
                     if isinstance(sub, ast.Dict) and any(k is not None and _literal(k)
                                                          for k in sub.keys):
                         flag(sub, "mistakes= named in words of its own: take them from a "
-                                  "MISTAKES table (grader.insight.TABLES)")
+                                  "MISTAKES table (grader.insight.tables)")
     return [why for _, why in sorted(found)]
 
 
@@ -116,22 +116,23 @@ def test_the_scan_finds_each_way_of_writing_words_of_its_own(tmp_path):
 
 
 @pytest.mark.quick
-def test_insight_lists_every_module_that_declares_a_table():
-    """A module under grader/ with a MISTAKES table (or FLASH_MISTAKES) that
-    insight's one list leaves out would name mistakes the class table cannot
-    key: each is in ``TABLES``, and each entry of it names a table that is there."""
-    tree = ast.parse((PACKAGE_DIR / "insight.py").read_text())
-    listed = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
-                  and getattr(n.targets[0], "id", None) == "TABLES")
-    declared = set()
-    for path, rel in _sources():
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
-                for target in node.targets:
-                    if getattr(target, "id", "") in ("MISTAKES", "FLASH_MISTAKES"):
-                        declared.add(("grader." + rel[:-3].replace("/", "."), target.id))
-    assert declared == set(listed), (sorted(declared - set(listed)),
-                                     sorted(set(listed) - declared))
+def test_insight_finds_every_table_where_it_is_written(tmp_path, monkeypatch):
+    """Every module-level dict named MISTAKES or *_MISTAKES in the reference
+    folders and the hidden suites is a table (nothing lists them by hand:
+    adding an exercise's table is writing it); a list of mistake names is none."""
+    from grader import insight
+    found = insight.tables()
+    assert ("grader.reference.secret.attention", "MISTAKES") in found
+    assert ("grader.reference.secret.flash", "FLASH_MISTAKES") in found
+    assert not any(attr == "BLOCK_MISTAKES" for _, attr in found)      # a tuple of names
+    # a new reference module's table is found, in its folder's name order
+    root = tmp_path / "grader"
+    for _, folder in insight.TABLE_FOLDERS:
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    (root / "reference" / "zz_new.py").write_text('NEW_MISTAKES = {"slip": "a new slip"}\n'
+                                                  'NAMES_MISTAKES = ["slip"]\n')
+    monkeypatch.setattr(insight, "PACKAGE_DIR", root)
+    assert insight.tables() == [("grader.reference.zz_new", "NEW_MISTAKES")]
 
 
 # -- the round trip (these import the references, PyTorch with them) --------
@@ -141,7 +142,7 @@ def test_every_table_loads_and_its_words_render_to_a_line_keyed_by_its_key():
     from grader.reference.mistakes import looks_like
 
     tables = insight._reference_tables()
-    assert [m for m, _ in tables] == [m.rsplit(".", 1)[-1] for m, _ in insight.TABLES]
+    assert [m for m, _ in tables] == [m.rsplit(".", 1)[-1] for m, _ in insight.tables()]
     seen: dict[str, str] = {}
     for module, table in tables:
         assert table, module

@@ -112,7 +112,7 @@ def _unkeyed(mutant: Mutant, report) -> str | None:
              for ident, text in insight.diagnoses(t.output) if ident.startswith("unkeyed-")]
     if found:
         return (f"{mutant.file}:{mutant.name}: diagnoses in words no MISTAKES table holds "
-                "(add them to a table of grader.insight.TABLES):\n" + "\n".join(found))
+                "(add them to a MISTAKES table: grader.insight.tables finds it):\n" + "\n".join(found))
     return None
 
 

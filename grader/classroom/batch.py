@@ -46,9 +46,10 @@ from pathlib import Path
 from typing import Callable
 
 from grader import digest, safetext
+from grader.artifacts import write_private
 from grader.classroom.gradebook import Gradebook
 from grader.options import Options
-from grader.report import exercise_scores_of, manual_from_gradescope, write_private
+from grader.report import exercise_scores_of, manual_from_gradescope
 from grader.safetext import NAME_LIMIT, Entries, TextMap, clean, cleaner
 from grader.sandbox.process import remove_stale_staging
 from grader.submission import Budget, SubmissionError, ignored

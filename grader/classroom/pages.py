@@ -22,7 +22,7 @@ from pathlib import Path
 from grader.classroom.gradebook import Gradebook, Row
 from grader.classroom.batch import artifacts_of
 from grader.pages import esc, num, page, pictures_in, student_page
-from grader.report import write_private
+from grader.artifacts import write_private
 
 TOP_PAIRS = 20       # on the class page
 PAIR_PAGES = 100     # side-by-side pages made

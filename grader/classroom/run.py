@@ -21,7 +21,7 @@ from grader.classroom import batch, lms, rubric, similarity, views
 from grader.classroom import late as late_rules
 from grader.classroom.gradebook import MISSING, Gradebook, GradebookError, path_for
 from grader.options import Options
-from grader.report import write_private
+from grader.artifacts import write_private
 from grader.safetext import NAME_LIMIT, clean
 
 NO_POLICY = "none"     # --late-policy none: remove a stored policy

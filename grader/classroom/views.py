@@ -27,7 +27,7 @@ from grader.classroom.late import LatePolicyError, parse_time
 from grader.classroom import similarity
 from grader.insight import result_mistakes
 from grader.registry import EXERCISES
-from grader.report import write_private
+from grader.artifacts import write_private
 from grader.safetext import ANSWER_LIMIT, FIELD_LIMIT, NAME_LIMIT, clean, csv_text, csv_value
 
 # grades.csv's columns after the exercises' own: the one list (exports and pages read Rows).
