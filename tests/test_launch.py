@@ -487,3 +487,28 @@ def test_a_forked_worker_still_sees_a_python_installed_under_tmp(tmp_path, monke
             zyg.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# -- the trusted worker holds nothing of the student's ------------------------------
+def test_the_trusted_worker_holds_nothing_of_the_submission(tmp_path):
+    """The red team's way in (past the intake, which now refuses it): a
+    helper named after the reference kernel's module and a ``triton.py`` of
+    the student's.  The trusted worker's folder is built of the grader's files
+    only, so it loads the runtime's own kernel and Triton, and no folder of
+    the submission's is on its ``sys.path``."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "ex07_flash_attention.py").write_text("import triton\n")
+    (sub / "runtime.kernels.flash.py").write_text("import triton\n")
+    (sub / "triton.py").write_text("raise SystemExit('the student is in the trusted worker')\n")
+    from grader.reference.flash_speed import REFERENCE_MODULE
+    worker = launch(sub, REFERENCE_MODULE, call_timeout=60.0, trusted=True,
+                    env={"TRITON_INTERPRET": "1"})
+    try:
+        worker.start()
+        assert worker.load_error is None, worker.load_error
+        assert list((worker._dir / "submission").iterdir()) == []
+        where = worker.request({"op": "getattr", "name": "__file__"}, "where")
+        assert where.endswith("runtime/kernels/flash.py"), where
+    finally:
+        worker.close()

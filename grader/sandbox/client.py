@@ -214,12 +214,15 @@ class Worker:
     def _prepare_dir(self) -> Path:
         """The worker's private folder, with a copy of the submission's
         modules that this one can import (``needed_modules``): a worker gets
-        no more of the upload than it can use."""
+        no more of the upload than it can use.  A trusted worker's holds
+        nothing of the submission, whatever its files are named: it runs the
+        runtime's own module, and a file named after it (``runtime.kernels.flash.py``)
+        would otherwise bring what that file imports (a ``triton.py``) in."""
         forking = self._forking()
         root = self.fork_server.folder() if forking else process.staging_folder()
         sub = root / "submission"
         sub.mkdir()
-        for path in needed_modules(self.submission, self.module):
+        for path in [] if self.trusted else needed_modules(self.submission, self.module):
             # Never a link: copied as root it would bring whatever it points
             # at (a hidden suite, say) into the worker's reach.
             if path.is_file() and not path.is_symlink():
@@ -341,6 +344,8 @@ class Worker:
         """Under bubblewrap, or the fallback's plain child, as the worker's uid
         when there is one (``process.spawn``)."""
         cfg = {"env": dict(self.limits.env), "rlimits": rlimits}
+        if self.trusted:   # the runtime's package only on its sys.path
+            cfg["trusted"] = True
         if self.namespaces:
             cfg.update(drop_to=self.uid, cwd=f"{bwrap.SANDBOX}/submission")
         proc = process.spawn(self._dir, cfg, namespaces=self.namespaces, uid=self.uid,
