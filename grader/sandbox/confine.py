@@ -101,7 +101,8 @@ def fresh_uid() -> int:
     with _uid_lock:
         for _ in range(1000):
             uid = random.randint(*UID_RANGE)
-            if uid not in _used_uids and uid not in running and _reserve(uid):
+            if uid not in _used_uids and uid not in running and not has_account(uid) \
+                    and _reserve(uid):
                 _used_uids.add(uid)
                 allocated_uids.append(uid)
                 return uid
@@ -109,11 +110,35 @@ def fresh_uid() -> int:
 
 
 def release_uid(uid: int) -> None:
+    """End what runs as ``uid`` and remove what it left, then free it; only
+    for an id this process reserved (``fresh_uid``), never an account's."""
+    if not ours(uid):
+        return
     kill_uid(uid)
     remove_leftovers(uid)
     with _uid_lock:
         _used_uids.discard(uid)
         _unreserve(uid)
+
+
+def has_account(uid: int) -> bool:
+    """Whether ``uid`` belongs to an account of this machine (the passwd
+    database, as ``getpwuid`` reads it: files, LDAP, systemd's dynamic users)."""
+    import pwd
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+def ours(uid: int) -> bool:
+    """Whether ``uid`` is a worker id this process reserved and that no
+    account has taken since: the only ids whose processes and files the
+    clean-up may touch."""
+    with _uid_lock:
+        held = uid in _used_uids
+    return held and not has_account(uid)
 
 
 _registry_fd: int | None = None     # this process's handle on the registry, kept open
@@ -176,7 +201,10 @@ SYSV = (("shm", "-m"), ("sem", "-s"), ("msg", "-q"))  # /proc/sysvipc file, ipcr
 def remove_leftovers(uid: int, folders=SHARED_FOLDERS) -> list[str]:
     """The fallback's clean-up (namespaces need none): SysV IPC objects and
     files in the shared temp folders owned by a worker's uid, so that a later
-    worker given the same uid inherits nothing.  Returns what was removed."""
+    worker given the same uid inherits nothing.  Returns what was removed;
+    nothing for an id this process did not reserve (``ours``)."""
+    if not ours(uid):
+        return []
     import shutil
     import subprocess
     removed = []
@@ -259,8 +287,9 @@ def kill_uid(uid: int) -> None:
 
     A fork bomb outruns killing its processes one by one, so a helper running
     as ``uid`` sends SIGKILL to -1: the kernel signals every process of that
-    user in one pass, during which none can fork."""
-    if not processes_of(uid):
+    user in one pass, during which none can fork.  Never for an id this
+    process did not reserve (``ours``): a real account's processes stay."""
+    if not ours(uid) or not processes_of(uid):
         return
     import subprocess
     for _ in range(5):
