@@ -227,7 +227,13 @@ class Worker:
             # at (a hidden suite, say) into the worker's reach.
             if path.is_file() and not path.is_symlink():
                 shutil.copyfile(path, sub / path.name, follow_symlinks=False)
-        (root / "tmp").mkdir()
+        (root / "tmp").mkdir()   # the fallback's TMPDIR
+        if self.namespaces and not forking and process.is_bounded(root):
+            # A spawned sandbox's /tmp, /var/tmp and /dev/shm, on its bounded
+            # file system (``bwrap.command``); seen by no other worker.
+            for name in process.TEMP_FOLDERS:
+                (root / name).mkdir(exist_ok=True)
+                os.chmod(root / name, 0o1777)
         if not self.namespaces and not forking:
             process.copy_runtime(root, self.trusted)
         return root
@@ -350,7 +356,8 @@ class Worker:
             cfg.update(drop_to=self.uid, cwd=f"{bwrap.SANDBOX}/submission")
         proc = process.spawn(self._dir, cfg, namespaces=self.namespaces, uid=self.uid,
                              env=self._env(), kernels=self.trusted,
-                             tmpfs_bytes=min(self.limits.memory_bytes, 4 << 30),
+                             tmpfs_bytes=min(self.limits.memory_bytes,
+                                             process.WORKER_DISK_BYTES),
                              cgroup_procs=self.cgroup.procs if self.namespaces and
                              self.cgroup is not None else None)
         if not self.namespaces:
@@ -392,7 +399,7 @@ class Worker:
                 sub = self._dir / "submission"
                 for path in [sub, *sub.iterdir()] if sub.is_dir() else []:
                     os.chmod(path, 0o700 if path.is_dir() else 0o600)
-            shutil.rmtree(self._dir, ignore_errors=True)
+            process.remove_staging(self._dir)
             self._dir = None
 
     def _timeout(self, limit: float) -> float:
