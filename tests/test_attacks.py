@@ -832,11 +832,19 @@ def test_the_fallback_removes_a_worker_users_leftovers(tmp_path):
         (shared / "left").write_text("x")
         os.chown(shared / "left", uid, uid)
         (shared / "other").write_text("not the worker's")
+        # a folder anyone may write, made by someone else: what the uid left
+        # inside is found too (ex03's worker read ex02's file there)
+        (shared / "anyones").mkdir()
+        (shared / "anyones").chmod(0o1777)
+        (shared / "anyones" / "left-inside").write_text("x")
+        os.chown(shared / "anyones" / "left-inside", uid, uid)
         removed = confine.remove_leftovers(uid, folders=[shared])
         assert f"shm {ident}" in removed and str(shared / "left") in removed
+        assert str(shared / "anyones" / "left-inside") in removed
+        assert list((shared / "anyones").iterdir()) == []
         segments = [line.split()[1] for line in
                     open("/proc/sysvipc/shm").read().splitlines()[1:]]
         assert ident not in segments
-        assert sorted(p.name for p in shared.iterdir()) == ["other"]
+        assert sorted(p.name for p in shared.iterdir()) == ["anyones", "other"]
     finally:
         confine.release_uid(uid)

@@ -194,7 +194,9 @@ def _unreserve(uid: int) -> None:
         fcntl.lockf(fd, fcntl.LOCK_UN, 1, uid)
 
 
-SHARED_FOLDERS = (Path("/dev/shm"), Path("/tmp"), Path("/var/tmp"))
+# The machine's folders any user may write (and POSIX message queues).
+SHARED_FOLDERS = (Path("/dev/shm"), Path("/tmp"), Path("/var/tmp"), Path("/dev/mqueue"),
+                  Path("/run/lock"), Path("/var/crash"))
 SYSV = (("shm", "-m"), ("sem", "-s"), ("msg", "-q"))  # /proc/sysvipc file, ipcrm flag
 
 
@@ -221,14 +223,21 @@ def remove_leftovers(uid: int, folders=SHARED_FOLDERS) -> list[str]:
                 if ident is not None and subprocess.run(
                         ["ipcrm", flag, ident], capture_output=True).returncode == 0:
                     removed.append(f"{kind} {ident}")
-    for folder in folders:
+    # A worker's uid can make files only in folders it owns (removed whole)
+    # and in folders anyone may write (``/tmp/.X11-unix``, made by another):
+    # those are walked too, so nothing it left there waits for the next worker.
+    todo = [Path(f) for f in folders]
+    while todo:
         try:
-            entries = list(os.scandir(folder))
+            entries = list(os.scandir(todo.pop()))
         except OSError:
             continue
         for entry in entries:
             try:
-                if entry.stat(follow_symlinks=False).st_uid != uid:
+                info = entry.stat(follow_symlinks=False)
+                if info.st_uid != uid:
+                    if stat.S_ISDIR(info.st_mode) and info.st_mode & 0o002:
+                        todo.append(Path(entry.path))
                     continue
                 if entry.is_dir(follow_symlinks=False):
                     shutil.rmtree(entry.path, ignore_errors=True)  # never follows links
