@@ -356,6 +356,11 @@ def _json_depth(value) -> int:
     return deepest
 
 
+def _many_cells(path: Path) -> NotebookError:
+    return NotebookError(f"{path} has more than {MAX_CELLS} cells, far more than a course "
+                         "notebook: upload the notebook you worked in.")
+
+
 def _checked_notebook(path: Path):
     """The notebook at ``path`` read and validated, every cap checked before
     nbformat parses it deeply: its size, its JSON nesting, its format (4:
@@ -371,17 +376,23 @@ def _checked_notebook(path: Path):
         if path.stat().st_size > MAX_UNPACKED_BYTES:
             raise _too_large(path, "clear its outputs, save it and upload it again")
         text = path.read_text(encoding="utf-8")
+        # A count of the key every cell has, before the parse (which takes
+        # longer): an upper bound on its cells, exact in any notebook Jupyter
+        # wrote; the parsed count below is what decides.
+        if text.count('"cell_type"') > MAX_CELLS:
+            raise _many_cells(path)
         data = json.loads(text)
-        depth = _json_depth(data)
     except RecursionError:   # deeper than the JSON parser's stack
-        depth = MAX_JSON_DEPTH + 1
+        data = None
     except SubmissionError as exc:
         raise NotebookError(str(exc)) from None
     except (ValueError, OSError) as exc:
         raise invalid(exc) from None
-    if depth > MAX_JSON_DEPTH:
-        raise NotebookError(f"{path} nests more than {MAX_JSON_DEPTH} deep, which no notebook "
-                            "Jupyter saves does: upload the notebook as Jupyter saved it.")
+    deep = NotebookError(f"{path} nests more than {MAX_JSON_DEPTH} deep, which no notebook "
+                         "Jupyter saves does: upload the notebook as Jupyter saved it.")
+    if data is None:
+        raise deep
+    # The cheap caps first: the nesting's is a walk over every item.
     version = data.get("nbformat") if isinstance(data, dict) else None
     if type(version) is not int or version != 4:
         raise NotebookError(f"{path} is not in notebook format 4 (it says "
@@ -389,8 +400,9 @@ def _checked_notebook(path: Path):
                             "save it and upload it again.")
     cells = data.get("cells")
     if isinstance(cells, list) and len(cells) > MAX_CELLS:
-        raise NotebookError(f"{path} has more than {MAX_CELLS} cells, far more than a course "
-                            "notebook: upload the notebook you worked in.")
+        raise _many_cells(path)
+    if _json_depth(data) > MAX_JSON_DEPTH:
+        raise deep
     try:
         nb = nbformat.reads(text, as_version=4)
         nbformat.validate(nb)

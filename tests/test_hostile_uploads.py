@@ -219,6 +219,11 @@ def test_a_notebook_is_read_within_a_time_and_a_memory_bound(tmp_path):
     path = many_cells(tmp_path, 10)   # under the cap: read
     assert [c.cell_type for c in submission.read_notebook(path).cells][-2:] == \
         ["markdown", "code"]
+    # the count before the parse can be dodged (an escaped key); the parsed count cannot
+    big = many_cells(tmp_path / "big", submission.MAX_CELLS + 1)
+    big.write_text(big.read_text().replace('"cell_type"', '"\\u0063ell_type"'))
+    with pytest.raises(submission.NotebookError, match="more than 5000 cells"):
+        submission.read_notebook(big)
     bound = submission.NOTEBOOK_READ_S
     try:
         submission.NOTEBOOK_READ_S = 0.001
