@@ -9,7 +9,8 @@ libraries), its own copy of the submission's modules at
 ``/sandbox/submission``, the worker runtime's folder itself
 (``grader/sandbox/runtime/``, bound read-only as it is) at ``/sandbox/runtime``
 with an empty read-only tmpfs over its ``kernels/`` unless the worker is a
-trusted one, fresh tmpfs for ``/tmp``, ``/var/tmp`` and ``/dev/shm``, a new
+trusted one, fresh ``/tmp``, ``/var/tmp`` and ``/dev/shm`` (tmpfs, or as root
+folders of the worker's bounded staging file system: ``process.bound``), a new
 ``/proc`` and ``/dev``; no network and new PID, IPC, UTS and mount namespaces.
 Nothing of the grader package, the hidden suites, the solutions, home folders
 or other checkouts is mounted.  When the namespace's first process dies every

@@ -18,8 +18,9 @@ it started dies with it" true in every mode:
   adopted child that is not a live process of ours (``sweep_orphans``).
 
 Also here: the private staging folders (named after the grading process, so
-that the next grader removes those of one killed with ``kill -9``) and the
-scrubbed environment every worker gets.
+that the next grader removes those of one killed with ``kill -9``; as root
+each a tmpfs bounded in bytes and files, so that no worker fills the disk)
+and the scrubbed environment every worker gets.
 """
 from __future__ import annotations
 

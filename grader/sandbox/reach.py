@@ -188,7 +188,7 @@ def reserved_module_names() -> frozenset[str]:
     names = {RUNTIME_PACKAGE, *LIBRARIES, *sys.stdlib_module_names}
     for path in sorted(RUNTIME_DIR.rglob("*.py")):
         try:
-            tree = ast.parse(path.read_bytes())
+            tree = _parse(path.read_text(encoding="utf-8"))
         except (OSError, SyntaxError, ValueError):
             continue
         for node in ast.walk(tree):
