@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import stat
+import sys
 import tempfile
 import unicodedata
 import zipfile
@@ -48,6 +49,10 @@ MAX_PATH_BYTES = 1024           # a zip member's whole path (PATH_MAX is 4096, w
 MAX_JSON_DEPTH = 64             # a notebook's JSON nesting (the course's: 5; with outputs and
                                 # widget state, about 10)
 COPY_CHUNK = 1 << 16            # unpacked and counted 64 KB at a time
+MAX_CELLS = 5000                # a notebook's cells (a course notebook has about 20)
+MAX_TAGS = 100                  # tags kept of one cell (the course's cells carry one)
+NOTEBOOK_READ_S = 20.0          # reading one notebook (a capped one takes about 1 s)
+NOTEBOOK_READ_BYTES = 2 << 30   # memory reading one may take (50 MB of JSON, parsed)
 # A notebook's exercise cells (``grader.notebooks`` builds them so): tagged
 # ``attn:<exercise>``, and starting with ``%%writefile <exercise>.py``.
 TAG_PREFIX = "attn:"
@@ -125,6 +130,34 @@ def ignored(name: str) -> bool:
 def modules_in(folder: Path) -> list[str]:
     return sorted(p.stem for p in Path(folder).glob("*.py")
                   if p.stem in EXERCISES and p.is_file() and not p.is_symlink())
+
+
+def module_name_problem(name: str) -> str | None:
+    """Why a module file called ``name`` (``foo.py``) cannot come into a
+    worker, or None: its stem must be a Python identifier that is no
+    keyword, and must not name a module of the worker's runtime or one it,
+    Python or the exercises import (``reach.reserved_module_names``), which
+    the file would stand in for once the submission's folder is on
+    ``sys.path``."""
+    import keyword
+    from grader.sandbox.reach import reserved_module_names
+    stem = name[:-3] if name.endswith(".py") else name
+    if not stem.isidentifier() or keyword.iskeyword(stem):
+        return (f"{_shown(name)} is not a name Python can import: rename it to letters, "
+                "digits and underscores (not starting with a digit) and upload it again.")
+    if stem in reserved_module_names():
+        return (f"{_shown(name)} has the name of a module the grader or Python itself uses "
+                f"({stem}), which it would replace: rename it and upload it again.")
+    return None
+
+
+def check_module_names(folder: Path) -> None:
+    """Refuse, with one sentence, a folder whose top-level modules (what a
+    worker may copy and import) include a name ``module_name_problem`` refuses."""
+    for path in sorted(Path(folder).glob("*.py")):
+        problem = module_name_problem(path.name)
+        if problem is not None:
+            raise SubmissionError(problem)
 
 
 def describe(path: Path) -> str:
@@ -323,13 +356,17 @@ def _json_depth(value) -> int:
     return deepest
 
 
-def read_notebook(path: Path):
-    """The notebook at ``path``, validated; ``NotebookError`` when it is none
-    (larger than ``MAX_UNPACKED_BYTES``, nested deeper than ``MAX_JSON_DEPTH``,
-    not JSON, not a notebook)."""
-    import nbformat   # here: grading a folder of modules never needs it
+def _many_cells(path: Path) -> NotebookError:
+    return NotebookError(f"{path} has more than {MAX_CELLS} cells, far more than a course "
+                         "notebook: upload the notebook you worked in.")
 
-    path = Path(path)
+
+def _checked_notebook(path: Path):
+    """The notebook at ``path`` read and validated, every cap checked before
+    nbformat parses it deeply: its size, its JSON nesting, its format (4:
+    nbformat's upgrade of older ones is no place for untrusted input; a
+    heading of level 10**12 made it build a string that long) and its cells."""
+    import nbformat   # here: grading a folder of modules never needs it
 
     def invalid(exc: Exception) -> NotebookError:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -339,22 +376,125 @@ def read_notebook(path: Path):
         if path.stat().st_size > MAX_UNPACKED_BYTES:
             raise _too_large(path, "clear its outputs, save it and upload it again")
         text = path.read_text(encoding="utf-8")
-        depth = _json_depth(json.loads(text))
+        # A count of the key every cell has, before the parse (which takes
+        # longer): an upper bound on its cells, exact in any notebook Jupyter
+        # wrote; the parsed count below is what decides.
+        if text.count('"cell_type"') > MAX_CELLS:
+            raise _many_cells(path)
+        data = json.loads(text)
     except RecursionError:   # deeper than the JSON parser's stack
-        depth = MAX_JSON_DEPTH + 1
+        data = None
     except SubmissionError as exc:
         raise NotebookError(str(exc)) from None
     except (ValueError, OSError) as exc:
         raise invalid(exc) from None
-    if depth > MAX_JSON_DEPTH:
-        raise NotebookError(f"{path} nests more than {MAX_JSON_DEPTH} deep, which no notebook "
-                            "Jupyter saves does: upload the notebook as Jupyter saved it.")
+    deep = NotebookError(f"{path} nests more than {MAX_JSON_DEPTH} deep, which no notebook "
+                         "Jupyter saves does: upload the notebook as Jupyter saved it.")
+    if data is None:
+        raise deep
+    # The cheap caps first: the nesting's is a walk over every item.
+    version = data.get("nbformat") if isinstance(data, dict) else None
+    if type(version) is not int or version != 4:
+        raise NotebookError(f"{path} is not in notebook format 4 (it says "
+                            f"{_shown(repr(version), 20)}): open it in Jupyter 4 or later, "
+                            "save it and upload it again.")
+    cells = data.get("cells")
+    if isinstance(cells, list) and len(cells) > MAX_CELLS:
+        raise _many_cells(path)
+    if _json_depth(data) > MAX_JSON_DEPTH:
+        raise deep
     try:
         nb = nbformat.reads(text, as_version=4)
         nbformat.validate(nb)
     except (ValueError, AttributeError, KeyError, TypeError, nbformat.ValidationError) as exc:
         raise invalid(exc) from None
     return nb
+
+
+def _kept_of(nb) -> dict:
+    """What the grader reads of a notebook (its cells' kinds, sources and
+    tags), as plain JSON: bounded by the caps, whatever else the file held."""
+    cells = []
+    for cell in nb.cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        cells.append({"cell_type": cell.cell_type, "source": cell.source,
+                      "metadata": {"tags": [str(t) for t in tags][:MAX_TAGS]}})
+    return {"nbformat": 4, "nbformat_minor": 0, "metadata": {}, "cells": cells}
+
+
+def read_notebook(path: Path):
+    """The notebook at ``path`` as the grader reads it (each cell's kind,
+    source and tags), or ``NotebookError`` with one sentence when it is none
+    or breaks a cap (``_checked_notebook``).  The one reader of a submission's
+    notebooks, bounded in time (``NOTEBOOK_READ_S``) and memory
+    (``NOTEBOOK_READ_BYTES``): on Linux it reads in a forked child under
+    those limits, so that no notebook can exhaust or stall the process that
+    grades (a whole batch)."""
+    import nbformat
+
+    path = Path(path)
+    if not (sys.platform.startswith("linux") and hasattr(os, "fork")):
+        return nbformat.from_dict(_kept_of(_checked_notebook(path)))
+    nbformat.validate(nbformat.v4.new_notebook())   # its schema loaded before the fork
+    answer = _in_child(lambda: json.dumps(_kept_of(_checked_notebook(path))),
+                       NOTEBOOK_READ_S, NOTEBOOK_READ_BYTES)
+    if answer is None:
+        raise NotebookError(f"{path} could not be read within {NOTEBOOK_READ_S:g} s and "
+                            f"{NOTEBOOK_READ_BYTES >> 20} MB, which a notebook Jupyter saves "
+                            "needs far less than: upload the notebook as Jupyter saved it.")
+    kind, text = answer
+    if kind == "error":
+        raise NotebookError(text)
+    return nbformat.from_dict(json.loads(text))
+
+
+def _in_child(work, seconds: float, memory_bytes: int) -> tuple[str, str] | None:
+    """``("ok", work())`` or ``("error", its NotebookError's text)``, computed
+    in a forked child with at most ``memory_bytes`` more address space than
+    this process has and ``seconds`` of wall clock; None where it ran out of
+    either (or died)."""
+    import resource
+    import select
+    import signal
+    import time
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the child: never returns into the caller's code
+        code = 1
+        try:
+            os.close(read_end)
+            size = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            resource.setrlimit(resource.RLIMIT_AS, (size + memory_bytes, size + memory_bytes))
+            try:
+                out = json.dumps(["ok", work()])
+            except NotebookError as exc:
+                out = json.dumps(["error", str(exc)])
+            with os.fdopen(write_end, "w", encoding="utf-8") as f:
+                f.write(out)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    chunks, deadline, done = [], time.monotonic() + seconds, False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read_end], [], [], left)[0]:
+                break
+            chunk = os.read(read_end, 1 << 20)
+            if not chunk:
+                done = True
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        if not done:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    if not done or os.waitstatus_to_exitcode(status) != 0:
+        return None
+    kind, text = json.loads(b"".join(chunks))
+    return kind, text
 
 
 def extract_modules(path: Path) -> dict[str, str]:
@@ -482,6 +622,7 @@ def materialize(path: Path | str):
             raise SubmissionError(f"no exercise modules ({course[0]}.py ... "
                                   f"{course[-1]}.py) were found in {path}.")
         if not packed:   # graded where it is: every worker copies its top-level modules
+            check_module_names(path)
             budget = Budget()
             for module in path.glob("*.py"):
                 if module.is_file() and not module.is_symlink():
@@ -507,6 +648,7 @@ def materialize(path: Path | str):
         if not modules_in(folder):
             raise SubmissionError(f"no exercise modules or tagged notebook cells were found "
                                   f"in {path}.")
+        check_module_names(folder)
         yield folder
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from grader.submission import (MAX_DEPTH, MAX_FILES, MAX_JSON_DEPTH, MAX_NAME_BYTES,
-                               MAX_PATH_BYTES, MAX_UNPACKED_BYTES)
+import json
+
+from grader.submission import (MAX_CELLS, MAX_DEPTH, MAX_FILES, MAX_JSON_DEPTH,
+                               MAX_NAME_BYTES, MAX_PATH_BYTES, MAX_UNPACKED_BYTES)
 
 REPO = Path(__file__).resolve().parent.parent
 SOLUTION = (REPO / "solutions" / "ex01_by_hand.py").read_text()
@@ -124,6 +126,50 @@ def damaged(folder: Path) -> Path:
     return path
 
 
+def _notebook(path: Path, data: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def old_notebook(folder: Path, level: int = 10**12) -> Path:
+    """A 7 KB notebook in format 3 with a heading cell of level ``level``:
+    nbformat's upgrade to 4 builds ``'#' * level`` (``MemoryError`` once,
+    in the grading process)."""
+    heading = {"cell_type": "heading", "level": level, "metadata": {},
+               "source": "x" * 7000}
+    return _notebook(folder / "old.ipynb", {
+        "nbformat": 3, "nbformat_minor": 0, "metadata": {"name": ""},
+        "worksheets": [{"cells": [heading], "metadata": {}}]})
+
+
+def many_cells(folder: Path, cells: int = 150_000) -> Path:
+    """A format-4 notebook of ``cells`` empty markdown cells, then exercise
+    A's reference in a tagged cell (77 s to read once, at 150,000)."""
+    body = [{"cell_type": "markdown", "metadata": {}, "source": ""}] * cells
+    body.append({"cell_type": "code", "metadata": {"tags": ["attn:ex01_by_hand"]},
+                 "source": SOLUTION, "outputs": [], "execution_count": None})
+    return _notebook(folder / "cells.ipynb", {"nbformat": 4, "nbformat_minor": 5,
+                                              "metadata": {}, "cells": body})
+
+
+def runtime_named(folder: Path) -> Path:
+    """The red team's way into the trusted worker: a helper named after the
+    reference kernel's module, importing a ``triton.py`` of its own."""
+    return _zip(folder / "named.zip", [(MODULE, SOLUTION),
+                                       ("runtime.kernels.flash.py", "import triton\n"),
+                                       ("triton.py", "raise SystemExit('in the trusted worker')\n")])
+
+
+def shadowing(folder: Path) -> Path:
+    """A folder whose helper would stand in for NumPy in the worker."""
+    up = folder / "shadow"
+    up.mkdir(parents=True)
+    (up / MODULE).write_text(SOLUTION)
+    (up / "numpy.py").write_text("raise SystemExit('not numpy')\n")
+    return up
+
+
 # name -> (builder, a phrase its sentence must hold)
 HOSTILE = {
     "file_and_folder": (file_and_folder, "a file and a folder both named"),
@@ -138,4 +184,8 @@ HOSTILE = {
     "many_zips": (many_zips, f"more than {MAX_UNPACKED_BYTES >> 20} MB"),
     "encrypted": (encrypted, "without a password"),
     "damaged": (damaged, "damaged"),
+    "old_notebook": (old_notebook, "not in notebook format 4"),
+    "many_cells": (many_cells, f"more than {MAX_CELLS} cells"),
+    "runtime_named": (runtime_named, "not a name Python can import"),
+    "shadowing": (shadowing, "a module the grader or Python itself uses (numpy)"),
 }

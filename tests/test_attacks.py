@@ -422,8 +422,10 @@ def test_links_to_hidden_files_are_not_followed(sub):
     private = worker._prepare_dir() / "submission"
     try:   # the link is not copied, nor what ex03's worker cannot import
         assert sorted(p.name for p in private.iterdir()) == []
-    finally:
-        shutil.rmtree(private.parent)
+    finally:   # a file system of its own where the grader is root
+        from grader.sandbox import process
+        process.remove_staging(private.parent)
+        assert not private.parent.exists()
     report = grade_dir(sub, ["ex01_by_hand", "ex03_gqa"], call_timeout=3)
     assert not report.errors
     ex03 = [t for t in report.tests if t.exercise == "ex03_gqa"]
@@ -836,11 +838,19 @@ def test_the_fallback_removes_a_worker_users_leftovers(tmp_path):
         (shared / "left").write_text("x")
         os.chown(shared / "left", uid, uid)
         (shared / "other").write_text("not the worker's")
+        # a folder anyone may write, made by someone else: what the uid left
+        # inside is found too (ex03's worker read ex02's file there)
+        (shared / "anyones").mkdir()
+        (shared / "anyones").chmod(0o1777)
+        (shared / "anyones" / "left-inside").write_text("x")
+        os.chown(shared / "anyones" / "left-inside", uid, uid)
         removed = confine.remove_leftovers(uid, folders=[shared])
         assert f"shm {ident}" in removed and str(shared / "left") in removed
+        assert str(shared / "anyones" / "left-inside") in removed
+        assert list((shared / "anyones").iterdir()) == []
         segments = [line.split()[1] for line in
                     open("/proc/sysvipc/shm").read().splitlines()[1:]]
         assert ident not in segments
-        assert sorted(p.name for p in shared.iterdir()) == ["other"]
+        assert sorted(p.name for p in shared.iterdir()) == ["anyones", "other"]
     finally:
         confine.release_uid(uid)

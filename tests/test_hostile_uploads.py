@@ -24,7 +24,8 @@ from grader.submission import (MAX_FILES, MAX_UNPACKED_BYTES, Budget, Submission
                                materialize)
 from tests.conftest import REPO, copy_solutions, ex01_max
 from tests.hostile_uploads import (HOSTILE, MODULE, SOLUTION, deep_notebook, file_and_folder,
-                                   long_name, zip_bomb)
+                                   long_name, many_cells, old_notebook, runtime_named,
+                                   zip_bomb)
 
 MB = MAX_UNPACKED_BYTES >> 20
 
@@ -149,6 +150,8 @@ def test_a_bad_upload_in_a_batch_is_a_zero_row_beside_the_graded_ones(tmp_path):
     copy_solutions(cls / "alice", ["ex01_by_hand"])
     file_and_folder(cls)                               # clash.zip
     deep_notebook(cls)                                 # deep.ipynb
+    old_notebook(cls)                                  # old.ipynb: format 3, a huge heading
+    runtime_named(cls)                                 # named.zip: runtime.kernels.flash.py
     with open(cls / "bob_1234_5678_ex01_by_hand.py", "wb") as f:   # Canvas, over the cap
         f.truncate(MAX_UNPACKED_BYTES + 1)
     out = tmp_path / "grades.csv"
@@ -157,10 +160,13 @@ def test_a_bad_upload_in_a_batch_is_a_zero_row_beside_the_graded_ones(tmp_path):
     assert result.exit_code == 3, result.output        # written, some not graded
     assert "Traceback" not in result.output
     rows = _rows(out)
-    assert set(rows) == {"alice", "clash", "deep", "bob_1234"}   # a Canvas student: name_userid
+    assert set(rows) == {"alice", "clash", "deep", "old", "named",
+                         "bob_1234"}                   # a Canvas student: name_userid
     assert float(rows["alice"]["total"]) == ex01_max() and not rows["alice"]["error"]
     for name, phrase in [("clash", "a file and a folder both named ex01_by_hand.py"),
-                         ("deep", "nests more than"), ("bob_1234", f"more than {MB} MB")]:
+                         ("deep", "nests more than"), ("bob_1234", f"more than {MB} MB"),
+                         ("old", "not in notebook format 4"),
+                         ("named", "runtime.kernels.flash.py is not a name Python can import")]:
         assert float(rows[name]["total"]) == 0
         assert phrase in rows[name]["error"] and "\n" not in rows[name]["error"]
         data = json.loads((tmp_path / "results" / f"{name}.json").read_text())
@@ -200,3 +206,28 @@ def test_gradescope_grades_a_module_the_parser_cannot_take(tmp_path, monkeypatch
     data = run(root, "auto")
     assert validate_results(data) == [] and "autograder failed" not in json.dumps(data)
     assert data["tests"] and data["score"] == 0
+
+
+def test_a_notebook_is_read_within_a_time_and_a_memory_bound(tmp_path):
+    """The one reader of a submission's notebooks reads in a child bounded in
+    time and memory: a reading that would take longer, or more memory, ends
+    as one sentence and leaves this process as it was."""
+    from grader import submission
+    assert submission._in_child(lambda: "read", 5.0, 1 << 30) == ("ok", "read")
+    assert submission._in_child(lambda: len(bytearray(3 << 30)), 5.0, 1 << 30) is None
+    assert submission._in_child(lambda: __import__("time").sleep(60), 0.5, 1 << 30) is None
+    path = many_cells(tmp_path, 10)   # under the cap: read
+    assert [c.cell_type for c in submission.read_notebook(path).cells][-2:] == \
+        ["markdown", "code"]
+    # the count before the parse can be dodged (an escaped key); the parsed count cannot
+    big = many_cells(tmp_path / "big", submission.MAX_CELLS + 1)
+    big.write_text(big.read_text().replace('"cell_type"', '"\\u0063ell_type"'))
+    with pytest.raises(submission.NotebookError, match="more than 5000 cells"):
+        submission.read_notebook(big)
+    bound = submission.NOTEBOOK_READ_S
+    try:
+        submission.NOTEBOOK_READ_S = 0.001
+        with pytest.raises(submission.NotebookError, match="could not be read within"):
+            submission.read_notebook(path)
+    finally:
+        submission.NOTEBOOK_READ_S = bound

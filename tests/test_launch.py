@@ -487,3 +487,175 @@ def test_a_forked_worker_still_sees_a_python_installed_under_tmp(tmp_path, monke
             zyg.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# -- the trusted worker holds nothing of the student's ------------------------------
+def test_the_trusted_worker_holds_nothing_of_the_submission(tmp_path):
+    """The red team's way in (past the intake, which now refuses it): a
+    helper named after the reference kernel's module and a ``triton.py`` of
+    the student's.  The trusted worker's folder is built of the grader's files
+    only, so it loads the runtime's own kernel and Triton, and no folder of
+    the submission's is on its ``sys.path``."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "ex07_flash_attention.py").write_text("import triton\n")
+    (sub / "runtime.kernels.flash.py").write_text("import triton\n")
+    (sub / "triton.py").write_text("raise SystemExit('the student is in the trusted worker')\n")
+    from grader.reference.flash_speed import REFERENCE_MODULE
+    worker = launch(sub, REFERENCE_MODULE, call_timeout=60.0, trusted=True,
+                    env={"TRITON_INTERPRET": "1"})
+    try:
+        worker.start()
+        assert worker.load_error is None, worker.load_error
+        assert list((worker._dir / "submission").iterdir()) == []
+        where = worker.request({"op": "getattr", "name": "__file__"}, "where")
+        assert where.endswith("runtime/kernels/flash.py"), where
+    finally:
+        worker.close()
+
+
+# -- bounded writes ---------------------------------------------------------------
+FILL = '''
+import errno, os
+def fill(where, kind, most):
+    """Write into ``where`` until refused: 1 MB files ('bytes') or empty
+    files ('files'), at most ``most`` of them; (how many, the errno's name)."""
+    os.makedirs(where, exist_ok=True)
+    chunk = b"x" * (1 << 20)
+    for i in range(most):
+        try:
+            with open(os.path.join(where, f"fill-{kind}-{i}"), "wb") as f:
+                if kind == "bytes":
+                    f.write(chunk)
+        except OSError as exc:
+            return i, errno.errorcode.get(exc.errno, str(exc.errno))
+    return most, None
+def clear(where):
+    import shutil
+    shutil.rmtree(where, ignore_errors=True)
+def places():
+    return {"cwd": os.getcwd(), "home": os.environ["HOME"], "tmp": "/tmp",
+            "tmpdir": os.environ["TMPDIR"], "var": "/var/tmp", "shm": "/dev/shm"}
+'''
+FILL_MODES = [pytest.param("forked", marks=needs_namespaces),
+              pytest.param("spawned", marks=needs_namespaces),
+              pytest.param("fallback")]
+
+
+def _free_bytes() -> int:
+    info = os.statvfs(tempfile.gettempdir())
+    return info.f_bavail * info.f_frsize
+
+
+@pytest.mark.skipif(not confine.is_root(), reason="a bounded file system is mounted as root")
+@pytest.mark.parametrize("mode", FILL_MODES)
+def test_a_worker_s_writes_end_in_enospc_not_on_the_disk(tmp_path, mode):
+    """The red team's disk filler (1,200 MB in 11 s) and file filler (100,000
+    files): a worker's folder, home and temp folders are a file system of
+    ``WORKER_DISK_BYTES`` and ``WORKER_FILES`` files, so the filler is told
+    ENOSPC there and the machine's disk keeps its free space.  In the
+    fallback the machine's /tmp is shared (THREAT_MODEL's limits): its own
+    folder, home and TMPDIR are bounded."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "ex02_mha.py").write_text(FILL)
+    zyg = None
+    if mode == "forked":
+        zyg = launcher("strict").fork_server({"NumPy"})
+        zyg.start()
+        assert zyg.alive, zyg.failed
+    mb, files = process.WORKER_DISK_BYTES >> 20, process.WORKER_FILES
+    free = _free_bytes()
+    worker = launch(sub, "ex02_mha", namespaces=mode != "fallback", fork_from=zyg,
+                    call_timeout=120.0)
+    try:
+        student = StudentModule(worker)
+        places = student.places()
+        wanted = ["cwd", "home", "tmpdir"] + (["tmp", "var", "shm"] if mode != "fallback" else [])
+        for name in wanted:
+            where = os.path.join(places[name], f"fill-{name}")
+            wrote, why = student.fill(where, "bytes", 1200)
+            assert why in ("ENOSPC", "EDQUOT") and wrote <= mb, (name, wrote, why)
+            assert _free_bytes() > free - (256 << 20), name   # not on this disk
+            made, why = student.fill(where + "-files", "files", 100_000)
+            assert why in ("ENOSPC", "EDQUOT") and made <= files, (name, made, why)
+            student.clear(where)
+            student.clear(where + "-files")
+        if mode == "forked":
+            assert getattr(worker.proc, "forked", False)
+    finally:
+        worker.close()
+        if zyg is not None:
+            zyg.close()
+    assert _free_bytes() > free - (256 << 20)
+    assert not [m for m in Path("/proc/self/mounts").read_text().splitlines()
+                if f"{process.STAGING_PREFIX}{os.getpid()}-" in m and "fork_server" not in m]
+
+
+# -- graded as an instructor grades: a filler and a peeker ---------------------------
+FILLER = '''
+
+# -- the red team's filler: runs in ex02's own worker (not when ex03 imports it)
+import errno as _errno, os as _os, shutil as _shutil, sys as _sys
+def _fill(where, kind, most):
+    _os.makedirs(where, exist_ok=True)
+    chunk = b"x" * (1 << 20)
+    try:
+        for i in range(most):
+            with open(_os.path.join(where, str(i)), "wb") as f:
+                if kind == "bytes":
+                    f.write(chunk)
+    except OSError as exc:
+        return _errno.errorcode.get(exc.errno)
+    finally:
+        _shutil.rmtree(where, ignore_errors=True)
+    raise ImportError(f"{where} took {most} {kind}: nothing stopped the filler")
+if "ex03_gqa" not in _sys.modules:
+    _places = {_os.getcwd(), _os.environ["HOME"], _os.environ["TMPDIR"], "/tmp", "/var/tmp",
+               "/dev/shm"}
+    for _p in sorted(_places):
+        _fill(_os.path.join(_p, "fill"), "bytes", 1200)
+        _fill(_os.path.join(_p, "files"), "files", 100_000)
+        with open(_os.path.join(_p, "ex02-left"), "w") as _f:   # for ex03 to find
+            _f.write("left by ex02")
+'''
+PEEKER = '''
+
+# -- and ex03 looks for what ex02's worker left, wherever a worker can look
+import glob as _glob, os as _os
+_bases = {_os.getcwd(), _os.path.dirname(_os.getcwd()),
+          _os.path.dirname(_os.path.dirname(_os.getcwd())), _os.environ["HOME"],
+          _os.environ["TMPDIR"], "/tmp", "/var/tmp", "/dev/shm", "/sandbox"}
+_found = [p for b in sorted(_bases) for p in _glob.glob(_os.path.join(b, "**", "ex02-left"),
+                                                          recursive=True)]
+if _found:
+    raise ImportError(f"found what ex02's worker left: {_found}")
+'''
+
+
+@needs_namespaces
+@pytest.mark.skipif(not confine.is_root(), reason="a bounded file system is mounted as root")
+def test_a_filler_and_a_peeker_graded_as_an_instructor_grades(tmp_path):
+    """ex02's module fills its folder, home and temp folders (bytes, then
+    files) and leaves a file in each; ex03's looks for those files.  Graded
+    with the command line: the filler is stopped by ENOSPC in every place
+    (else its import fails and ex02 loses its points), ex03 finds nothing
+    (else it fails to import), the machine's disk keeps its free space, the
+    result is written and all three exercises earn full marks."""
+    sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand", "ex02_mha", "ex03_gqa"])
+    for name, tail in (("ex02_mha", FILLER), ("ex03_gqa", PEEKER)):
+        path = sub / f"{name}.py"
+        path.write_text(path.read_text() + tail)
+    out = tmp_path / "result.json"
+    free = _free_bytes()
+    from click.testing import CliRunner
+    from grader.cli import main
+    result = CliRunner().invoke(main, ["grade", str(sub), "-e", "ex01", "-e", "ex02", "-e",
+                                       "ex03", "--format", "json", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert _free_bytes() > free - (256 << 20)
+    data = json.loads(out.read_text())
+    scores = data["extra_data"]["exercise_scores"]
+    assert sorted(scores) == ["ex01_by_hand", "ex02_mha", "ex03_gqa"]
+    assert all(s["score"] == s["max_score"] for s in scores.values()), \
+        [t["output"] for t in data["tests"] if t["score"] != t["max_score"]][:3]

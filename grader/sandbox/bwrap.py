@@ -9,7 +9,8 @@ libraries), its own copy of the submission's modules at
 ``/sandbox/submission``, the worker runtime's folder itself
 (``grader/sandbox/runtime/``, bound read-only as it is) at ``/sandbox/runtime``
 with an empty read-only tmpfs over its ``kernels/`` unless the worker is a
-trusted one, fresh tmpfs for ``/tmp``, ``/var/tmp`` and ``/dev/shm``, a new
+trusted one, fresh ``/tmp``, ``/var/tmp`` and ``/dev/shm`` (tmpfs, or as root
+folders of the worker's bounded staging file system: ``process.bound``), a new
 ``/proc`` and ``/dev``; no network and new PID, IPC, UTS and mount namespaces.
 Nothing of the grader package, the hidden suites, the solutions, home folders
 or other checkouts is mounted.  When the namespace's first process dies every
@@ -39,6 +40,10 @@ SANDBOX = "/sandbox"   # inside: submission/ (the worker's cwd) and runtime/
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf",
              "alternatives", "ssl/certs")
 TMPFS = ("/tmp", "/var/tmp", "/dev/shm")   # fresh and private in every sandbox
+# Where a spawned worker's temp folders come from when its staging folder has
+# a bounded file system of its own (``process.bound``): folders of it, so
+# that one bound in bytes and files holds all a worker may write.
+TEMP_FROM = {"/tmp": "tmp", "/var/tmp": "vartmp", "/dev/shm": "shm"}
 TOP_LEVEL = ("usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin")
 _probe: tuple[bool, str] | None = None
 
@@ -127,7 +132,8 @@ def gpu_devices() -> list[str]:
 
 
 def command(staging: Path, argv: list[str], *, root: bool, tmpfs_bytes: int,
-            kernels: bool = False, workspace: bool = False, admin: bool = False) -> list[str]:
+            kernels: bool = False, workspace: bool = False, admin: bool = False,
+            temp: Path | None = None) -> list[str]:
     """The bwrap command line that runs ``argv`` (a Python command line using
     sandbox paths) over the private ``staging`` folder's ``submission/`` and
     the runtime folder; ``kernels``: the worker is a trusted one and may see
@@ -135,7 +141,10 @@ def command(staging: Path, argv: list[str], *, root: bool, tmpfs_bytes: int,
     ``staging`` folder (one folder per worker inside) is at ``/sandbox/w``;
     ``admin`` (a fork server's, as root): it keeps CAP_SYS_ADMIN, to give each
     worker it forks its own mount, IPC and PID namespaces and fresh temp
-    folders (``runtime/forker.py``); the worker drops it with its uid."""
+    folders (``runtime/forker.py``); the worker drops it with its uid.
+    ``temp``: a folder whose ``TEMP_FROM`` folders are bound as the temp
+    folders (a bounded staging folder's), instead of fresh tmpfs of
+    ``tmpfs_bytes`` each."""
     bwrap = executable()
     assert bwrap is not None
     cmd = [bwrap]
@@ -153,7 +162,10 @@ def command(staging: Path, argv: list[str], *, root: bool, tmpfs_bytes: int,
     # under /tmp (a test's virtual environment) is bound on top of them, not hidden.
     cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", "/var"]
     for tmp in TMPFS:
-        cmd += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", tmp]
+        if temp is not None:
+            cmd += ["--bind", str(temp / TEMP_FROM[tmp]), tmp]
+        else:
+            cmd += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", tmp]
     roots = python_roots()
     # bubblewrap makes the folders above each mount point 0700 as root: the
     # worker's user, once switched, must pass through them.

@@ -214,17 +214,26 @@ class Worker:
     def _prepare_dir(self) -> Path:
         """The worker's private folder, with a copy of the submission's
         modules that this one can import (``needed_modules``): a worker gets
-        no more of the upload than it can use."""
+        no more of the upload than it can use.  A trusted worker's holds
+        nothing of the submission, whatever its files are named: it runs the
+        runtime's own module, and a file named after it (``runtime.kernels.flash.py``)
+        would otherwise bring what that file imports (a ``triton.py``) in."""
         forking = self._forking()
         root = self.fork_server.folder() if forking else process.staging_folder()
         sub = root / "submission"
         sub.mkdir()
-        for path in needed_modules(self.submission, self.module):
+        for path in [] if self.trusted else needed_modules(self.submission, self.module):
             # Never a link: copied as root it would bring whatever it points
             # at (a hidden suite, say) into the worker's reach.
             if path.is_file() and not path.is_symlink():
                 shutil.copyfile(path, sub / path.name, follow_symlinks=False)
-        (root / "tmp").mkdir()
+        (root / "tmp").mkdir()   # the fallback's TMPDIR
+        if self.namespaces and not forking and process.is_bounded(root):
+            # A spawned sandbox's /tmp, /var/tmp and /dev/shm, on its bounded
+            # file system (``bwrap.command``); seen by no other worker.
+            for name in process.TEMP_FOLDERS:
+                (root / name).mkdir(exist_ok=True)
+                os.chmod(root / name, 0o1777)
         if not self.namespaces and not forking:
             process.copy_runtime(root, self.trusted)
         return root
@@ -341,11 +350,14 @@ class Worker:
         """Under bubblewrap, or the fallback's plain child, as the worker's uid
         when there is one (``process.spawn``)."""
         cfg = {"env": dict(self.limits.env), "rlimits": rlimits}
+        if self.trusted:   # the runtime's package only on its sys.path
+            cfg["trusted"] = True
         if self.namespaces:
             cfg.update(drop_to=self.uid, cwd=f"{bwrap.SANDBOX}/submission")
         proc = process.spawn(self._dir, cfg, namespaces=self.namespaces, uid=self.uid,
                              env=self._env(), kernels=self.trusted,
-                             tmpfs_bytes=min(self.limits.memory_bytes, 4 << 30),
+                             tmpfs_bytes=min(self.limits.memory_bytes,
+                                             process.WORKER_DISK_BYTES),
                              cgroup_procs=self.cgroup.procs if self.namespaces and
                              self.cgroup is not None else None)
         if not self.namespaces:
@@ -387,7 +399,7 @@ class Worker:
                 sub = self._dir / "submission"
                 for path in [sub, *sub.iterdir()] if sub.is_dir() else []:
                     os.chmod(path, 0o700 if path.is_dir() else 0o600)
-            shutil.rmtree(self._dir, ignore_errors=True)
+            process.remove_staging(self._dir)
             self._dir = None
 
     def _timeout(self, limit: float) -> float:

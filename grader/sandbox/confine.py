@@ -101,7 +101,8 @@ def fresh_uid() -> int:
     with _uid_lock:
         for _ in range(1000):
             uid = random.randint(*UID_RANGE)
-            if uid not in _used_uids and uid not in running and _reserve(uid):
+            if uid not in _used_uids and uid not in running and not has_account(uid) \
+                    and _reserve(uid):
                 _used_uids.add(uid)
                 allocated_uids.append(uid)
                 return uid
@@ -109,11 +110,35 @@ def fresh_uid() -> int:
 
 
 def release_uid(uid: int) -> None:
+    """End what runs as ``uid`` and remove what it left, then free it; only
+    for an id this process reserved (``fresh_uid``), never an account's."""
+    if not ours(uid):
+        return
     kill_uid(uid)
     remove_leftovers(uid)
     with _uid_lock:
         _used_uids.discard(uid)
         _unreserve(uid)
+
+
+def has_account(uid: int) -> bool:
+    """Whether ``uid`` belongs to an account of this machine (the passwd
+    database, as ``getpwuid`` reads it: files, LDAP, systemd's dynamic users)."""
+    import pwd
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+def ours(uid: int) -> bool:
+    """Whether ``uid`` is a worker id this process reserved and that no
+    account has taken since: the only ids whose processes and files the
+    clean-up may touch."""
+    with _uid_lock:
+        held = uid in _used_uids
+    return held and not has_account(uid)
 
 
 _registry_fd: int | None = None     # this process's handle on the registry, kept open
@@ -169,14 +194,19 @@ def _unreserve(uid: int) -> None:
         fcntl.lockf(fd, fcntl.LOCK_UN, 1, uid)
 
 
-SHARED_FOLDERS = (Path("/dev/shm"), Path("/tmp"), Path("/var/tmp"))
+# The machine's folders any user may write (and POSIX message queues).
+SHARED_FOLDERS = (Path("/dev/shm"), Path("/tmp"), Path("/var/tmp"), Path("/dev/mqueue"),
+                  Path("/run/lock"), Path("/var/crash"))
 SYSV = (("shm", "-m"), ("sem", "-s"), ("msg", "-q"))  # /proc/sysvipc file, ipcrm flag
 
 
 def remove_leftovers(uid: int, folders=SHARED_FOLDERS) -> list[str]:
     """The fallback's clean-up (namespaces need none): SysV IPC objects and
     files in the shared temp folders owned by a worker's uid, so that a later
-    worker given the same uid inherits nothing.  Returns what was removed."""
+    worker given the same uid inherits nothing.  Returns what was removed;
+    nothing for an id this process did not reserve (``ours``)."""
+    if not ours(uid):
+        return []
     import shutil
     import subprocess
     removed = []
@@ -193,14 +223,21 @@ def remove_leftovers(uid: int, folders=SHARED_FOLDERS) -> list[str]:
                 if ident is not None and subprocess.run(
                         ["ipcrm", flag, ident], capture_output=True).returncode == 0:
                     removed.append(f"{kind} {ident}")
-    for folder in folders:
+    # A worker's uid can make files only in folders it owns (removed whole)
+    # and in folders anyone may write (``/tmp/.X11-unix``, made by another):
+    # those are walked too, so nothing it left there waits for the next worker.
+    todo = [Path(f) for f in folders]
+    while todo:
         try:
-            entries = list(os.scandir(folder))
+            entries = list(os.scandir(todo.pop()))
         except OSError:
             continue
         for entry in entries:
             try:
-                if entry.stat(follow_symlinks=False).st_uid != uid:
+                info = entry.stat(follow_symlinks=False)
+                if info.st_uid != uid:
+                    if stat.S_ISDIR(info.st_mode) and info.st_mode & 0o002:
+                        todo.append(Path(entry.path))
                     continue
                 if entry.is_dir(follow_symlinks=False):
                     shutil.rmtree(entry.path, ignore_errors=True)  # never follows links
@@ -259,8 +296,9 @@ def kill_uid(uid: int) -> None:
 
     A fork bomb outruns killing its processes one by one, so a helper running
     as ``uid`` sends SIGKILL to -1: the kernel signals every process of that
-    user in one pass, during which none can fork."""
-    if not processes_of(uid):
+    user in one pass, during which none can fork.  Never for an id this
+    process did not reserve (``ours``): a real account's processes stay."""
+    if not ours(uid) or not processes_of(uid):
         return
     import subprocess
     for _ in range(5):

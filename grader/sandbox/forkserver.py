@@ -165,12 +165,13 @@ class ForkServer:
         os.chmod(self.root, 0o711)   # each worker's uid passes through to its own folder
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
-        tmpfs = min(self.memory_bytes, 4 << 30)
+        tmpfs = min(self.memory_bytes, process.WORKER_DISK_BYTES)
         # Under namespaces each forked worker gets namespaces and temp folders
         # of its own (runtime/forker.py), which needs root's CAP_SYS_ADMIN in
         # the fork server's sandbox; without it workers are spawned, each in a
         # sandbox of its own (``launch``).
-        own = {"tmpfs_bytes": tmpfs, "keep": bwrap.under_tmpfs()} if self.namespaces else None
+        own = {"tmpfs_bytes": tmpfs, "files": process.WORKER_FILES,
+               "keep": bwrap.under_tmpfs()} if self.namespaces else None
         cfg = {"fork_server": {"preload": self.preload, "eager": self._eager,
                                "own_namespaces": own}}
         font_list = None
@@ -258,7 +259,7 @@ class ForkServer:
         if self._reader is not None:
             self._reader.join(timeout=5)
         if self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
+            process.remove_staging(self.root)
             self.root = None
         with self._changed:
             self._changed.notify_all()

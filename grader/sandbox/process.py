@@ -18,8 +18,9 @@ it started dies with it" true in every mode:
   adopted child that is not a live process of ours (``sweep_orphans``).
 
 Also here: the private staging folders (named after the grading process, so
-that the next grader removes those of one killed with ``kill -9``) and the
-scrubbed environment every worker gets.
+that the next grader removes those of one killed with ``kill -9``; as root
+each a tmpfs bounded in bytes and files, so that no worker fills the disk)
+and the scrubbed environment every worker gets.
 """
 from __future__ import annotations
 
@@ -44,14 +45,60 @@ _stale_removed = False
 _live: set[int] = set()       # pids (and so session ids) of the processes spawn started
 _live_lock = threading.Lock()
 _subreaper = False
+# What one worker may write (its private folder and, under namespaces, its
+# temp folders together): far above what the exercises write (a plot, Triton's
+# cache), far below a disk; RLIMIT_FSIZE (256 MB) still bounds one file.
+WORKER_DISK_BYTES = 512 << 20
+WORKER_FILES = 4096
+TEMP_FOLDERS = tuple(bwrap.TEMP_FROM.values())   # in each worker's staging folder
+_bounded: set[str] = set()    # staging folders with a file system of their own
 
 
 def staging_folder(kind: str = "") -> Path:
     """A private folder for workers (0700), named after this process:
-    ``attn-grade-<pid>-<kind>...`` in the temp folder.  A grader killed with
-    ``kill -9`` cannot remove its own; the next one does
-    (``remove_stale_staging``)."""
-    return Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-{kind}"))
+    ``attn-grade-<pid>-<kind>...`` in the temp folder, on a file system of
+    its own bounded in bytes and files where one can be mounted (``bound``).
+    A grader killed with ``kill -9`` cannot remove its own; the next one does
+    (``remove_stale_staging``).  Removed with ``remove_staging``."""
+    folder = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-{kind}"))
+    bound(folder)
+    return folder
+
+
+def _libc():
+    import ctypes
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def bound(folder: Path) -> bool:
+    """Mount a tmpfs of ``WORKER_DISK_BYTES`` and ``WORKER_FILES`` files over
+    the empty ``folder`` (0700), so that what the workers write there (their
+    folder, and under namespaces their /tmp, /var/tmp and /dev/shm) ends in
+    ENOSPC there, never on the machine's disk; its pages are memory, counted
+    in the writer's cgroup.  As root on Linux only; False where it could not
+    (the folder stays on the disk it is on: ``RLIMIT_FSIZE`` bounds each file)."""
+    if not sys.platform.startswith("linux") or not confine.is_root():
+        return False
+    opts = f"size={WORKER_DISK_BYTES},nr_inodes={WORKER_FILES},mode=0700".encode()
+    MS_NOSUID, MS_NODEV = 2, 4
+    if _libc().mount(b"tmpfs", str(folder).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts) != 0:
+        return False
+    _bounded.add(str(folder))
+    return True
+
+
+def is_bounded(folder: Path) -> bool:
+    return str(folder) in _bounded
+
+
+def remove_staging(folder: Path) -> None:
+    """Remove a staging folder, unmounting its file system first (lazily: a
+    process still holding a file open there keeps it until it lets go)."""
+    if os.path.ismount(folder):
+        MNT_DETACH = 2
+        _libc().umount2(str(folder).encode(), MNT_DETACH)
+    _bounded.discard(str(folder))
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def staging_owner(folder: Path) -> int | None:
@@ -87,7 +134,7 @@ def remove_stale_staging(min_age_s: float = 600.0, pid: int | None = None) -> li
     """Remove ``stale_staging(min_age_s, pid)``; returns what was removed."""
     stale = stale_staging(min_age_s, pid)
     for folder in stale:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_staging(folder)
     return stale
 
 
@@ -185,9 +232,10 @@ def spawn(staging: Path, cfg: dict, *, namespaces: bool, uid: int | None, env: d
     payload = json.dumps(cfg)
     if namespaces:
         worker = f"{bwrap.SANDBOX}/runtime/{WORKER_PROGRAM}"
+        temp = staging if is_bounded(staging) and not workspace else None
         cmd = bwrap.command(staging, [sys.executable, "-I", worker, payload],
                             root=confine.is_root(), kernels=kernels, workspace=workspace,
-                            tmpfs_bytes=tmpfs_bytes, admin=admin)
+                            tmpfs_bytes=tmpfs_bytes, admin=admin, temp=temp)
         if cgroup_procs is not None:
             # Join the cgroup before bubblewrap starts, so all it forks is inside.
             cmd = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup_procs), *cmd]

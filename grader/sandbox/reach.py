@@ -26,7 +26,7 @@ import threading
 import tokenize
 from pathlib import Path
 
-from grader.paths import RUNTIME_PACKAGE
+from grader.paths import RUNTIME_DIR, RUNTIME_PACKAGE
 
 # Our own threads parse one at a time (pytest's main thread is kept apart by
 # ``parse_all``); kept parses: more than any grading's files.
@@ -169,6 +169,34 @@ def _imports(source: bytes) -> tuple[str, ...] | None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.append(node.module.split(".")[0])
     return tuple(names)
+
+
+# What the worker's runtime and the exercises import besides the standard
+# library (whose names ``sys.stdlib_module_names`` gives).
+LIBRARIES = ("numpy", "torch", "triton", "matplotlib", "PIL", "nbformat", "pytest")
+
+
+@functools.lru_cache(maxsize=1)
+def reserved_module_names() -> frozenset[str]:
+    """Top-level module names a submission's file may not take: the worker
+    runtime's package, every name a file of the runtime imports, the
+    standard library's and the libraries the exercises use.  A worker puts
+    the submission's folder on ``sys.path``, so a file of such a name would
+    stand in for the module wherever it is imported after the folder is
+    there (a probe's late ``import statistics``, say)."""
+    import sys
+    names = {RUNTIME_PACKAGE, *LIBRARIES, *sys.stdlib_module_names}
+    for path in sorted(RUNTIME_DIR.rglob("*.py")):
+        try:
+            tree = _parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return frozenset(names)
 
 
 def code_tokens(source: bytes) -> list | None:

@@ -81,12 +81,12 @@ def _mount(libc, source: bytes, target: bytes, fstype: bytes, flags: int, data: 
         raise OSError(ctypes.get_errno(), f"mount {target.decode()}")
 
 
-def _own_namespaces(tmpfs_bytes: int, keep=()) -> None:
+def _own_namespaces(tmpfs_bytes: int, keep=(), files: int | None = None) -> None:
     """Mount, IPC and PID namespaces of this child's own, with fresh temp
     folders; the PID namespace takes effect for the next fork.  ``keep``:
     folders inside the temp folders that the sandbox binds (a Python
     installed under /tmp, as a CI's clone may be), bound again, read-only,
-    over the fresh ones."""
+    over the fresh ones.  ``files``: the most files each temp folder holds."""
     libc = _libc()
     if libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID) != 0:
         import ctypes
@@ -95,7 +95,8 @@ def _own_namespaces(tmpfs_bytes: int, keep=()) -> None:
     # Held open across the new tmpfs, which hides their paths.
     held = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in keep
             if os.path.isdir(path)]
-    opts = f"size={int(tmpfs_bytes)},mode=1777".encode()
+    inodes = f",nr_inodes={int(files)}" if files else ""   # a file filler ends here
+    opts = f"size={int(tmpfs_bytes)}{inodes},mode=1777".encode()
     for path in TMPFS:
         _mount(libc, b"tmpfs", path, b"tmpfs", MS_NOSUID | MS_NODEV, opts)
     for path, fd in held:
@@ -176,7 +177,8 @@ def _child(fds: list[int], cfg: dict, serve, own_namespaces: dict | None) -> Non
         for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         if own_namespaces:
-            _own_namespaces(own_namespaces["tmpfs_bytes"], own_namespaces.get("keep", ()))
+            _own_namespaces(own_namespaces["tmpfs_bytes"], own_namespaces.get("keep", ()),
+                            own_namespaces.get("files"))
             _keep(cfg, serve)
         serve(dict(cfg, forked=True))
     except BaseException:  # nothing of the fork server's must run on in a child

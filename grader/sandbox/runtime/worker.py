@@ -215,10 +215,12 @@ def serve(cfg: dict) -> None:
     for key, value in cfg.get("env", {}).items():
         os.environ[key] = str(value)  # e.g. TRITON_INTERPRET before any import
     # The runtime first, then the submission: python -I puts neither the
-    # script's folder nor the cwd on sys.path.
+    # script's folder nor the cwd on sys.path.  A trusted worker runs the
+    # runtime's own module: no folder of the submission's is on its path.
     package = _runtime_package()
     codec = importlib.import_module(f"{package}.codec")
-    sys.path[:] = [root] + [p for p in sys.path if p not in (root, "")]
+    front = [] if cfg.get("trusted") else [root]
+    sys.path[:] = front + [p for p in sys.path if p not in (root, "")]
 
     _apply_limits(cfg)  # after the switch: RLIMIT_NPROC counts the worker's uid
     session = Session(codec, root, package)
