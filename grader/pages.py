@@ -7,9 +7,10 @@ one function (``key``: the submission's result name, unique in the batch).
 The class's pages (``grader.classroom.pages``) are built from the same
 ``page`` and ``esc``.
 
-Pages are self-contained: no script, styles inline, pictures as ``data:``
-URIs, and a Content-Security-Policy that forbids any request, so a page reads
-the same offline and a student's text cannot make it load anything.  Every
+Pages have no script, styles inline, pictures as ``data:`` URIs (a class
+report's link the files beside the results instead: ``CSP_LINKED``), and a
+Content-Security-Policy that forbids any other request, so a page reads the
+same offline and a student's text cannot make it load anything.  Every
 text shown has been through ``grader.safetext`` (clean) and is escaped here
 with ``html.escape``.
 """
@@ -23,6 +24,10 @@ from grader.safetext import NAME_LIMIT, clean
 
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
        "form-action 'none'; base-uri 'none'")
+# A class report's pages show the pictures a grading left beside its result by
+# a relative link (a class of hundreds would carry megabytes of them inline):
+# images from the report's own origin may load, still nothing from elsewhere.
+CSP_LINKED = CSP.replace("img-src data:", "img-src 'self' data:")
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:.25em .6em;
 text-align:left;vertical-align:top}th{background:#eee}pre{background:#f6f6f6;padding:.6em;
@@ -36,9 +41,9 @@ def esc(text: object, limit: int = NAME_LIMIT * 8) -> str:
     return html.escape(clean(text, limit), quote=True)
 
 
-def page(title: str, body: str) -> str:
+def page(title: str, body: str, csp: str = CSP) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
+            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">"
             f"<title>{esc(title)}</title><style>{STYLE}</style></head>\n"
             f"<body>\n{body}\n</body></html>\n")
 
@@ -56,10 +61,13 @@ def num(x) -> str:
 
 
 def student_page(data: dict, name: str, pictures: dict[str, bytes] | None = None,
-                 grade_lines: list[str] | None = None) -> str:
+                 grade_lines: list[str] | None = None,
+                 linked: dict[str, str] | None = None) -> str:
     """One student's feedback: per exercise, each test's points and output
     (``grade_lines``: the class's final grade, late penalty and staff points,
-    shown under the total on a batch's page)."""
+    shown under the total on a batch's page).  ``pictures`` are put inside
+    the page; ``linked`` ({name: relative href}) are linked instead, as a
+    class report does."""
     by_exercise: dict[str, list[dict]] = {}
     for test in data.get("tests") or []:
         if test.get("visibility") == "hidden" and "staff" in (test.get("tags") or []):
@@ -87,18 +95,22 @@ def student_page(data: dict, name: str, pictures: dict[str, bytes] | None = None
                 parts.append(f"<pre>{esc(t['output'])}</pre>")
     for label, data_png in (pictures or {}).items():
         parts.append(f"<h2>{esc(label)}</h2>{png_img(data_png, label)}")
-    return page(f"{name}: feedback", "\n".join(parts))
+    for label, href in (linked or {}).items():
+        parts.append(f'<h2>{esc(label)}</h2><img alt="{esc(label)}" src="{esc(href)}">')
+    return page(f"{name}: feedback", "\n".join(parts), CSP_LINKED if linked else CSP)
+
+
+def png_files(folder: Path | None) -> list[Path]:
+    """The PNGs a grading left in its artifacts folder (the ex04 plot), in
+    name order; links and anything else are not taken."""
+    if folder is None or not Path(folder).is_dir() or Path(folder).is_symlink():
+        return []
+    return [png for png in sorted(Path(folder).glob("*.png"))
+            if png.is_file() and not png.is_symlink()]
 
 
 def pictures_in(folder: Path | None) -> dict[str, bytes]:
-    """The PNGs a grading left in its artifacts folder (the ex04 plot), by
-    file name; links and anything else are not read."""
-    pictures = {}
-    if folder is None or not Path(folder).is_dir() or Path(folder).is_symlink():
-        return pictures
-    for png in sorted(Path(folder).glob("*.png")):
-        if png.is_file() and not png.is_symlink():
-            pictures[png.name] = png.read_bytes()
-    return pictures
+    """``png_files``' bytes, by file name."""
+    return {png.name: png.read_bytes() for png in png_files(folder)}
 
 

@@ -127,7 +127,9 @@ def test_a_batch_students_page_shows_the_ex04_plot(tmp_path):
     made = out.parent / "results" / "ann.artifacts" / "ex04_scaling.png"
     assert made.read_bytes().startswith(b"\x89PNG")          # beside its result, grader-owned
     page = (out.parent / "report" / "students" / "ann.html").read_text()
-    assert '<img alt="ex04_scaling.png" src="data:image/png;base64,' in page
+    # linked, not carried: the page's own link leads to the grading's picture
+    assert '<img alt="ex04_scaling.png" src="../../results/ann.artifacts/ex04_scaling.png">' \
+        in page and "img-src 'self' data:" in page
     assert not list(cls.rglob("*.png"))                       # nothing in the submission
 
 

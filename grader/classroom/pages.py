@@ -5,9 +5,11 @@ grader's points, the staff's, the late penalty, the final grade, or "needs
 regrade"), then what needs a regrade (tests not judged, gradings the grader
 could not finish; a missing module is not one), the mistakes by id, the
 histogram of final grades and the per-exercise means, and the most similar
-pairs (``TOP_PAIRS``) with a link to ``similar.html``, which lists them all.
-Side-by-side pages are made for the ``PAIR_PAGES`` most similar pairs only,
-so that a class of hundreds (tens of thousands of pairs) keeps its report
+pairs (``TOP_PAIRS``) with a link to ``similar.html``, which lists the
+``LISTED_PAIRS`` most similar.  Side-by-side pages are made for the
+``PAIR_PAGES`` most similar pairs only, and a student's page links the
+pictures its grading left beside its result rather than carrying them, so
+that a class of hundreds (tens of thousands of pairs) keeps its report
 small; ``similarity.csv`` has every pair.
 
 The class's own pages (``index.html``, ``similar.html``, ``pair-<n>.html``)
@@ -17,15 +19,17 @@ and the students' pages never share a folder: a student named ``index`` or
 from __future__ import annotations
 
 import html
+import os
 from pathlib import Path
 
 from grader.classroom.gradebook import Gradebook, Row
 from grader.classroom.batch import artifacts_of
-from grader.pages import esc, num, page, pictures_in, student_page
+from grader.pages import esc, num, page, png_files, student_page
 from grader.artifacts import write_private
 
 TOP_PAIRS = 20       # on the class page
 PAIR_PAGES = 100     # side-by-side pages made
+LISTED_PAIRS = 1000  # on similar.html (similarity.csv has every pair)
 STUDENTS = "students"   # the students' pages' folder, beside the class's own pages
 
 
@@ -140,8 +144,10 @@ def _pairs_table(pairs: list, pair_pages: int, ident: str) -> str:
 
 
 def similar_page(pairs: list, pair_pages: int) -> str:
+    more = (f"<p>The {LISTED_PAIRS} most similar of {len(pairs)} pairs; similarity.csv "
+            "beside grades.csv has them all.</p>") if len(pairs) > LISTED_PAIRS else ""
     return page("Similar submissions", "<h1>Similar submissions (a lead, never a grade)</h1>"
-                + _pairs_table(pairs, pair_pages, "all-similar"))
+                + more + _pairs_table(pairs[:LISTED_PAIRS], pair_pages, "all-similar"))
 
 
 def _marked(source: str, spans: list[tuple[int, int]]) -> str:
@@ -179,11 +185,13 @@ def write_class_report(folder: Path, book: Gradebook, rows: list[Row], mistakes:
     links: dict[str, str] = {}
     for label, key, data in book.results():
         links[label] = student_href(key)
-        pictures = pictures_in(artifacts_of(Path(results_dir) / f"{key}.json")) \
+        page_dir = (folder / links[label]).parent
+        pictures = {png.name: Path(os.path.relpath(png, page_dir)).as_posix() for png in
+                    png_files(artifacts_of(Path(results_dir) / f"{key}.json"))} \
             if results_dir is not None else {}
         row = by_label.get(label)
         write_private(folder / links[label], student_page(
-            data, label, pictures, grade_lines(row) if row is not None else None))
+            data, label, None, grade_lines(row) if row is not None else None, pictures))
     pairs = book.pairs()
     shown = min(len(pairs), PAIR_PAGES)
     for i, pair in enumerate(pairs[:shown]):
