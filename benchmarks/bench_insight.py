@@ -91,13 +91,18 @@ def main() -> None:
         t_report = time.perf_counter() - start
         report = root / "report"
         size = sum(p.stat().st_size for p in report.rglob("*") if p.is_file())
+        parts = {"students/": sum(p.stat().st_size for p in (report / "students").glob("*")),
+                 "pair pages": sum(p.stat().st_size for p in report.glob("pair-*.html")),
+                 "similar.html": sum(p.stat().st_size for p in report.glob("similar.html")),
+                 "index.html": (report / "index.html").stat().st_size}
         book.close()
     added = t_record + t_mistakes + t_similarity + t_report
     print(f"grading: {per_sub:.1f} s per submission (mean of {args.graded}); a class of "
           f"{args.students} with --jobs 2: about {class_s:.0f} s")
     print(f"gradebook {t_record:.2f} s, mistakes table {t_mistakes:.2f} s, similarity "
           f"{t_similarity:.1f} s ({len(pairs)} pairs listed), every view {t_report:.1f} s; "
-          f"report/ {size / 1e6:.1f} MB")
+          f"report/ {size / 1e6:.1f} MB (" + ", ".join(f"{k} {v / 1e6:.2f} MB"
+                                                       for k, v in parts.items()) + ")")
     print(f"added: {added:.1f} s = {100 * added / class_s:.1f} % of the class's grading time")
 
 

@@ -13,6 +13,12 @@ A test fails for the student with ``Feedback``, ``StudentError`` or an
   reference that crashed, a library that changed, a bug).  Never the
   student's loss: the test needs a regrade, and a person looks.
 
+A call whose arguments do not fit the function a suite calls (``TypeError:
+check_close() got an unexpected keyword argument 'wht'``, raised before the
+function runs, in the grader's own frame) is the suite's slip, whatever
+answers the call passes along: the grader's failure (``call_slip``).  A
+student's function is never called there (its calls go to the worker).
+
 "Reads an answer" is decided on the innermost frame of the grader's judging
 code (the ``grader`` package, not its sandbox): a name in the expression
 that raised there (from Python 3.11 on the call or operation itself, not the
@@ -28,6 +34,7 @@ from __future__ import annotations
 import io
 import linecache
 import os
+import re
 import sys
 import tokenize
 from pathlib import Path
@@ -136,6 +143,24 @@ def by_answer(excinfo, students: list) -> bool:
     return False
 
 
+# What Python says when a call's arguments do not fit the function called.
+CALL_MISFIT = re.compile(r"^[\w.<>]+\(\) (got an unexpected keyword argument|missing \d+ required|"
+                         r"takes \d+ positional|takes from \d+ to \d+ positional|"
+                         r"got multiple values for argument|got some positional-only)")
+
+
+def call_slip(excinfo) -> bool:
+    """Did the grader's own code call a function with arguments that do not
+    fit it?  Raised in a judging frame with nothing deeper on the stack: the
+    function called never ran, so no answer was judged wrong."""
+    if not isinstance(excinfo.value, TypeError) or not CALL_MISFIT.match(str(excinfo.value)):
+        return False
+    tb = excinfo.tb
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and _judging_frame(tb) is tb
+
+
 # What a probe raises when its own code fails in the worker
 # (``runtime.probes.gpu_compile.ProbeFailed``); it arrives as a ``StudentRaised``.
 PROBE_FAILED = "ProbeFailed"
@@ -156,7 +181,7 @@ def graders(excinfo, students: list) -> bool:
         return exc.raised.is_a(PROBE_FAILED) and not exc.raised.where
     if isinstance(exc, (Feedback, StudentError, AssertionError, pytest.fail.Exception)):
         return False
-    return not by_answer(excinfo, students)
+    return call_slip(excinfo) or not by_answer(excinfo, students)
 
 
 def what(excinfo) -> str:

@@ -39,6 +39,31 @@ def test_a_reference_that_raises_is_a_regrade_not_a_failure(tmp_path, monkeypatc
     assert entry["output"].startswith("NEEDS REGRADE") and entry["extra_data"]["needs_regrade"]
 
 
+def test_a_suites_slip_in_calling_a_grader_helper_is_the_graders_fault(tmp_path,
+                                                                     monkeypatch):
+    """An author's suite that calls check_close with arguments it does not
+    take (here: a check_close that lost its keywords) is the grader's
+    failure, a regrade, never "your answer has the wrong type or shape",
+    although the call carries the student's answer."""
+    from grader import feedback
+
+    def check_close(got, expected, *, what):     # no atol, rtol or mistakes
+        raise AssertionError("never reached")
+
+    import sys
+    real = feedback.check_close
+    for module in [feedback, *sys.modules.values()]:   # a suite imported by an earlier test too
+        if getattr(module, "check_close", None) is real:
+            monkeypatch.setattr(module, "check_close", check_close)
+    sub = copy_solutions(tmp_path / "sub", ["ex02_mha"])
+    report = grade_dir(sub, ["ex02_mha"], keyword="softmax_large_logits")
+    [test] = report.tests
+    assert test.status == NEEDS_REGRADE, test.output
+    assert test.output.startswith("the grader failed here: TypeError: "), test.output
+    assert "check_close() got an unexpected keyword argument 'atol'" in test.output
+    assert "wrong type or shape" not in test.output
+
+
 def test_a_malformed_answer_that_makes_the_suite_raise_is_a_failure(tmp_path):
     # multi_head_attention returns None: the suite's `np.asarray(b)[:, :t]`
     # raises inside NumPy, on what the student returned.
