@@ -5,7 +5,7 @@ Principles", section 11 (Interview questions) with sections 5 to 8 behind
 them; "Attention" (chapter 03), its "Interview check".
 
 Twenty-two short questions of the kind a systems or ML interview asks, on the
-eight exercises' material.  Each answer is a module constant below; replace
+exercises' material.  Each answer is a module constant below; replace
 its ``None``.  Three kinds:
 
 - **a number** (``int`` or ``float``, in the unit the question names),

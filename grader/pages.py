@@ -62,12 +62,14 @@ def num(x) -> str:
 
 def student_page(data: dict, name: str, pictures: dict[str, bytes] | None = None,
                  grade_lines: list[str] | None = None,
-                 linked: dict[str, str] | None = None) -> str:
+                 linked: dict[str, str] | None = None, list_passed: bool = True) -> str:
     """One student's feedback: per exercise, each test's points and output
     (``grade_lines``: the class's final grade, late penalty and staff points,
     shown under the total on a batch's page).  ``pictures`` are put inside
     the page; ``linked`` ({name: relative href}) are linked instead, as a
-    class report does."""
+    class report does.  Tests that passed without a word are a line each, or
+    with ``list_passed`` false (a class's pages, read for what went wrong)
+    only counted."""
     by_exercise: dict[str, list[dict]] = {}
     for test in data.get("tests") or []:
         if test.get("visibility") == "hidden" and "staff" in (test.get("tags") or []):
@@ -86,13 +88,25 @@ def student_page(data: dict, name: str, pictures: dict[str, bytes] | None = None
         got = sum(float(t.get("score", 0) or 0) for t in tests)
         most = sum(float(t.get("max_score", 0) or 0) for t in tests)
         parts.append(f"<h2>{esc(exercise)} {num(got)}/{num(most)}</h2>")
+        # What did not pass, in full; what passed, a line each (a class's
+        # pages stay small, and the page reads from what to fix).
+        passed = [t for t in tests if t.get("status") == "passed" and not t.get("output")]
         for t in tests:
+            if any(t is p for p in passed):
+                continue
             status = str(t.get("status", "not run"))
-            title = str(t.get("name", "")).split(": ", 1)[-1]
-            parts.append(f"<h3 class=\"{esc(status)}\">{esc(status.upper())} {esc(title)} "
+            parts.append(f"<h3 class=\"{esc(status)}\">{esc(status.upper())} {esc(_title(t))} "
                          f"({num(t.get('score', 0))}/{num(t.get('max_score', 0))})</h3>")
             if t.get("output"):
                 parts.append(f"<pre>{esc(t['output'])}</pre>")
+        if passed and not list_passed:
+            points = sum(float(t.get("score", 0) or 0) for t in passed)
+            parts.append(f'<p class="passed">{len(passed)} more test'
+                         f'{"" if len(passed) == 1 else "s"} passed ({num(points)} points).</p>')
+        elif passed:
+            parts.append('<ul class="passed">' + "".join(
+                f"<li>PASSED {esc(_title(t))} ({num(t.get('score', 0))}/"
+                f"{num(t.get('max_score', 0))})</li>" for t in passed) + "</ul>")
     for label, data_png in (pictures or {}).items():
         parts.append(f"<h2>{esc(label)}</h2>{png_img(data_png, label)}")
     for label, href in (linked or {}).items():
@@ -107,6 +121,10 @@ def png_files(folder: Path | None) -> list[Path]:
         return []
     return [png for png in sorted(Path(folder).glob("*.png"))
             if png.is_file() and not png.is_symlink()]
+
+
+def _title(test: dict) -> str:
+    return str(test.get("name", "")).split(": ", 1)[-1]
 
 
 def pictures_in(folder: Path | None) -> dict[str, bytes]:

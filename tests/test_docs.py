@@ -41,7 +41,7 @@ def test_every_relative_link_reaches_its_file_and_heading(page):
 def test_the_front_page_is_short_and_sends_each_reader_to_a_guide():
     readme = (REPO / "README.md").read_text()
     assert len(readme.splitlines()) <= 80
-    for guide in ("STUDENT", "INSTRUCTOR", "GPU", "AUTHORING", "THREAT_MODEL"):
+    for guide in ("STUDENT", "INSTRUCTOR", "GPU", "AUTHORING", "DEVELOPING", "THREAT_MODEL"):
         assert f"](docs/{guide}.md)" in readme, guide
     commands = re.findall(r"^(pip install .*?)\s+#", readme, re.M)
     assert commands[:2] == ['pip install -e . && attn-grade grade solutions',

@@ -92,6 +92,7 @@ def _sources():
 
 
 @pytest.mark.quick
+@pytest.mark.author
 def test_no_diagnosis_in_the_grader_is_written_in_words_of_its_own():
     found = [line for path, rel in _sources() for line in unkeyed_lines(path, rel)]
     assert not found, "\n".join(found)
@@ -116,6 +117,7 @@ def test_the_scan_finds_each_way_of_writing_words_of_its_own(tmp_path):
 
 
 @pytest.mark.quick
+@pytest.mark.author
 def test_insight_finds_every_table_where_it_is_written(tmp_path, monkeypatch):
     """Every module-level dict named MISTAKES or *_MISTAKES in the reference
     folders and the hidden suites is a table (nothing lists them by hand:

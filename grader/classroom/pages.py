@@ -28,7 +28,7 @@ from grader.pages import esc, num, page, png_files, student_page
 from grader.artifacts import write_private
 
 TOP_PAIRS = 20       # on the class page
-PAIR_PAGES = 100     # side-by-side pages made
+PAIR_PAGES = 50      # side-by-side pages made
 LISTED_PAIRS = 1000  # on similar.html (similarity.csv has every pair)
 STUDENTS = "students"   # the students' pages' folder, beside the class's own pages
 
@@ -191,7 +191,8 @@ def write_class_report(folder: Path, book: Gradebook, rows: list[Row], mistakes:
             if results_dir is not None else {}
         row = by_label.get(label)
         write_private(folder / links[label], student_page(
-            data, label, None, grade_lines(row) if row is not None else None, pictures))
+            data, label, None, grade_lines(row) if row is not None else None, pictures,
+            list_passed=False))
     pairs = book.pairs()
     shown = min(len(pairs), PAIR_PAGES)
     for i, pair in enumerate(pairs[:shown]):
