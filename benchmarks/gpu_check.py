@@ -506,7 +506,7 @@ def _outcome(future) -> tuple:
 
 def warm_plan(smoke: bool, capability: int) -> list:
     """(section, spec) for every call the main-process sections will make."""
-    from grader.calibrate import PLAIN
+    from grader.gpu.calibrate import PLAIN
     from grader.reference.secret import flash
     plan = [("correctness", (name, tuple(extra.items()), dtype, shape[:6], shape[6]))
             for name, extra, dtype, _, shape in correctness_cells(smoke, capability)]
@@ -708,7 +708,7 @@ def calibration(check: Check) -> dict:
     """``attn-grade calibrate``'s measurement, kept whole, and its entry."""
     import torch
 
-    from grader import calibrate
+    from grader.gpu import calibrate
     out = {"compile_cache": wait_warm(check, "calibration")}
     with _autotune_quietly(check.smoke):
         measured = calibrate.measure(3 if check.smoke else 15,
@@ -775,7 +775,7 @@ def _contenders(smoke: bool) -> dict:
 
 def _timed(fn, args, repeats, flush, smoke) -> dict:
     """The calibration's timing (L2 flushed, the host synchronized): median, spread."""
-    from grader import calibrate
+    from grader.gpu import calibrate
     from grader.sandbox.runtime.probes import ex07_flash_attention as probe
     with _autotune_quietly(smoke):
         fn(*args)                                            # warm-up, autotuning
@@ -862,7 +862,7 @@ def _timing_of(result: dict, calls: int) -> dict:
     """The grader's own clock, per case: its overhead (a request that only
     draws the inputs, subtracted from both sides), the per-call times of
     every round, their spread, and the overhead's share of a timed request."""
-    from grader import calibrate
+    from grader.gpu import calibrate
     out = []
     for r in result["cases"]:
         request = r["overhead_s"] + calls * statistics.median(r["reference_s"])

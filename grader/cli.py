@@ -173,10 +173,10 @@ def grading_options(command):
 
 
 def _unsupported(exercises: list[str] | None) -> list:
-    """This machine's unsupported versions (``grader.versions``) that touch the
+    """This machine's unsupported versions (``grader.gpu.versions``) that touch the
     exercises asked for; a one-sentence refusal (exit 2) when they touch every
     one of them, since nothing asked for could be graded."""
-    from grader import versions
+    from grader.gpu import versions
     asked = exercises or [e for e in EXERCISES if suite_files(e, "public")]
     found = versions.problems(exercises=asked)
     if found and all(any(e in p.exercises for p in found) for e in asked):
@@ -189,7 +189,7 @@ def _run(path: Path, options: Options):
     Returns the report and the unsupported versions it was marked for.
     With `check`'s cache (``options.check_cache``, `check` only), unchanged
     exercises' results are read back from it (``grader.checkcache``)."""
-    from grader import versions
+    from grader.gpu import versions
     found = _unsupported(options.exercises)
     try:
         with materialize(path) as folder:
@@ -816,7 +816,7 @@ def stubs(check_only):
 
 
 try:  # an instructors' command: the student edition has no calibrate module
-    from grader.calibrate import calibrate as _calibrate  # noqa: E402
+    from grader.gpu.calibrate import calibrate as _calibrate  # noqa: E402
 except ImportError:  # pragma: no cover - student edition
     pass
 else:

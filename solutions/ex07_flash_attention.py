@@ -279,7 +279,7 @@ if triton is not None:  # the kernel is built only where Triton is installed
         # warps: with 4, each thread would hold 128 float32 accumulators at
         # d_head 128 and the compiler spills registers to memory.  A 64x64 tile
         # on 4 warps is left out: on sm_80 at d_head 128 it needs 255 registers a
-        # thread, ptxas's maximum (grader/aot.py's margin), one step from spilling.
+        # thread, ptxas's maximum (grader/gpu/aot.py's margin), one step from spilling.
         _CONFIGS = [
             triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
             for bm, w, bn in ((64, 4, 32), (128, 8, 32), (128, 8, 64)) for s in (2, 3)

@@ -19,7 +19,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from grader import calibrate as cal
+from grader.gpu import calibrate as cal
 from grader.cli import main
 from grader.core import Options, maximum
 from grader.registry import EXERCISES
@@ -292,7 +292,7 @@ def test_thresholds_file_and_tiers(tmp_path):
 
 _CALIBRATE_SMOKE = """
 import json
-from grader import calibrate
+from grader.gpu import calibrate
 cases = [dict(batch=1, heads=2, kv_heads=2, s_q=32, s_k=32, d_head=16, causal=c,
               dtype="float32") for c in (False, True)]
 rows = calibrate.measure(3, cases=cases, device="cpu")["cases"]

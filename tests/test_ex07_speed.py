@@ -200,7 +200,7 @@ def test_a_kernel_from_another_file_and_a_changed_file_are_named(tmp_path):
 
 # -- calibrate: merged thresholds, the variant recorded, no silent fallback -------------
 def _fake_gpu(monkeypatch, failure=None):
-    from grader import calibrate as cal
+    from grader.gpu import calibrate as cal
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake H200")
     rows = [{"s": 2048, "causal": c, "variant": "descriptors", "reference_tflops": 500.0,

@@ -1,7 +1,7 @@
 """Every Triton kernel of the package compiles for real GPUs, on this CPU machine.
 
 Triton lowers a kernel to PTX and its bundled ``ptxas`` assembles it for a
-target (sm_80: A100, sm_90a: H100/H200) without a GPU (``grader/aot.py``).
+target (sm_80: A100, sm_90a: H100/H200) without a GPU (``grader/gpu/aot.py``).
 Each configuration an autotuner would try must compile, fit the
 architecture's shared memory and spill no registers; on sm_90a the
 reference must use warpgroup MMA, and its descriptor variant TMA.
@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import pytest
 
-from grader.aot import HARDEST   # (dtype, d_head, causal)
+from grader.gpu.aot import HARDEST   # (dtype, d_head, causal)
 from grader.reference.secret import flash
 
 pytestmark = pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)
 
 
 def _check(rows, capsys):
-    from grader import aot
+    from grader.gpu import aot
     with capsys.disabled():
         print("\n" + aot.table(rows))
     bad = [f"{r.kernel} {r.capability} {r.dtype} d={r.d_head} causal={r.causal} "
@@ -49,7 +49,7 @@ KERNELS = [pytest.param("reference/pointers", 80, marks=pytest.mark.corpus),
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel,capability", KERNELS)
 def test_reference_configs_compile_hardest_case(kernel, capability, capsys):
-    from grader import aot
+    from grader.gpu import aot
     n = len(aot.launches(kernel, *HARDEST))
     assert n >= 2, f"{kernel}: the autotuner has {n} configs"
     _check([aot.compile_one(kernel, capability, *HARDEST, i) for i in range(n)], capsys)
@@ -58,7 +58,7 @@ def test_reference_configs_compile_hardest_case(kernel, capability, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel,capability", KERNELS)
 def test_every_kernel_config_compiles(kernel, capability, capsys, request):
-    from grader import aot
+    from grader.gpu import aot
     full = request.config.getoption("full_matrix")
     keys = [key for key in (aot.full_matrix() if full else aot.default_matrix())
             if key[:2] == (kernel, capability) and key[2:5] != HARDEST]   # compiled above
@@ -74,7 +74,7 @@ def test_every_kernel_config_compiles(kernel, capability, capsys, request):
 
 
 def _row(kernel, capability, config, **measured):
-    from grader import aot
+    from grader.gpu import aot
     r = {"ok": True, "registers": 128, "spill_bytes": 0, "shared_bytes": 64 * 1024,
          "fits": True, "wgmma": True, "tma": True, **measured}
     return aot.Row(kernel, capability, *HARDEST, config, tuple(sorted(r.items())))
@@ -82,8 +82,8 @@ def _row(kernel, capability, config, **measured):
 
 def test_a_config_at_the_edge_of_a_limit_needs_a_reason():
     """Shared memory within 8 KB of the per-block limit, or registers at 255, is
-    a problem unless grader/aot.py's EDGE_REASONS says why the config stays."""
-    from grader import aot
+    a problem unless grader/gpu/aot.py's EDGE_REASONS says why the config stays."""
+    from grader.gpu import aot
     config = "BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2"
     assert not aot.problems(_row("solution", 80, config, shared_bytes=155 * 1024,
                                  registers=254))
@@ -98,7 +98,7 @@ def test_a_config_at_the_edge_of_a_limit_needs_a_reason():
 
 def test_every_edge_reason_names_a_config_still_tried():
     """A reason left behind by a pruned config is stale: remove it."""
-    from grader import aot
+    from grader.gpu import aot
     for kernel, cap, config in aot.EDGE_REASONS:
         tried = {launch[3] for launch in aot.launches(kernel, *HARDEST)}
         assert config in tried, f"{kernel} sm_{cap}: no config {config!r} any more ({tried})"
@@ -196,10 +196,10 @@ def test_launches_alike_to_the_compiler_share_a_key(tmp_path):
 
 
 def test_the_stub_holds_no_kernel_skeleton_left_uncompiled():
-    """A kernel skeleton added to the student stub must join grader/aot.py's list."""
+    """A kernel skeleton added to the student stub must join grader/gpu/aot.py's list."""
     import ast
 
-    from grader import aot
+    from grader.gpu import aot
     path = aot.REPO_DIR / "exercises" / "ex07_flash_attention.py"
     tree = ast.parse(path.read_text())
     jitted = [node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)

@@ -1,4 +1,4 @@
-"""The Triton and NumPy versions the grader supports (grader.versions): what
+"""The Triton and NumPy versions the grader supports (grader.gpu.versions): what
 check and grade say on others, and one set of numbers in pyproject.toml, the
 CI matrix that tests them and the grader's rule."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from grader import versions
+from grader.gpu import versions
 from grader.cli import main
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, to_text
 from grader.report import TestResult as Result   # (not a test class)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from grader.calibrate import tiers_for
+from grader.gpu.calibrate import tiers_for
 from grader.feedback import Feedback
 from grader.reference.secret import flash
 from grader.reference.cases import fixed_rng

@@ -52,7 +52,7 @@ if HAS_TRITON:
         # needs 8 warps (with 4, its float32 accumulator alone is 128
         # registers a thread, and ptxas spills), and 128x128 tiles spill on
         # sm_80 through pointers.  The autotuner picks among them per shape.
-        # None is within grader/aot.py's margin of a limit (64x64 on sm_80:
+        # None is within grader/gpu/aot.py's margin of a limit (64x64 on sm_80:
         # 242-244 registers of 255, 88 KB of 163 with 3 stages).
         _CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": 64}, num_warps=w, num_stages=s)
                     for bm, w in ((128, 8), (64, 4)) for s in (2, 3)]
@@ -179,7 +179,7 @@ if HAS_TRITON:
 
     # Hopper only (TMA): 128-row query tiles over 8 warps (two warpgroups).
     # 128x128 with 3 stages is at the edge: 225 of sm_90a's 227 KB of shared
-    # memory (its reason for staying is in grader/aot.py's EDGE_REASONS).
+    # memory (its reason for staying is in grader/gpu/aot.py's EDGE_REASONS).
     _DESC_CONFIGS = [triton.Config({"BLOCK_M": 128, "BLOCK_N": bn}, num_warps=8,
                                    num_stages=s, pre_hook=_set_blocks)
                      for bn in (64, 128) for s in (2, 3)] if not _INTERPRET else \

@@ -122,7 +122,7 @@ def problems(row: Row) -> list:
     edge = at_edge(row)
     if edge and (row.kernel, row.capability, row.config) not in EDGE_REASONS:
         out.append(f"{' and '.join(edge)}: within the margin of a limit; prune it from "
-                   "the kernel's configs or give the reason in grader/aot.py's EDGE_REASONS")
+                   "the kernel's configs or give the reason in grader/gpu/aot.py's EDGE_REASONS")
     if r["spill_bytes"] != 0:
         out.append(f"spills registers ({r['spill_bytes']} bytes)")
     if row.capability >= 90 and row.kernel.startswith("reference"):

@@ -48,7 +48,7 @@ def _load(path: Path) -> dict:
             raise click.FileError(str(path), hint=f"it is not valid JSON ({exc.msg})") from None
         data.setdefault("models", {})
         return data
-    return {"about": "Speed tiers of ex07 per GPU model (see grader/calibrate.py).",
+    return {"about": "Speed tiers of ex07 per GPU model (see grader/gpu/calibrate.py).",
             "default": {"tiers": list(DEFAULT_TIERS)}, "models": {}}
 
 
