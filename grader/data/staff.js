@@ -96,9 +96,9 @@ async function save(items, comment, replace) {
   const body = {question: q.question, submissions: g.members, items, comment,
                 seen: g.versions, replace};
   const {status, data} = await api("api/mark", body);
-  if (status === 409) {
+  if (status === 200 && data.stale) {
     state.pending = body;
-    $("conflict-text").textContent = data.error;
+    $("conflict-text").textContent = data.stale;
     $("conflict").hidden = false;
     $("replace").focus();
     return;
@@ -120,8 +120,8 @@ async function resolve(replace) {
   state.pending = null;
   $("conflict").hidden = true;
   if (replace) {
-    const {status, data} = await api("api/mark", body);
-    if (status !== 200) { say(data.error); return; }
+    const {status, data} = await api("api/mark", {...body, replace: true});
+    if (status !== 200 || data.stale) { say(data.error || data.stale); return; }
     say("replaced theirs with yours");
   } else {
     say("kept theirs");
