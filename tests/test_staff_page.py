@@ -161,6 +161,8 @@ def test_a_stale_save_is_refused_and_new_item_points_rescore_every_answer(tmp_pa
         assert a.staff_mark("bob", Q)["version"] == 2
         whats = [h["what"] for h in a.history()]
         assert whats.count("staff marks") == 3 and whats.count("staff points rescored") == 2
+        a.set_staff_points([{"submission": "bob", "question": Q, "points": 3}], "sheet")
+        assert a.staff_mark("bob", Q)["items"] == [] and a.staff_mark("bob", Q)["version"] == 3
         with pytest.raises(GradebookError, match="no rubric item 9"):
             a.mark_answers(["ann"], Q, [9], "", "ta1", {}, replace=True)
 
@@ -201,6 +203,13 @@ def test_every_request_without_the_token_or_from_elsewhere_is_refused(tmp_path, 
     status, _, body = request(served.url + "api/mark", mark, good)        # seen 0: stale now
     assert status == 200 and "replace it with yours?" in json.loads(body)["stale"]
     assert marks(tmp_path / "grades.sqlite")["ann"]["version"] == 1
+    item = json.dumps({"question": Q, "position": 1, "points": 0.5}).encode()
+    status, _, body = request(served.url + "api/rubric", item, good)   # the page's points box
+    assert status == 200 and json.loads(body) == {"rescored": 1}
+    assert marks(tmp_path / "grades.sqlite")["ann"]["points"] == 0.5
+    bad = json.dumps({"question": Q, "position": 1, "points": "NaN"}).encode()
+    status, _, body = request(served.url + "api/rubric", bad, good)
+    assert status == 400 and json.loads(body)["error"].endswith("points from 0 up.")
 
 
 def test_the_command_prints_a_token_url_and_ctrl_c_stops_it_writing_the_files(tmp_path):
@@ -356,6 +365,8 @@ def test_the_page_at_1280x800_and_thirty_answers_by_keyboard(tmp_path, serve, br
     bottom = tab.eval("Math.max(...['answer', 'rubric', 'comment'].map("
                       "i => document.getElementById(i).getBoundingClientRect().bottom))")
     assert bottom <= 800 and tab.eval("document.documentElement.scrollWidth") <= 1280
+    assert tab.eval("[...document.querySelectorAll('nav button, #rubric li')]"
+                    ".every(b => b.scrollWidth <= b.clientWidth)")      # nothing cut off
     start = time.perf_counter()
     for i in range(30):
         for key in ("1", "2") if i % 2 else ("3",):
