@@ -27,13 +27,14 @@ from click.testing import CliRunner
 
 from grader.classroom import views
 from grader.classroom.gradebook import Gradebook, GradebookError, StaleMark, parse_rubric
-from grader.classroom.staff import CSP, Session, StaffServer
+from grader.classroom.staff import CSP, Session, StaffServer, question_text
 from grader.cli import main
 from grader.paths import HIDDEN_SUITES_DIR
 from grader.reference.secret import questions as qref
 from tests.conftest import REPO
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or \
+    shutil.which("google-chrome")
 Q = "Q01_ATTENTION_IN_WORDS"
 RUBRIC = qref.rubric_text(qref.key(Q)["rubric"])     # three items, 1 point each
 
@@ -137,6 +138,15 @@ def suite_constant(name: str):
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == name:
             return ast.literal_eval(node.value)
     raise AssertionError(f"the ex04 hidden suite has no {name}")
+
+
+def test_the_page_shows_what_each_free_text_question_asked():
+    assert question_text("ex04_quadratic", "WHERE_THE_SLOPE_COMES_FROM").startswith(
+        "6. ``WHERE_THE_SLOPE_COMES_FROM``: in a few sentences")
+    assert question_text("ex04_quadratic", "WHERE_THE_SLOPE_COMES_FROM").endswith(
+        "(no autograder points).")
+    assert question_text("questions", "Q12_MLA").startswith("Q12 (text, staff-graded).")
+    assert question_text("../grader/cli", "main") == ""
 
 
 def test_a_rubric_without_points_is_split_evenly():

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import threading
 from http import HTTPStatus
@@ -42,6 +43,7 @@ ASSETS = PACKAGE_DIR / "data"
 FILES = {"staff.js": "text/javascript; charset=utf-8", "staff.css": "text/css; charset=utf-8"}
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
        "img-src 'self'; form-action 'none'; base-uri 'none'; frame-ancestors 'none'")
+ITEM = re.compile(r"\s*\d+\. ")     # a numbered item of a docstring's list
 BODY_LIMIT = 64_000      # a POST: a comment and a few numbers
 SHELL = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Staff grading</title>
@@ -81,10 +83,12 @@ def gradebook_path(given: Path) -> tuple[Path, Path]:
 
 def question_text(exercise: str, question: str) -> str:
     """What the student was asked: the comment block above ``question`` in
-    the exercise's stub, or its docstring's paragraph that names it."""
-    path = EXERCISES_DIR / f"{clean(exercise, NAME_LIMIT, one_line=True)}.py"
+    the exercise's stub, or the docstring's list item or paragraph that
+    names it ("" when neither is found)."""
+    if not re.fullmatch(r"[a-z0-9_]{1,80}", exercise):
+        return ""       # a name from the gradebook, never a path
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = (EXERCISES_DIR / f"{exercise}.py").read_text(encoding="utf-8").splitlines()
     except (OSError, ValueError):
         return ""
     for at, line in enumerate(lines):
@@ -95,9 +99,14 @@ def question_text(exercise: str, question: str) -> str:
                 above.insert(0, lines[at].lstrip("#").strip())
             if above:
                 return " ".join(above)
-    for paragraph in "\n".join(lines).split("\n\n"):
-        if f"``{question}``" in paragraph:
-            return " ".join(paragraph.split())
+    for at, line in enumerate(lines):
+        if f"``{question}``" in line:
+            found = [line]
+            for more in lines[at + 1:]:
+                if not more.strip() or ITEM.match(more):
+                    break
+                found.append(more)
+            return " ".join(" ".join(found).split())
     return ""
 
 
