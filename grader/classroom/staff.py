@@ -320,6 +320,8 @@ def open_session(given: Path, who: str) -> Session:
     """The session for a gradebook named by its .sqlite or its grades CSV;
     ``GradebookError`` when there is none or it asks staff nothing."""
     book_path, out = gradebook_path(given)
+    if not book_path.is_file() and out.is_file():
+        views.import_folder(out)        # an output folder of an earlier version, read in once
     if not book_path.is_file():
         raise GradebookError(f"{given} is not a class's gradebook (no {book_path.name}): "
                              "grade the class with `attn-grade batch` first.")

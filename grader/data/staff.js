@@ -16,6 +16,7 @@ function el(tag, text, attrs) {
 }
 
 function say(text) { $("status").textContent = text; }
+const points = (n) => `${n} point${n === 1 ? "" : "s"}`;
 
 async function api(path, body) {
   const opts = body === undefined ? {} : {
@@ -62,7 +63,7 @@ function showGroup() {
   $("place").textContent = `Answer ${state.at + 1} of ${q.groups.length}` +
     (g.members.length > 1 ? ` (the same text from ${g.members.length} students)` : "") +
     ` · ${graded} of ${q.groups.length} graded` +
-    (g.graded ? ` · this one: ${g.points} points by ${g.grader}` : " · this one: not graded");
+    (g.graded ? ` · this one: ${points(g.points)} by ${g.grader}` : " · this one: not graded");
   $("identity").textContent = "Student(s): " + g.members.join(", ");
   $("identity").hidden = !state.showWho;
   $("answer").textContent = g.answer || "(no answer)";
@@ -80,7 +81,7 @@ function showGroup() {
     pts.addEventListener("change", () => setItemPoints(item.position, pts.value));
     const li = el("li"); li.append(b, pts, el("span", " pt")); list.append(li);
   }
-  $("score").textContent = g.graded ? `(${g.points} of ${q.points_possible} points)` : "";
+  $("score").textContent = g.graded ? `(${g.points} of ${points(q.points_possible)})` : "";
   $("conflict").hidden = true;
 }
 
@@ -110,7 +111,7 @@ async function save(items, comment, replace) {
                     grader: $("who").textContent.replace("grading as ", ""),
                     points: Math.min(q.points_possible,
                                      items.reduce((s, i) => s + rubric[i], 0))});
-  say(`saved: ${g.points} points for ${g.members.length} answer(s)`);
+  say(`saved: ${points(g.points)} for ${g.members.length} answer(s)`);
   showGroup();
   await loadQuestions();
 }
