@@ -583,6 +583,39 @@ def override(submission, out, points, reason, remove, who):
 
 
 @main.command()
+@click.argument("gradebook", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--grader", "who", default=None,
+              help="Who grades, for the gradebook's history [default: your user name].")
+def staff(gradebook, who):
+    """Grade the free-text answers of a class in a browser: serves a grading page for
+    GRADEBOOK (its .sqlite, or the grades.csv beside it) on 127.0.0.1 at a URL with a
+    one-time token, printed here (open it yourself); Ctrl-C stops it and writes the
+    class's files."""
+    from grader.classroom.gradebook import GradebookError
+    from grader.classroom.run import ClassOptions
+    from grader.classroom.staff import StaffServer, open_session
+
+    who = who or ClassOptions(out=gradebook).who
+    try:
+        session = open_session(gradebook, who)
+    except GradebookError as exc:
+        raise click.BadParameter(str(exc), param_hint="GRADEBOOK") from None
+    server = StaffServer(session)
+    click.echo(f"grading page for {gradebook} as {session.who}: {server.url}\n"
+               "(open it in your browser; Ctrl-C stops the server)", err=False)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        with session.lock:
+            written = session.write()["written"]
+        session.book.close()
+        click.echo(f"stopped; wrote {len(written)} files beside {session.out}")
+
+
+@main.command()
 @click.argument("grades", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("--canvas", "gradebook", type=click.Path(path_type=Path, exists=True,
                                                        dir_okay=False), default=None,

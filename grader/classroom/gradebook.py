@@ -25,6 +25,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sqlite3
 import threading
 from dataclasses import dataclass, field
@@ -159,11 +160,56 @@ CREATE TABLE IF NOT EXISTS history (
     submission TEXT NOT NULL DEFAULT '',
     detail TEXT NOT NULL DEFAULT '{}'
 );
+CREATE TABLE IF NOT EXISTS rubric_items (   -- a free-text question's rubric, item by item
+    question TEXT NOT NULL,
+    position INTEGER NOT NULL,            -- 1, 2, ...: the key that applies it on the page
+    text TEXT NOT NULL,
+    points REAL NOT NULL,
+    PRIMARY KEY (question, position)
+);
+CREATE TABLE IF NOT EXISTS applied_items (  -- the items staff applied to an answer
+    student INTEGER NOT NULL REFERENCES students(id),
+    question TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    PRIMARY KEY (student, question, position)
+);
+CREATE TABLE IF NOT EXISTS staff_versions ( -- each answer's grade: changes made to it so far
+    student INTEGER NOT NULL REFERENCES students(id),
+    question TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    PRIMARY KEY (student, question)
+);
 """
+# A rubric item as a grading's rubric line writes it ("item [1 pt]; item [0.5 pt]",
+# grader.reference.secret.questions.rubric_text): the mark, not the semicolon, ends an item.
+RUBRIC_ITEM = re.compile(r"\s*(.+?)\s*\[(\d+(?:\.\d+)?) pts?\](?:;|$)", re.S)
 
 
 class GradebookError(ValueError):
     """A gradebook that cannot be used as asked; the text is one sentence."""
+
+
+class StaleMark(GradebookError):
+    """An answer's grade changed since the grader saw it (``mark_answers``):
+    ``current`` is what it holds now, for the grader to decide."""
+
+    def __init__(self, text: str, current: dict):
+        super().__init__(text)
+        self.current = current
+
+
+def parse_rubric(text: str, points_possible: float) -> list[dict]:
+    """A grading's rubric line as items ``{position, text, points}``: the
+    items it marks with their points, or, for a line without marks (a
+    rubric of an earlier version), each ``;``-separated part at an equal
+    share of the question's points."""
+    found = RUBRIC_ITEM.findall(text)
+    if found and RUBRIC_ITEM.sub("", text).strip() == "":
+        items = [(t, float(p)) for t, p in found]
+    else:
+        parts = [t.strip() for t in text.split(";") if t.strip()] or ["the answer"]
+        items = [(t, round(points_possible / len(parts), 2)) for t in parts]
+    return [{"position": i, "text": t, "points": p} for i, (t, p) in enumerate(items, 1)]
 
 
 def now() -> str:
@@ -459,12 +505,142 @@ class Gradebook:
                     continue
                 db.execute("INSERT OR REPLACE INTO staff_points VALUES (?,?,?,?,?,?)",
                            (student, e["question"], new[0], new[1], who, now()))
+                # points from the sheet stand for themselves: no rubric item explains them
+                db.execute("DELETE FROM applied_items WHERE student = ? AND question = ?",
+                           (student, e["question"]))
+                self._bump(db, student, e["question"])
                 self._history(db, who, "staff points", e["submission"], question=e["question"],
                               points=new[0], comment=new[1],
                               replaced=None if old is None else {"points": old[0],
                                                                  "comment": old[1]})
                 changed += 1
         return changed
+
+    # -- grading by rubric item (the staff's page, grader.classroom.staff) ---
+
+    def _bump(self, db, student: int, question: str) -> int:
+        version = self._version(student, question) + 1
+        db.execute("INSERT OR REPLACE INTO staff_versions VALUES (?,?,?)",
+                   (student, question, version))
+        return version
+
+    def _version(self, student: int, question: str) -> int:
+        row = self.db.execute("SELECT version FROM staff_versions WHERE student = ? AND "
+                              "question = ?", (student, question)).fetchone()
+        return row[0] if row else 0
+
+    def rubric(self, question: str) -> list[dict]:
+        """A question's rubric items ``{position, text, points}``; the first
+        time a question is asked, its items are read from its gradings'
+        rubric line (``parse_rubric``) and kept, so that staff may change
+        an item's points here afterwards."""
+        items = self._rubric_rows(question)
+        if items:
+            return items
+        row = self.db.execute(
+            "SELECT q.rubric, MAX(q.points_possible) FROM questions q JOIN gradings g ON "
+            "g.id = q.grading AND g.current = 1 WHERE q.question = ? GROUP BY q.rubric "
+            "ORDER BY COUNT(*) DESC, q.rubric LIMIT 1", (question,)).fetchone()
+        if row is None:
+            raise GradebookError(f"no grading asks staff to grade a question {question!r}.")
+        with self._write() as db:
+            for item in parse_rubric(row[0], row[1]):
+                db.execute("INSERT OR IGNORE INTO rubric_items VALUES (?,?,?,?)",
+                           (question, item["position"], item["text"], item["points"]))
+        return self._rubric_rows(question)
+
+    def _rubric_rows(self, question: str) -> list[dict]:
+        return [{"position": p, "text": t, "points": pts} for p, t, pts in self.db.execute(
+            "SELECT position, text, points FROM rubric_items WHERE question = ? "
+            "ORDER BY position", (question,))]
+
+    def staff_mark(self, submission: str, question: str) -> dict:
+        """One answer's grade: ``{points, comment, grader, at, items, version}``
+        (points None: not graded yet; items: the applied rubric positions)."""
+        student = self.student_id(submission)
+        row = self.db.execute("SELECT points, comment, grader, at FROM staff_points WHERE "
+                              "student = ? AND question = ?", (student, question)).fetchone()
+        items = [p for (p,) in self.db.execute(
+            "SELECT position FROM applied_items WHERE student = ? AND question = ? "
+            "ORDER BY position", (student, question))]
+        points, comment, who, at = row if row else (None, "", "", "")
+        return {"points": points, "comment": comment, "grader": who, "at": at,
+                "items": items, "version": self._version(student, question)}
+
+    def mark_answers(self, submissions: list[str], question: str, items: list[int],
+                     comment: str, who: str, seen: dict[str, int],
+                     replace: bool = False) -> dict[str, int]:
+        """Grade one question of ``submissions`` (one answer text, graded once)
+        with rubric ``items`` and a comment, in one transaction: the staff
+        points are the items' points, at most the question's.  ``seen``: the
+        version of each answer's grade the grader saw; one changed since is
+        refused (``StaleMark``) unless ``replace``.  Returns the new versions."""
+        rubric = {i["position"]: i["points"] for i in self.rubric(question)}
+        chosen = sorted(set(int(i) for i in items))
+        unknown = [i for i in chosen if i not in rubric]
+        if unknown:
+            raise GradebookError(f"{question} has no rubric item {unknown[0]}.")
+        comment, who = clean(comment), ONE_LINE(who)
+        out = {}
+        with self._write() as db:
+            for submission in submissions:
+                student = self.student_id(submission)
+                possible = self.asked(submission).get(question)
+                if possible is None:
+                    raise GradebookError(f"{submission}'s grading asks staff to grade no "
+                                         f"question {question!r}.")
+                old = self.staff_mark(submission, question)
+                if old["version"] != seen.get(submission, 0) and not replace:
+                    by = f" by {old['grader']}" if old["grader"] else ""
+                    got = "not graded" if old["points"] is None else f"{old['points']:g} points"
+                    raise StaleMark(f"{submission}'s answer was changed{by} at {old['at']} "
+                                    f"since you opened it (now {got}): replace it with yours?",
+                                    old)
+                points = min(possible, sum(rubric[i] for i in chosen))
+                db.execute("INSERT OR REPLACE INTO staff_points VALUES (?,?,?,?,?,?)",
+                           (student, question, points, comment, who, now()))
+                db.execute("DELETE FROM applied_items WHERE student = ? AND question = ?",
+                           (student, question))
+                db.executemany("INSERT INTO applied_items VALUES (?,?,?)",
+                               [(student, question, i) for i in chosen])
+                out[submission] = self._bump(db, student, question)
+                self._history(db, who, "staff marks", submission, question=question,
+                              items=chosen, points=points, comment=comment,
+                              replaced=None if old["points"] is None else
+                              {k: old[k] for k in ("points", "comment", "items", "grader")})
+        return out
+
+    def set_rubric_points(self, question: str, position: int, points: float, who: str) -> int:
+        """Change a rubric item's points and score again every answer it was
+        applied to (each answer's version moves on); returns how many."""
+        if not (math.isfinite(points) and points >= 0):
+            raise GradebookError(f"{points!r} is not a number of points from 0 up.")
+        rubric = {i["position"]: i for i in self.rubric(question)}
+        if position not in rubric:
+            raise GradebookError(f"{question} has no rubric item {position}.")
+        who = ONE_LINE(who)
+        with self._write() as db:
+            db.execute("UPDATE rubric_items SET points = ? WHERE question = ? AND position = ?",
+                       (float(points), question, position))
+            self._history(db, who, "rubric item", question=question, position=position,
+                          points=float(points), replaced=rubric[position]["points"])
+            users = [s for (s,) in db.execute(
+                "SELECT student FROM applied_items WHERE question = ? AND position = ?",
+                (question, position)).fetchall()]
+            for student in users:
+                (label,) = db.execute("SELECT submission FROM students WHERE id = ?",
+                                      (student,)).fetchone()
+                possible = self.asked(label).get(question, 0.0)
+                (got,) = db.execute(
+                    "SELECT COALESCE(SUM(r.points), 0) FROM applied_items a JOIN rubric_items r "
+                    "ON r.question = a.question AND r.position = a.position "
+                    "WHERE a.student = ? AND a.question = ?", (student, question)).fetchone()
+                db.execute("UPDATE staff_points SET points = ? WHERE student = ? AND "
+                           "question = ?", (min(possible, got), student, question))
+                self._bump(db, student, question)
+                self._history(db, who, "staff points rescored", label, question=question,
+                              points=min(possible, got))
+        return len(users)
 
     def set_policy(self, due: datetime | None, rule: str | None, who: str = "") -> None:
         """The class's late policy (``rule`` None: none)."""

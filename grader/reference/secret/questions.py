@@ -12,7 +12,10 @@ the key, not the words, is its id in the class's mistakes table, prefixed
 ``questions.``, and one slip made in several questions has one key),
 ``choice`` (one letter; each wrong letter has its own explanation),
 ``text`` (not graded here: collected with a rubric for staff, worth
-``staff_points`` of theirs and no autograder points).
+``staff_points`` of theirs and no autograder points; the rubric is a list of
+``(points, item)`` whose points add up to ``staff_points``, written for the
+gradebook by ``rubric_text`` and read back into items by the staff's page,
+``grader.classroom.staff``).
 
 Every number is computed here from the question's own data, not typed in.
 Sizes are decimal (1 GB = 1e9 bytes), as in the course.
@@ -153,16 +156,19 @@ def _saved(tokens, *, layers=80, heads=64, kv_heads=8, d_head=128, bytes_per_ele
 
 _KEY = {
     "Q01_ATTENTION_IN_WORDS": {
-        "rubric": ["each token builds a question (query) and compares it with a label (key) "
-                   "of every token it may see", "the match scores become weights that sum to "
-                   "one (softmax)", "its output is the weighted blend of those tokens' "
-                   "contents (values); several heads do this in parallel"],
+        "rubric": [(1, "each token builds a question (query) and compares it with a label "
+                       "(key) of every token it may see"),
+                   (1, "the match scores become weights that sum to one (softmax)"),
+                   (1, "its output is the weighted blend of those tokens' contents (values); "
+                       "several heads do this in parallel")],
     },
     "Q02_FORMULA_AND_TERMS": {
-        "rubric": ["softmax(Q K^T / sqrt(d_head) + M) V, with shapes", "Q K^T: every query "
-                   "against every key", "1/sqrt(d_head): keeps scores at unit scale so the "
-                   "softmax does not saturate", "M: 0 where allowed, -inf above the diagonal "
-                   "(causal)", "softmax per row (over keys), then weights times V"],
+        "rubric": [(1, "softmax(Q K^T / sqrt(d_head) + M) V, with shapes"),
+                   (0.5, "Q K^T: every query against every key"),
+                   (0.5, "1/sqrt(d_head): keeps scores at unit scale so the softmax does "
+                         "not saturate"),
+                   (0.5, "M: 0 where allowed, -inf above the diagonal (causal)"),
+                   (0.5, "softmax per row (over keys), then weights times V")],
     },
     "Q03_WHY_SCALE": {
         "answer": "B",
@@ -211,11 +217,13 @@ _KEY = {
         },
     },
     "Q06_MHA_GQA_MQA": {
-        "rubric": ["MHA caches K and V for every head; GQA one K/V head per group of "
-                   "query heads; MQA a single K/V head", "cache relative to MHA: h_kv/h "
-                   "(e.g. 8/32 for Llama-3-8B, 1/32 for MQA)", "smaller cache: more "
-                   "concurrent sequences / longer context, fewer bytes per decode step",
-                   "quality: GQA close to MHA, MQA loses some"],
+        "rubric": [(1, "MHA caches K and V for every head; GQA one K/V head per group of "
+                       "query heads; MQA a single K/V head"),
+                   (1, "cache relative to MHA: h_kv/h (e.g. 8/32 for Llama-3-8B, 1/32 for "
+                       "MQA)"),
+                   (0.5, "smaller cache: more concurrent sequences / longer context, fewer "
+                         "bytes per decode step"),
+                   (0.5, "quality: GQA close to MHA, MQA loses some")],
     },
     "Q07_WHY_GQA_RAISES_INTENSITY": {
         "answer": "D",
@@ -295,12 +303,13 @@ _KEY = {
         },
     },
     "Q12_MLA": {
-        "rubric": ["caches one low-rank latent vector per token per layer (DeepSeek-V3: 512 "
-                   "numbers plus a small decoupled RoPE key) instead of per-head K and V",
-                   "per-head keys and values are reconstructed by up-projections, which can "
-                   "be folded into the query and output projections at inference",
-                   "cache several times smaller than GQA's at similar quality",
-                   "cost: extra projections / compute, RoPE handled separately"],
+        "rubric": [(1, "caches one low-rank latent vector per token per layer (DeepSeek-V3: "
+                       "512 numbers plus a small decoupled RoPE key) instead of per-head K "
+                       "and V"),
+                   (1, "per-head keys and values are reconstructed by up-projections, which "
+                       "can be folded into the query and output projections at inference"),
+                   (0.5, "cache several times smaller than GQA's at similar quality"),
+                   (0.5, "cost: extra projections / compute, RoPE handled separately")],
     },
     "Q13_ATTENTION_PASSES_WEIGHTS_AT": {
         "answer": _crossing(),
@@ -521,4 +530,11 @@ _KEY = {
 def key(name: str) -> dict:
     """A question's entry of the answer key (hidden suite only)."""
     return {**FORMS[name], **_KEY[name]}
+
+
+def rubric_text(items) -> str:
+    """A rubric's ``(points, item)`` list as the one line a grading carries:
+    ``item [1 pt]; item [0.5 pt]`` (an item may hold a semicolon: the marks
+    end the items, ``grader.classroom.staff.rubric_items`` reads them)."""
+    return "; ".join(f"{text} [{points:g} pt]" for points, text in items)
 

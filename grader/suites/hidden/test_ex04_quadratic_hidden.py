@@ -9,6 +9,7 @@ import torch
 
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference.secret import attention as ref
+from grader.reference.secret import questions as qref
 from grader.reference.secret import roofline as rl
 from grader.reference import timing
 from grader.reference.cases import fixed_rng, fixed_seed, on_case, rng_for
@@ -264,14 +265,14 @@ def test_plot_scaling_hidden(student):
 # The written answer on the slope, for staff: their points and rubric (the
 # autograder gives none, as for the questions' free text).
 SLOPE_STAFF_POINTS = 2
-SLOPE_RUBRIC = [
-    "names the S*S work: every query is compared with every key (the S x S score "
-    "matrix, its softmax and the weights times V), so time grows like S**2 and the "
-    "log-log slope is the exponent 2",
-    "says why a measurement sits near but not at 2: terms linear in S (the projections "
-    "are not timed here, but q, k, v and the output are S x d_head) and call overhead "
-    "pull it below at short lengths; caches and memory traffic of the growing S x S "
-    "tensor push a CPU above it",
+SLOPE_RUBRIC = [      # (points, item): their sum is SLOPE_STAFF_POINTS
+    (1, "names the S*S work: every query is compared with every key (the S x S score "
+        "matrix, its softmax and the weights times V), so time grows like S**2 and the "
+        "log-log slope is the exponent 2"),
+    (1, "says why a measurement sits near but not at 2: terms linear in S (the projections "
+        "are not timed here, but q, k, v and the output are S x d_head) and call overhead "
+        "pull it below at short lengths; caches and memory traffic of the growing S x S "
+        "tensor push a CPU above it"),
 ]
 
 
@@ -282,7 +283,7 @@ def test_slope_explained_in_words_collected_for_staff(student, request, for_staf
     text = got.strip() if isinstance(got, str) else ""
     for_staff({"exercise": "ex04_quadratic", "question": ANSWER_NAME,
                "points": SLOPE_STAFF_POINTS, "answer": text,
-               "rubric": "; ".join(SLOPE_RUBRIC)})
+               "rubric": qref.rubric_text(SLOPE_RUBRIC)})
     problem = answer_problem(got)
     if problem:
         first, _, rest = problem.partition("\n")

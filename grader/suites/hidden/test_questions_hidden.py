@@ -71,7 +71,7 @@ def test_text_collected_for_staff(student, name, request, for_staff):
     text = got.strip() if isinstance(got, str) else ""
     words = len(text.split())
     for_staff({"exercise": "questions", "question": name, "points": key["staff_points"],
-               "answer": text, "rubric": "; ".join(key["rubric"])})
+               "answer": text, "rubric": qref.rubric_text(key["rubric"])})
     if not qref.MIN_WORDS <= words <= qref.MAX_WORDS:
         raise Feedback(f"{name} has {words} words: staff grade a few sentences "
                        f"({qref.MIN_WORDS} to {qref.MAX_WORDS} words), so this answer will "
