@@ -62,8 +62,8 @@ def _deduct_option():
 # The student edition ships no hidden suites: its attn-grade has only the
 # commands that are honest there (``check``), none that claims a grade.
 STUDENT_EDITION = not HIDDEN_SUITES_DIR.is_dir()
-INSTRUCTOR_COMMANDS = ("grade", "batch", "merge", "export", "gradescope", "release",
-                       "notebooks", "stubs", "calibrate")
+INSTRUCTOR_COMMANDS = ("grade", "batch", "merge", "override", "export", "staff", "gradescope",
+                       "release", "notebooks", "stubs", "calibrate")
 
 
 def _version() -> str:

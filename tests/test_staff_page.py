@@ -26,7 +26,8 @@ import pytest
 from click.testing import CliRunner
 
 from grader.classroom import views
-from grader.classroom.gradebook import Gradebook, GradebookError, StaleMark, parse_rubric
+from grader.classroom.gradebook import Gradebook, GradebookError, StaleMark
+from grader.rubric_line import parse_rubric, rubric_text
 from grader.classroom.staff import CSP, Session, StaffServer, question_text
 from grader.cli import main
 from grader.paths import HIDDEN_SUITES_DIR
@@ -36,7 +37,7 @@ from tests.conftest import REPO
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or \
     shutil.which("google-chrome")
 Q = "Q01_ATTENTION_IN_WORDS"
-RUBRIC = qref.rubric_text(qref.key(Q)["rubric"])     # three items, 1 point each
+RUBRIC = rubric_text(qref.key(Q)["rubric"])     # three items, 1 point each
 
 
 def make_class(folder: Path, answers: dict[str, str], auto: float = 5.0) -> Path:
@@ -125,7 +126,7 @@ def test_every_free_text_rubric_is_items_whose_points_make_the_question_s():
     rubrics.append((suite_constant("SLOPE_RUBRIC"), suite_constant("SLOPE_STAFF_POINTS")))
     assert len(rubrics) == 5
     for items, most in rubrics:
-        parsed = parse_rubric(qref.rubric_text(items), most)
+        parsed = parse_rubric(rubric_text(items), most)
         assert [(i["points"], i["text"]) for i in parsed] == [(float(p), t) for p, t in items]
         assert sum(p for p, _ in items) == most
 

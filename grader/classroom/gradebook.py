@@ -25,7 +25,6 @@ import contextlib
 import json
 import math
 import os
-import re
 import sqlite3
 import threading
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from pathlib import Path
 
 from grader.classroom import late as late_rules
 from grader.registry import EXERCISES
+from grader.rubric_line import parse_rubric
 from grader.safetext import ANSWER_LIMIT, NAME_LIMIT, clean, cleaner
 
 ONE_LINE = cleaner(NAME_LIMIT, one_line=True)
@@ -180,11 +180,6 @@ CREATE TABLE IF NOT EXISTS staff_versions ( -- each answer's grade: changes made
     PRIMARY KEY (student, question)
 );
 """
-# A rubric item as a grading's rubric line writes it ("item [1 pt]; item [0.5 pt]",
-# grader.reference.secret.questions.rubric_text): the mark, not the semicolon, ends an item.
-RUBRIC_ITEM = re.compile(r"\s*(.+?)\s*\[(\d+(?:\.\d+)?) pts?\](?:;|$)", re.S)
-
-
 class GradebookError(ValueError):
     """A gradebook that cannot be used as asked; the text is one sentence."""
 
@@ -196,20 +191,6 @@ class StaleMark(GradebookError):
     def __init__(self, text: str, current: dict):
         super().__init__(text)
         self.current = current
-
-
-def parse_rubric(text: str, points_possible: float) -> list[dict]:
-    """A grading's rubric line as items ``{position, text, points}``: the
-    items it marks with their points, or, for a line without marks (a
-    rubric of an earlier version), each ``;``-separated part at an equal
-    share of the question's points."""
-    found = RUBRIC_ITEM.findall(text)
-    if found and RUBRIC_ITEM.sub("", text).strip() == "":
-        items = [(t, float(p)) for t, p in found]
-    else:
-        parts = [t.strip() for t in text.split(";") if t.strip()] or ["the answer"]
-        items = [(t, round(points_possible / len(parts), 2)) for t in parts]
-    return [{"position": i, "text": t, "points": p} for i, (t, p) in enumerate(items, 1)]
 
 
 def now() -> str:
@@ -426,6 +407,9 @@ class Gradebook:
         from grader.report import exercise_scores_of, manual_from_gradescope
 
         student = self.student_id(submission)
+        # As stored and as read back: a result is the JSON it is kept as (a
+        # pair of surrogates written as two is one character read back).
+        result = json.loads(json.dumps(result))
         extra = result.get("extra_data") if isinstance(result.get("extra_data"), dict) else {}
         problems = [str(extra["batch_error"])] if extra.get("batch_error") else \
             [str(p) for p in extra.get("errors") or []]

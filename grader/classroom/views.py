@@ -96,7 +96,7 @@ def rubric_of(out: Path) -> Path:
     return Path(out).with_name(f"{Path(out).stem}_rubric.csv")
 
 
-def mistakes_of(out: Path) -> Path:
+def mistakes_sheet(out: Path) -> Path:
     return Path(out).with_name(Path(out).stem + "-mistakes.csv")
 
 
@@ -185,8 +185,8 @@ def write_all(book: Gradebook, out: Path, *, whole_class: bool = True,
     results = book.results()
     mistakes = class_mistakes(results)
     write_private(out, grades_csv(rows, exercises))
-    written = [mistakes_of(out)]
-    write_private(mistakes_of(out), mistakes_csv(mistakes))
+    written = [mistakes_sheet(out)]
+    write_private(mistakes_sheet(out), mistakes_csv(mistakes))
     questions = book.questions()
     if questions:
         write_private(rubric_of(out), rubric_csv(book))

@@ -14,7 +14,7 @@ the key, not the words, is its id in the class's mistakes table, prefixed
 ``text`` (not graded here: collected with a rubric for staff, worth
 ``staff_points`` of theirs and no autograder points; the rubric is a list of
 ``(points, item)`` whose points add up to ``staff_points``, written for the
-gradebook by ``rubric_text`` and read back into items by the staff's page,
+gradebook by ``grader.rubric_line.rubric_text`` and read back into items by the staff's page,
 ``grader.classroom.staff``).
 
 Every number is computed here from the question's own data, not typed in.
@@ -530,11 +530,3 @@ _KEY = {
 def key(name: str) -> dict:
     """A question's entry of the answer key (hidden suite only)."""
     return {**FORMS[name], **_KEY[name]}
-
-
-def rubric_text(items) -> str:
-    """A rubric's ``(points, item)`` list as the one line a grading carries:
-    ``item [1 pt]; item [0.5 pt]`` (an item may hold a semicolon: the marks
-    end the items, ``grader.classroom.staff.rubric_items`` reads them)."""
-    return "; ".join(f"{text} [{points:g} pt]" for points, text in items)
-

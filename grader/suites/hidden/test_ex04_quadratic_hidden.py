@@ -9,11 +9,11 @@ import torch
 
 from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
 from grader.reference.secret import attention as ref
-from grader.reference.secret import questions as qref
 from grader.reference.secret import roofline as rl
 from grader.reference import timing
 from grader.reference.cases import fixed_rng, fixed_seed, on_case, rng_for
 from grader.reference.mistakes import looks_like
+from grader.rubric_line import rubric_text
 # one definition of how a timer and a plot are judged, the public suite's
 from grader.reference.ex04_checks import ANSWER_NAME, answer_problem, check_loglog, \
     timer_result
@@ -283,7 +283,7 @@ def test_slope_explained_in_words_collected_for_staff(student, request, for_staf
     text = got.strip() if isinstance(got, str) else ""
     for_staff({"exercise": "ex04_quadratic", "question": ANSWER_NAME,
                "points": SLOPE_STAFF_POINTS, "answer": text,
-               "rubric": qref.rubric_text(SLOPE_RUBRIC)})
+               "rubric": rubric_text(SLOPE_RUBRIC)})
     problem = answer_problem(got)
     if problem:
         first, _, rest = problem.partition("\n")

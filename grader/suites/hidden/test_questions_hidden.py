@@ -13,6 +13,7 @@ import pytest
 from grader.feedback import Feedback
 from grader.reference.mistakes import looks_like
 from grader.reference.secret import questions as qref
+from grader.rubric_line import rubric_text
 
 pytestmark = [pytest.mark.exercise("questions"), pytest.mark.hidden]
 
@@ -71,7 +72,7 @@ def test_text_collected_for_staff(student, name, request, for_staff):
     text = got.strip() if isinstance(got, str) else ""
     words = len(text.split())
     for_staff({"exercise": "questions", "question": name, "points": key["staff_points"],
-               "answer": text, "rubric": qref.rubric_text(key["rubric"])})
+               "answer": text, "rubric": rubric_text(key["rubric"])})
     if not qref.MIN_WORDS <= words <= qref.MAX_WORDS:
         raise Feedback(f"{name} has {words} words: staff grade a few sentences "
                        f"({qref.MIN_WORDS} to {qref.MAX_WORDS} words), so this answer will "
