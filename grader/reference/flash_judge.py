@@ -7,6 +7,7 @@ answer: it ships with the student edition.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -85,8 +86,12 @@ def elsewhere_problems(seen) -> list[str]:
     return said
 
 
-def check_authentic(result: dict, q, k, v, *, what: str) -> None:
-    """The work of a traced call happened in the student's own Triton kernel."""
+def check_authentic(result: dict, q, k, v, *, what: str, causal: bool = True) -> None:
+    """The work of a traced call happened in the student's own Triton kernel.
+
+    The watch's findings come first (they name the escape); the grade rests
+    on ``check_work``, which counts what the launches did and fails every
+    escape, the ones no watch sees included."""
     from grader.feedback import Feedback
     moved = elsewhere_problems(result.get("elsewhere"))
     if moved:
@@ -128,6 +133,81 @@ def check_authentic(result: dict, q, k, v, *, what: str) -> None:
                            f"S_q*S_k = {s_q}*{s_k} = {s_q * s_k}: flash attention never "
                            "materializes the scores; keep one tile of them in the kernel.")
     check_inputs_unchanged(result, q, k, v, what=what)
+    check_work(result, q, k, v, what=what, causal=causal)
+
+
+def visible_pairs(s_q: int, s_k: int, causal: bool) -> int:
+    """(query, key) pairs one head's softmax covers: all of them, or under the
+    end-aligned causal mask those with key <= S_k - S_q + query."""
+    if not causal:
+        return s_q * s_k
+    return sum(min(s_k, max(0, s_k - s_q + i + 1)) for i in range(s_q))
+
+
+def attention_flops(q, k, causal: bool) -> int:
+    """The two matmuls' FLOPs, 4 * B * h * d_head per visible (query, key) pair."""
+    heads = math.prod(q.shape[:-2])
+    return 4 * heads * q.shape[-1] * visible_pairs(q.shape[-2], k.shape[-2], causal)
+
+
+def _rows(mask) -> str:
+    """Where a bool tensor of shape (..., S, d) is False, said by its first row."""
+    bad = (~mask).reshape(-1, mask.shape[-1]).any(-1).nonzero().flatten()
+    s = mask.shape[-2] if mask.dim() >= 2 else 1
+    first = int(bad[0]) if len(bad) else 0
+    lead = f"head {first // s}, " if mask.dim() > 2 else ""
+    return f"{len(bad)} of {mask.numel() // mask.shape[-1]} rows, the first {lead}row {first % s}"
+
+
+def check_work(result: dict, q, k, v, *, what: str, causal: bool) -> None:
+    """The output is the work of the call's own launches (``probes/kernel_work.py``):
+    every element written by a launch of this call and left as it wrote it,
+    Q (every row that sees a key), K and V loaded, and at least attention's
+    FLOPs done in ``tl.dot``.  Where the count could not be made in the
+    interpreter, a grader fault (a regrade), never a pass."""
+    from grader.feedback import Feedback
+    work = result.get("work")
+    if not isinstance(work, dict):
+        raise RuntimeError(f"{what}: the worker sent back no count of the kernel's work")
+    if not work.get("counted"):
+        if str(result.get("device", "")).startswith("cuda") and not work.get("error"):
+            return             # a GPU: not countable here; test_gpu_* replays the launches
+        raise RuntimeError(f"{what}: the kernel's work could not be counted: "
+                           f"{work.get('error') or 'no count'}")
+    if not work.get("launches"):
+        raise Feedback(f"{what}: no Triton kernel ran during this call, so no output of "
+                       "this call came from one. Launch your kernel on every call and "
+                       "return the tensor it stored into: cache nothing between calls.")
+    written, kept = work.get("written"), work.get("kept")
+    if written is None or kept is None:
+        raise RuntimeError(f"{what}: the count of the output's elements is missing")
+    if not bool(written.all()):
+        raise Feedback(f"{what}: {_rows(written)}, of the returned output were not written "
+                       "by a kernel launched during this call (computed on the host, kept "
+                       "from an earlier call, or never computed). Every element must be "
+                       "stored by your kernel, into the tensor you return.")
+    if not bool(kept.all()):
+        raise Feedback(f"{what}: {_rows(kept)}, of the returned output were changed after "
+                       "your kernel stored them (host code wrote over the kernel's "
+                       "output). Return the tensor your kernel stored into, as it left it.")
+    s_q, s_k = q.shape[-2], k.shape[-2]
+    sees = torch.tensor([not causal or s_k - s_q + i >= 0 for i in range(s_q)]) \
+        if s_k else torch.zeros(s_q, dtype=torch.bool)
+    for name, tensor, rows in (("q", q, sees), ("k", k, None), ("v", v, None)):
+        loaded = work["loaded"][name]
+        need = loaded if rows is None else loaded[..., rows, :]
+        if not bool(sees.any()) or bool(need.all()):
+            continue
+        raise Feedback(f"{what}: your kernels did not load all of {name} during this call "
+                       f"({_rows(need)}, were never read). Attention reads every row of q "
+                       "that sees a key and all of k and v: pass them to your kernel as "
+                       "they are, no copies made on the host.")
+    need, done = attention_flops(q, k, causal), work.get("dot_flops", 0)
+    if done < need:
+        raise Feedback(f"{what}: your kernels did {done:,} FLOPs in tl.dot during this "
+                       f"call, less than attention's {need:,} (4 * B * h * d_head per "
+                       f"visible (query, key) pair{', causal' if causal else ''}): compute "
+                       "Q K^T and P V with tl.dot in your kernel, for every query row.")
 
 
 def check_inputs_unchanged(result: dict, q, k, v, *, what: str) -> None:

@@ -27,6 +27,7 @@ imported by the benchmark script and ``attn-grade calibrate`` for
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import Counter
@@ -35,6 +36,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .elsewhere import Elsewhere
+from .kernel_work import KernelWork
 
 # Ops that do attention's work in PyTorch instead of the student's kernel.
 FORBIDDEN = {
@@ -255,7 +257,7 @@ def _type_name(value) -> str:
 
 
 def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=True,
-                pass_causal=True, on=None, entry="flash_attention"):
+                pass_causal=True, on=None, entry="flash_attention", again=()):
     """Call ``module.flash_attention`` once under watch; return what happened.
 
     ``q``, ``k``, ``v`` arrive as CPU tensors and are moved to ``on`` (default:
@@ -263,6 +265,9 @@ def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=Tr
     leave those arguments out so that the defaults are used.  ``entry`` names
     the module's function to call instead (``query_block_attention``: the
     given kernel around the student's ``tile_update`` and ``tile_finish``).
+    ``again``: more ``(q, k, v)`` values, each copied *in place* into the same
+    input buffers before one more call under the same watch (an output kept
+    by buffer address is stale there); their records are ``"again"``.
     """
     dev = torch.device(on) if on else device()
     q, k, v = (x.to(dev) for x in (q, k, v))
@@ -271,13 +276,28 @@ def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=Tr
         kwargs["causal"] = causal
     if pass_sm_scale:
         kwargs["sm_scale"] = sm_scale
+    result = _watched(getattr(module, entry), q, k, v, kwargs, dev)
+    if again:
+        result["again"] = []
+    for values in again:
+        for buffer, value in zip((q, k, v), values):
+            buffer.copy_(value.to(dev))
+        result["again"].append(_watched(getattr(module, entry), q, k, v, kwargs, dev))
+    return result
+
+
+def _watched(fn, q, k, v, kwargs, dev) -> dict:
+    """One call of ``fn(q, k, v, **kwargs)`` under every watch and count."""
     root = os.path.abspath(os.getcwd())
+    interpreted = dev.type == "cpu"
+    work = KernelWork({"q": q, "k": k, "v": v}) if interpreted else None
     sync()
-    with _Launcher(root) as launcher, _NumpyWatch() as numpy_watch, _InterpretedAutotune():
+    with _Launcher(root) as launcher, _NumpyWatch() as numpy_watch, _InterpretedAutotune(), \
+            (work or contextlib.nullcontext()):
         trace = _Trace((q, k, v), launcher)
         start = time.perf_counter()
-        with Elsewhere(cpu=dev.type == "cpu") as elsewhere, trace:
-            out = getattr(module, entry)(q, k, v, **kwargs)
+        with Elsewhere(cpu=interpreted) as elsewhere, trace:
+            out = fn(q, k, v, **kwargs)
         sync()
         seconds = time.perf_counter() - start
     result = {
@@ -292,10 +312,13 @@ def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=Tr
         "device": str(dev),
         "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else "",
         "seconds": seconds,
-        "inputs_after": {"q": q.cpu(), "k": k.cpu(), "v": v.cpu()},
+        "inputs_after": {"q": q.cpu().clone(), "k": k.cpu().clone(), "v": v.cpu().clone()},
     }
+    plain = out if type(out) is torch.Tensor else None
+    result["work"] = work.result(plain) if work is not None else \
+        {"counted": False, "error": "", "device": str(dev)}
     if type(out) is torch.Tensor:
-        result["out"] = out.detach().cpu()
+        result["out"] = out.detach().cpu().clone()
         result["out_device"] = str(out.device)
     elif isinstance(out, torch.Tensor):      # a subclass: look only at its plain data
         result["out"] = torch.Tensor(out.detach().cpu()) if out.dtype.is_floating_point \
