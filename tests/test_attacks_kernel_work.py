@@ -11,7 +11,9 @@ kernel tests with a sentence that names what it did.
 from __future__ import annotations
 
 import json
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -110,6 +112,27 @@ def flash_attention(q, k, v, *, causal=True, sm_scale=None):
     _by_address(out)[:, :, rows:] = exact[:, :, rows:]
     return out
 '''),
+    # passes the count: the honest kernel does the work into a scratch buffer, and a
+    # copy kernel stores numbers made on the host; only the replay on new inputs tells
+    "dummy_work": ("did not compute attention of the new values", _NUMPY_ATTENTION + '''
+
+_honest = flash_attention
+
+
+@triton.jit
+def _copy(X, Y, N, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + offs, tl.load(X + offs, mask=offs < N), mask=offs < N)
+
+
+def flash_attention(q, k, v, *, causal=True, sm_scale=None):
+    _honest(q, k, v, causal=causal, sm_scale=sm_scale)        # loads, tl.dot FLOPs: for show
+    done = torch.empty_like(q)
+    _by_address(done)[...] = _exact(*(_by_address(x) for x in (q, k, v)), causal, sm_scale)
+    out = torch.empty_like(q)
+    _copy[(triton.cdiv(out.numel(), 64),)](done, out, out.numel(), BLOCK=64)
+    return out
+'''),
 }
 
 
@@ -129,3 +152,40 @@ def test_outputs_no_launch_computed_lose_the_kernel_tests(tmp_path, attack):
     said = [t.output for t in failures(report, EX)]
     assert said and all(phrase in out for out in said), said
     assert phrase in text
+
+
+def test_a_count_that_could_not_be_made_is_a_regrade():
+    """In the interpreter a missing count is the grader's fault (a regrade), never a pass."""
+    import torch
+
+    from grader.reference import flash_judge
+    q = k = v = torch.zeros(1, 1, 16, 16)
+    for work in (None, {"counted": False, "error": "no builder"},
+                 {"counted": True, "error": "", "launches": 1, "dot_flops": 0,
+                  "loaded": {}}):
+        result = {"device": "cpu", **({"work": work} if work is not None else {})}
+        with pytest.raises(RuntimeError):
+            flash_judge.check_work(result, q, k, v, what="flash_attention", causal=True)
+    with pytest.raises(RuntimeError):
+        flash_judge.check_replay({"device": "cpu"}, q, q, what="flash_attention")
+
+
+def test_counted_work_of_the_solution_meets_every_bound():
+    """The reference solution's count: all of the output written and kept, all of
+    Q, K and V loaded, and at least attention's FLOPs in tl.dot (rows that see no key too)."""
+    from grader.reference import flash_judge
+    from tests.test_ex07_flash import _qkv, _student
+    student = _student(copy_solutions(Path(tempfile.mkdtemp()) / "sub", [EX]))
+    try:
+        for shape, causal in (((1, 2, 2, 40, 30, 16), True), ((2, 2, 1, 37, 53, 32), False)):
+            q, k, v = _qkv(*shape)
+            res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=causal,
+                                on="cpu")
+            work = res["work"]
+            assert work["counted"] and work["launches"] == 1
+            assert work["written"].all() and work["kept"].all()
+            assert all(work["loaded"][n].all() for n in ("k", "v"))
+            assert work["dot_flops"] >= flash_judge.attention_flops(q, k, causal) > 0
+            flash_judge.check_work(res, q, k, v, what="flash_attention", causal=causal)
+    finally:
+        student._worker.close()

@@ -210,6 +210,32 @@ def check_work(result: dict, q, k, v, *, what: str, causal: bool) -> None:
                        "Q K^T and P V with tl.dot in your kernel, for every query row.")
 
 
+def check_replay(result: dict, q, expected, *, what: str) -> None:
+    """The call's launches, made again by the grader on new ``q``, ``k``, ``v``
+    in buffers of its own (``probes/replay.py``), computed ``expected``: the
+    output came from the kernel's work on the inputs, on a GPU as in the
+    interpreter.  ``q``: the new q (its dtype); ``expected``: attention of
+    the new values."""
+    from grader.feedback import Feedback, check_close
+    replay = result.get("replay")
+    if not isinstance(replay, dict):
+        raise RuntimeError(f"{what}: the worker sent back no replay of the launches")
+    said = (f"{what}: the grader made this call's kernel launches again, on new values of "
+            "q, k and v in buffers of its own, and ")
+    if "problem" in replay:
+        raise Feedback(said + f"{replay['problem']}. The output must be what your kernel "
+                       "stores, computed from q, k and v.")
+    atol, rtol = tolerance(_dtype_name(q), result["device"])
+    try:
+        check_close(replay["out"].to(q.dtype), expected, what="the output they left",
+                    atol=atol, rtol=rtol)
+    except Feedback as exc:
+        raise Feedback(said + f"they did not compute attention of the new values: {exc}\n"
+                       "So the output you returned was not your kernel's work on q, k and v "
+                       "(numbers made on the host or before the kernel ran, or a copy of "
+                       "the inputs made on the host, do not change with them).") from None
+
+
 def check_inputs_unchanged(result: dict, q, k, v, *, what: str) -> None:
     from grader.feedback import Feedback
     after = result["inputs_after"]

@@ -324,8 +324,9 @@ def test_flash_fresh_inputs(student):
     """three calls, the inputs' values changed in place between them: each output is right"""
     # In place: the same buffers, so an output kept by address (data_ptr) is stale.
     calls = [_heads(("fresh", i), 1, 2, 2, 24, 24, 16) for i in range(3)]
+    later = _heads(("fresh", "replay"), 1, 2, 2, 24, 24, 16)
     first = student.probe("ex07_flash_attention.run_checked", *calls[0], causal=True,
-                          again=calls[1:])
+                          again=calls[1:], replay=later)
     for i, ((q, k, v), res) in enumerate(zip(calls, [first, *first["again"]])):
         what = f"call {i + 1} of 3, the inputs' values changed in place"
         on_case(what, lambda: flash.check_output(
@@ -334,6 +335,9 @@ def test_flash_fresh_inputs(student):
             hint="An earlier call's output came back? Compute every output from its own "
                  "inputs; cache nothing between calls."))
         flash.check_authentic(res, q, k, v, what=f"flash_attention ({what})")
+    # the first call's launches again, on the grader's buffers: its output was their work
+    flash_judge.check_replay(first, later[0], flash.reference(*later, True),
+                             what="flash_attention (call 1 of 3)")
 
 
 # -- the step before the kernel: tile_update and tile_finish in the given kernel ----------

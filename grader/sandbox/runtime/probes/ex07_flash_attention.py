@@ -37,6 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .elsewhere import Elsewhere
 from .kernel_work import KernelWork
+from .replay import Replay
 
 # Ops that do attention's work in PyTorch instead of the student's kernel.
 FORBIDDEN = {
@@ -129,15 +130,20 @@ class _Trace(TorchDispatchMode):
 
 
 class _Launcher:
-    """Wraps Triton's launch paths to record the kernels a call launches."""
+    """Wraps Triton's launch paths to record the kernels a call launches.
 
-    def __init__(self, root: str):
+    ``replay=Replay(...)`` also keeps each launch (outside an autotuner's
+    benchmarking) to be made again on the grader's buffers."""
+
+    def __init__(self, root: str, replay=None):
         self.root = root
         self.depth = 0
+        self.benching = 0
         self.launches: list = []
+        self.replay = replay
         self._patched: list = []
 
-    def _wrap(self, cls, attr, record: bool):
+    def _wrap(self, cls, attr, record: bool, bench: bool = False):
         original = cls.__dict__[attr]
         probe = self
 
@@ -151,11 +157,15 @@ class _Launcher:
                     "file": os.path.basename(path),
                     "in_submission": bool(path) and path.startswith(probe.root + os.sep),
                 })
+                if probe.replay is not None and not probe.benching:
+                    probe.replay.keep(original, this, args, kwargs)
             probe.depth += 1
+            probe.benching += bench
             try:
                 return original(this, *args, **kwargs)
             finally:
                 probe.depth -= 1
+                probe.benching -= bench
 
         setattr(cls, attr, run)
         self._patched.append((cls, attr, original))
@@ -170,6 +180,8 @@ class _Launcher:
             cls = getattr(autotuner, name, None)
             if cls is not None and "run" in cls.__dict__:
                 self._wrap(cls, "run", False)
+        if "_bench" in autotuner.Autotuner.__dict__:     # its timing runs: not kept to replay
+            self._wrap(autotuner.Autotuner, "_bench", False, bench=True)
         # Under the interpreter every launch ends in one ``GridExecutor`` call:
         # ``kernel[grid](...)`` calls one directly before Triton 3.6 (whose
         # ``InterpretedFunction.run`` was a per-instance closure, out of reach
@@ -257,7 +269,7 @@ def _type_name(value) -> str:
 
 
 def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=True,
-                pass_causal=True, on=None, entry="flash_attention", again=()):
+                pass_causal=True, on=None, entry="flash_attention", again=(), replay=None):
     """Call ``module.flash_attention`` once under watch; return what happened.
 
     ``q``, ``k``, ``v`` arrive as CPU tensors and are moved to ``on`` (default:
@@ -268,6 +280,9 @@ def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=Tr
     ``again``: more ``(q, k, v)`` values, each copied *in place* into the same
     input buffers before one more call under the same watch (an output kept
     by buffer address is stale there); their records are ``"again"``.
+    ``replay``: new ``(q, k, v)`` values; the first call's launches are made
+    again on the grader's own buffers holding them (``replay.Replay``), and
+    the output they leave is ``"replay"``.
     """
     dev = torch.device(on) if on else device()
     q, k, v = (x.to(dev) for x in (q, k, v))
@@ -276,7 +291,12 @@ def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=Tr
         kwargs["causal"] = causal
     if pass_sm_scale:
         kwargs["sm_scale"] = sm_scale
-    result = _watched(getattr(module, entry), q, k, v, kwargs, dev)
+    replayer = Replay(q, k, v) if replay is not None else None
+    result = _watched(getattr(module, entry), q, k, v, kwargs, dev, replayer)
+    if replayer is not None:
+        with _InterpretedAutotune():
+            result["replay"] = replayer.run(*(x.to(dev) for x in replay), result.get("_out"))
+    result.pop("_out", None)
     if again:
         result["again"] = []
     for values in again:
@@ -286,13 +306,13 @@ def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=Tr
     return result
 
 
-def _watched(fn, q, k, v, kwargs, dev) -> dict:
+def _watched(fn, q, k, v, kwargs, dev, replay=None) -> dict:
     """One call of ``fn(q, k, v, **kwargs)`` under every watch and count."""
     root = os.path.abspath(os.getcwd())
     interpreted = dev.type == "cpu"
     work = KernelWork({"q": q, "k": k, "v": v}) if interpreted else None
     sync()
-    with _Launcher(root) as launcher, _NumpyWatch() as numpy_watch, _InterpretedAutotune(), \
+    with _Launcher(root, replay) as launcher, _NumpyWatch() as numpy_watch, _InterpretedAutotune(), \
             (work or contextlib.nullcontext()):
         trace = _Trace((q, k, v), launcher)
         start = time.perf_counter()
@@ -315,6 +335,8 @@ def _watched(fn, q, k, v, kwargs, dev) -> dict:
         "inputs_after": {"q": q.cpu().clone(), "k": k.cpu().clone(), "v": v.cpu().clone()},
     }
     plain = out if type(out) is torch.Tensor else None
+    if replay is not None:
+        result["_out"] = plain           # the replay's, never sent back
     result["work"] = work.result(plain) if work is not None else \
         {"counted": False, "error": "", "device": str(dev)}
     if type(out) is torch.Tensor:
