@@ -159,6 +159,19 @@ def _rows(mask) -> str:
     return f"{len(bad)} of {mask.numel() // mask.shape[-1]} rows, the first {lead}row {first % s}"
 
 
+def _copied(result: dict, q, x) -> str:
+    """What the call's buffers say of an input the kernels did not read: a
+    copy of it (per query head, for K or V), read instead; "" if none."""
+    repeated = math.prod(q.shape[:-2]) * x.shape[-2] * x.shape[-1]
+    big = [b for b in result.get("buffers", []) if b[1] >= x.numel()
+           and not b[0].startswith(("empty", "new_", "zeros", "ones", "full"))]
+    if not big:
+        return ""
+    kind = ": K or V copied for every query head" if big[0][1] >= repeated and x is not q \
+        else ""
+    return f"; a copy of {big[0][1]} elements was made during the call (by {big[0][0]}{kind})"
+
+
 def check_work(result: dict, q, k, v, *, what: str, causal: bool) -> None:
     """The output is the work of the call's own launches (``probes/kernel_work.py``):
     every element written by a launch of this call and left as it wrote it,
@@ -199,9 +212,9 @@ def check_work(result: dict, q, k, v, *, what: str, causal: bool) -> None:
         if not bool(sees.any()) or bool(need.all()):
             continue
         raise Feedback(f"{what}: your kernels did not load all of {name} during this call "
-                       f"({_rows(need)}, were never read). Attention reads every row of q "
-                       "that sees a key and all of k and v: pass them to your kernel as "
-                       "they are, no copies made on the host.")
+                       f"({_rows(need)}, were never read){_copied(result, q, tensor)}. "
+                       "Attention reads every row of q that sees a key and all of k and v: "
+                       "pass them to your kernel as they are, no copies made on the host.")
     need, done = attention_flops(q, k, causal), work.get("dot_flops", 0)
     if done < need:
         raise Feedback(f"{what}: your kernels did {done:,} FLOPs in tl.dot during this "

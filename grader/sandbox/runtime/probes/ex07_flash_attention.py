@@ -10,7 +10,11 @@ return what they saw as data; the suites judge it in the grading process.
   ``scaled_dot_product_attention``...), other PyTorch arithmetic, every new
   buffer with its size, copies to the host or to NumPy, and the Triton
   kernels launched (by wrapping the launchers of ``triton.runtime``).  It
-  returns the output, the inputs as they are after the call, and the trace.
+  returns the output, the inputs as they are after the call, and the trace;
+  in the interpreter also the count of what the launches loaded, stored and
+  multiplied (``kernel_work.py``: what the grade of authenticity rests on),
+  and on request the launches made again on new inputs in the grader's
+  own buffers (``replay.py``: the GPU's check of where the output came from).
 * ``blockwise_traced``: ``blockwise_attention`` with the module's
   ``online_softmax_step`` wrapped to record each tile's width.
 * ``speed_prepare`` / ``speed_run`` / ``speed_collect``: the two sides of
@@ -312,8 +316,9 @@ def _watched(fn, q, k, v, kwargs, dev, replay=None) -> dict:
     interpreted = dev.type == "cpu"
     work = KernelWork({"q": q, "k": k, "v": v}) if interpreted else None
     sync()
-    with _Launcher(root, replay) as launcher, _NumpyWatch() as numpy_watch, _InterpretedAutotune(), \
-            (work or contextlib.nullcontext()):
+    counting = work or contextlib.nullcontext()
+    with _Launcher(root, replay) as launcher, _NumpyWatch() as numpy_watch, \
+            _InterpretedAutotune(), counting:
         trace = _Trace((q, k, v), launcher)
         start = time.perf_counter()
         with Elsewhere(cpu=interpreted) as elsewhere, trace:
