@@ -25,6 +25,8 @@ GPU_TOLERANCES = {
     "float16": (5e-3, 5e-3),
     "bfloat16": (4e-2, 4e-2),
 }
+# The grader's copy of the kernel ex07 gives (probes/ex07_given.py).
+GIVEN_FILE = "ex07_given.py"
 # More PyTorch arithmetic than a wrapper needs (a scale, a cast): the
 # attention itself was computed with PyTorch ops.
 MAX_COMPUTE_OPS = 16
@@ -105,7 +107,9 @@ def check_authentic(result: dict, q, k, v, *, what: str, causal: bool = True) ->
         raise Feedback(f"{what}: PyTorch did attention's work during the call ({listed}). "
                        "The matmuls and the softmax belong inside your Triton kernel: no "
                        "torch.matmul, @, bmm, softmax or scaled_dot_product_attention.")
-    own = [x for x in result["launches"] if x["in_submission"]]
+    # the grader's copy of the given kernel, run where the module lacks it, is theirs
+    given = GIVEN_FILE if result.get("given") else None
+    own = [x for x in result["launches"] if x["in_submission"] or x["file"] == given]
     if not own:
         others = ", ".join(sorted({f"{x['name']} ({x['file']})" for x in result["launches"]}))
         raise Feedback(f"{what}: no Triton kernel of your own was launched during the call"
