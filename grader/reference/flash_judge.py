@@ -855,6 +855,24 @@ def judge_compile(result: dict) -> str:
     return text
 
 
+def _judge_removed_style(r: dict) -> None:
+    """A compile refused because the installed Triton dropped a style (block
+    pointers in 3.9) is not the student's failure and not a GPU's: neither
+    this Triton's interpreter nor its compiler runs it.  A grader fault (a
+    regrade), saying so."""
+    import triton
+
+    from grader.sandbox.runtime.probes.ex07_flash_attention import STYLES_REMOVED
+    for marker, (style, advice) in STYLES_REMOVED.items():
+        if marker in r["error"]:
+            raise RuntimeError(
+                f"your kernel {r['kernel']} uses {style}, which Triton "
+                f"{getattr(triton, '__version__', '?')} (the version this grading ran) no "
+                f"longer supports, in its interpreter or its GPU compiler: the compile check "
+                f"could not be judged here and needs a regrade. {advice[0].upper()}"
+                f"{advice[1:]}.")
+
+
 def _judge_row(t: dict, r: dict) -> None:
     """Raises ``Feedback`` where launch ``r`` of target ``t`` failed to
     compile or does not fit the GPU's shared memory."""
@@ -862,6 +880,7 @@ def _judge_row(t: dict, r: dict) -> None:
     where = f"{r.get('file') or 'your file'}, line {r['line']}" if r.get("line") \
         else (r.get("file") or "your file")
     if not r["ok"]:
+        _judge_removed_style(r)
         hint = next((h for key, h in COMPILE_HINTS if key in r["error"]), "")
         raise Feedback(
             f"your kernel {r['kernel']} does not compile for {t['target']} "

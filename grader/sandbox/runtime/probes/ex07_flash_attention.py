@@ -314,6 +314,45 @@ def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=Tr
     return result
 
 
+# What Triton's interpreter says of a style its installed version no longer
+# runs, and what the student is told then.  Triton 3.9 removed block pointers.
+STYLES_REMOVED = {
+    "Block pointers have been removed": (
+        "block pointers (tl.make_block_ptr, tl.advance)",
+        "older Triton releases run them; to be graded on any supported Triton, load "
+        "your tiles with tl.make_tensor_descriptor or with pointer arithmetic and masks"),
+}
+
+
+def _cannot_run_here(exc: BaseException) -> None:
+    """Raise ``ProbeFailed`` (a regrade: the grader cannot judge, the student
+    did nothing wrong) where the installed Triton itself refused a kernel style
+    that other supported Triton versions run; return otherwise.  Only Triton's
+    own refusal counts: the innermost frame that raised is Triton's."""
+    import triton
+
+    from .gpu_compile import ProbeFailed
+    cause = exc
+    while cause is not None:
+        text = str(cause)
+        for marker, (style, advice) in STYLES_REMOVED.items():
+            if marker in text and _raised_by_triton(cause):
+                raise ProbeFailed(
+                    f"your kernel uses {style}, which Triton {triton.__version__} (the "
+                    f"version this grading ran) no longer supports: its interpreter cannot "
+                    f"run your kernel, so this test could not be judged here and needs a "
+                    f"regrade. {advice[0].upper()}{advice[1:]}.") from None
+        cause = cause.__cause__ or cause.__context__
+
+
+def _raised_by_triton(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    path = tb.tb_frame.f_code.co_filename if tb is not None else ""
+    return f"{os.sep}triton{os.sep}" in path
+
+
 def _entry(module, entry: str):
     """The function to call, and whether it is the grader's copy of the given
     kernel (``ex07_given``: the module has no ``query_block_attention``)."""
@@ -336,7 +375,11 @@ def _watched(fn, q, k, v, kwargs, dev, replay=None) -> dict:
         trace = _Trace((q, k, v), launcher)
         start = time.perf_counter()
         with Elsewhere(cpu=interpreted) as elsewhere, trace:
-            out = fn(q, k, v, **kwargs)
+            try:
+                out = fn(q, k, v, **kwargs)
+            except Exception as exc:
+                _cannot_run_here(exc)
+                raise
         sync()
         seconds = time.perf_counter() - start
     result = {
