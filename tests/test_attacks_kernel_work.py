@@ -163,11 +163,20 @@ def test_a_count_that_could_not_be_made_is_a_regrade():
     for work in (None, {"counted": False, "error": "no builder"},
                  {"counted": True, "error": "", "launches": 1, "dot_flops": 0,
                   "loaded": {}}):
-        result = {"device": "cpu", **({"work": work} if work is not None else {})}
+        result = {"device": "cpu", "out_type": "torch.Tensor", "out_device": "cpu",
+                  **({"work": work} if work is not None else {})}
         with pytest.raises(RuntimeError):
             flash_judge.check_work(result, q, k, v, what="flash_attention", causal=True)
     with pytest.raises(RuntimeError):
         flash_judge.check_replay({"device": "cpu"}, q, q, what="flash_attention")
+    # a count without the output's elements because the answer was not a plain
+    # tensor is the student's, said as such
+    from grader.feedback import Feedback
+    counted = {"counted": True, "error": "", "launches": 1, "dot_flops": 0, "loaded": {}}
+    with pytest.raises(Feedback, match="plain torch.Tensor"):
+        flash_judge.check_work({"device": "cpu", "work": counted, "out_type": "NoneType",
+                                "out_device": ""}, q, k, v, what="flash_attention",
+                               causal=True)
 
 
 def test_counted_work_of_the_solution_meets_every_bound():

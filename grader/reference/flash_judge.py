@@ -197,6 +197,11 @@ def check_work(result: dict, q, k, v, *, what: str, causal: bool) -> None:
                        "return the tensor it stored into: cache nothing between calls.")
     written, kept = work.get("written"), work.get("kept")
     if written is None or kept is None:
+        if result.get("out_type") != "torch.Tensor" or \
+                result.get("out_device") != result.get("device"):
+            raise Feedback(f"{what} returned a {result.get('out_type')} on "
+                           f"{result.get('out_device') or 'no device'}: return the plain "
+                           f"torch.Tensor your kernel stored into, on {result.get('device')}")
         raise RuntimeError(f"{what}: the count of the output's elements is missing")
     if not bool(written.all()):
         raise Feedback(f"{what}: {_rows(written)}, of the returned output were not written "
