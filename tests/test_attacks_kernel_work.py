@@ -3,7 +3,7 @@
 An outside red team took 40/40 on ex07 with attention computed in NumPy
 (the tensors read through DLPack, which no watch sees) behind a Triton
 kernel of its own that touched 16 elements.  The grade now counts what the
-launches did (``probes/kernel_work.py``, judged by ``flash_judge.check_work``):
+launches did (``probes/ex07_work.py``, judged by ``flash_judge.check_work``):
 each submission here is the solution with a hostile ``flash_attention``
 defined last, graded as an instructor grades a folder, and it loses the
 kernel tests with a sentence that names what it did.

@@ -177,7 +177,7 @@ def _copied(result: dict, q, x) -> str:
 
 
 def check_work(result: dict, q, k, v, *, what: str, causal: bool) -> None:
-    """The output is the work of the call's own launches (``probes/kernel_work.py``):
+    """The output is the work of the call's own launches (``probes/ex07_work.py``):
     every element written by a launch of this call and left as it wrote it,
     Q (every row that sees a key), K and V loaded, and at least attention's
     FLOPs done in ``tl.dot``.  Where the count could not be made in the
@@ -234,7 +234,7 @@ def check_work(result: dict, q, k, v, *, what: str, causal: bool) -> None:
 
 def check_replay(result: dict, q, expected, *, what: str) -> None:
     """The call's launches, made again by the grader on new ``q``, ``k``, ``v``
-    in buffers of its own (``probes/replay.py``), computed ``expected``: the
+    in buffers of its own (``probes/ex07_replay.py``), computed ``expected``: the
     output came from the kernel's work on the inputs, on a GPU as in the
     interpreter.  ``q``: the new q (its dtype); ``expected``: attention of
     the new values."""
@@ -865,14 +865,18 @@ def _judge_removed_style(r: dict) -> None:
     pointers in 3.9) is not the student's failure and not a GPU's: neither
     this Triton's interpreter nor its compiler runs it.  A grader fault (a
     regrade), saying so."""
-    import triton
+    from importlib import metadata
 
     from grader.sandbox.runtime.probes.ex07_flash_attention import STYLES_REMOVED
     for marker, (style, advice) in STYLES_REMOVED.items():
         if marker in r["error"]:
+            try:
+                version = metadata.version("triton")
+            except metadata.PackageNotFoundError:
+                version = "?"
             raise RuntimeError(
                 f"your kernel {r['kernel']} uses {style}, which Triton "
-                f"{getattr(triton, '__version__', '?')} (the version this grading ran) no "
+                f"{version} (the version this grading ran) no "
                 f"longer supports, in its interpreter or its GPU compiler: the compile check "
                 f"could not be judged here and needs a regrade. {advice[0].upper()}"
                 f"{advice[1:]}.")

@@ -12,9 +12,9 @@ return what they saw as data; the suites judge it in the grading process.
   kernels launched (by wrapping the launchers of ``triton.runtime``).  It
   returns the output, the inputs as they are after the call, and the trace;
   in the interpreter also the count of what the launches loaded, stored and
-  multiplied (``kernel_work.py``: what the grade of authenticity rests on),
+  multiplied (``ex07_work.py``: what the grade of authenticity rests on),
   and on request the launches made again on new inputs in the grader's
-  own buffers (``replay.py``: the GPU's check of where the output came from).
+  own buffers (``ex07_replay.py``: the GPU's check of where the output came from).
 * ``blockwise_traced``: ``blockwise_attention`` with the module's
   ``online_softmax_step`` wrapped to record each tile's width.
 * ``speed_prepare`` / ``speed_run`` / ``speed_collect``: the two sides of
@@ -40,8 +40,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .elsewhere import Elsewhere
-from .kernel_work import KernelWork
-from .replay import Replay
+from .ex07_work import KernelWork
+from .ex07_replay import Replay
 
 # Ops that do attention's work in PyTorch instead of the student's kernel.
 FORBIDDEN = {
@@ -287,7 +287,7 @@ def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=Tr
     input buffers before one more call under the same watch (an output kept
     by buffer address is stale there); their records are ``"again"``.
     ``replay``: new ``(q, k, v)`` values; the first call's launches are made
-    again on the grader's own buffers holding them (``replay.Replay``), and
+    again on the grader's own buffers holding them (``ex07_replay.Replay``), and
     the output they leave is ``"replay"``.
     """
     dev = torch.device(on) if on else device()

@@ -17,7 +17,7 @@ there: numbers computed on the host and copied in, or kept from an earlier
 call, were not.  The grading process judges it (``flash_judge.check_work``).
 
 Only the CPU interpreter can be counted so; on a GPU ``result`` says
-``counted: False`` and the grade rests on the replay (``replay.py``).
+``counted: False`` and the grade rests on the replay (``ex07_replay.py``).
 """
 from __future__ import annotations
 

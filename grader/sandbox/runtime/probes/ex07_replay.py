@@ -14,7 +14,7 @@ ran belong to the old inputs: only a kernel that computes attention from
 ``q``, ``k`` and ``v`` gives the new inputs' answer.  It works the same on
 a GPU (``JITFunction.run``) and in the interpreter (``GridExecutor``), so it
 is the GPU's check of where the output came from, where no load or store
-can be counted (``kernel_work.py``).  Limits: a kernel that reads a copy of
+can be counted (``ex07_work.py``).  Limits: a kernel that reads a copy of
 ``q`` made on the host (``q * scale``) replays on the old copy and fails,
 so the kernel must read the inputs themselves; arguments that are neither
 tensors nor tensor descriptors are passed as they were.
