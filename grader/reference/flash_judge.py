@@ -7,6 +7,7 @@ answer: it ships with the student edition.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -24,6 +25,8 @@ GPU_TOLERANCES = {
     "float16": (5e-3, 5e-3),
     "bfloat16": (4e-2, 4e-2),
 }
+# The grader's copy of the kernel ex07 gives (probes/ex07_given.py).
+GIVEN_FILE = "ex07_given.py"
 # More PyTorch arithmetic than a wrapper needs (a scale, a cast): the
 # attention itself was computed with PyTorch ops.
 MAX_COMPUTE_OPS = 16
@@ -85,8 +88,12 @@ def elsewhere_problems(seen) -> list[str]:
     return said
 
 
-def check_authentic(result: dict, q, k, v, *, what: str) -> None:
-    """The work of a traced call happened in the student's own Triton kernel."""
+def check_authentic(result: dict, q, k, v, *, what: str, causal: bool = True) -> None:
+    """The work of a traced call happened in the student's own Triton kernel.
+
+    The watch's findings come first (they name the escape); the grade rests
+    on ``check_work``, which counts what the launches did and fails every
+    escape, the ones no watch sees included."""
     from grader.feedback import Feedback
     moved = elsewhere_problems(result.get("elsewhere"))
     if moved:
@@ -100,7 +107,9 @@ def check_authentic(result: dict, q, k, v, *, what: str) -> None:
         raise Feedback(f"{what}: PyTorch did attention's work during the call ({listed}). "
                        "The matmuls and the softmax belong inside your Triton kernel: no "
                        "torch.matmul, @, bmm, softmax or scaled_dot_product_attention.")
-    own = [x for x in result["launches"] if x["in_submission"]]
+    # the grader's copy of the given kernel, run where the module lacks it, is theirs
+    given = GIVEN_FILE if result.get("given") else None
+    own = [x for x in result["launches"] if x["in_submission"] or x["file"] == given]
     if not own:
         others = ", ".join(sorted({f"{x['name']} ({x['file']})" for x in result["launches"]}))
         raise Feedback(f"{what}: no Triton kernel of your own was launched during the call"
@@ -128,6 +137,125 @@ def check_authentic(result: dict, q, k, v, *, what: str) -> None:
                            f"S_q*S_k = {s_q}*{s_k} = {s_q * s_k}: flash attention never "
                            "materializes the scores; keep one tile of them in the kernel.")
     check_inputs_unchanged(result, q, k, v, what=what)
+    check_work(result, q, k, v, what=what, causal=causal)
+
+
+def visible_pairs(s_q: int, s_k: int, causal: bool) -> int:
+    """(query, key) pairs one head's softmax covers: all of them, or under the
+    end-aligned causal mask those with key <= S_k - S_q + query."""
+    if not causal:
+        return s_q * s_k
+    return sum(min(s_k, max(0, s_k - s_q + i + 1)) for i in range(s_q))
+
+
+def attention_flops(q, k, causal: bool) -> int:
+    """The two matmuls' FLOPs, 4 * B * h * d_head per visible (query, key) pair."""
+    heads = math.prod(q.shape[:-2])
+    return 4 * heads * q.shape[-1] * visible_pairs(q.shape[-2], k.shape[-2], causal)
+
+
+def _rows(mask) -> str:
+    """Where a bool tensor of shape (..., S, d) is False, said by its first row."""
+    bad = (~mask).reshape(-1, mask.shape[-1]).any(-1).nonzero().flatten()
+    s = mask.shape[-2] if mask.dim() >= 2 else 1
+    first = int(bad[0]) if len(bad) else 0
+    lead = f"head {first // s}, " if mask.dim() > 2 else ""
+    return f"{len(bad)} of {mask.numel() // mask.shape[-1]} rows, the first {lead}row {first % s}"
+
+
+def _copied(result: dict, q, x) -> str:
+    """What the call's buffers say of an input the kernels did not read: a
+    copy of it (per query head, for K or V), read instead; "" if none."""
+    repeated = math.prod(q.shape[:-2]) * x.shape[-2] * x.shape[-1]
+    big = [b for b in result.get("buffers", []) if b[1] >= x.numel()
+           and not b[0].startswith(("empty", "new_", "zeros", "ones", "full"))]
+    if not big:
+        return ""
+    kind = ": K or V copied for every query head" if big[0][1] >= repeated and x is not q \
+        else ""
+    return f"; a copy of {big[0][1]} elements was made during the call (by {big[0][0]}{kind})"
+
+
+def check_work(result: dict, q, k, v, *, what: str, causal: bool) -> None:
+    """The output is the work of the call's own launches (``probes/ex07_work.py``):
+    every element written by a launch of this call and left as it wrote it,
+    Q (every row that sees a key), K and V loaded, and at least attention's
+    FLOPs done in ``tl.dot``.  Where the count could not be made in the
+    interpreter, a grader fault (a regrade), never a pass."""
+    from grader.feedback import Feedback
+    work = result.get("work")
+    if not isinstance(work, dict):
+        raise RuntimeError(f"{what}: the worker sent back no count of the kernel's work")
+    if not work.get("counted"):
+        if str(result.get("device", "")).startswith("cuda") and not work.get("error"):
+            return             # a GPU: not countable here; test_gpu_* replays the launches
+        raise RuntimeError(f"{what}: the kernel's work could not be counted: "
+                           f"{work.get('error') or 'no count'}")
+    if not work.get("launches"):
+        raise Feedback(f"{what}: no Triton kernel ran during this call, so no output of "
+                       "this call came from one. Launch your kernel on every call and "
+                       "return the tensor it stored into: cache nothing between calls.")
+    written, kept = work.get("written"), work.get("kept")
+    if written is None or kept is None:
+        if result.get("out_type") != "torch.Tensor" or \
+                result.get("out_device") != result.get("device"):
+            raise Feedback(f"{what} returned a {result.get('out_type')} on "
+                           f"{result.get('out_device') or 'no device'}: return the plain "
+                           f"torch.Tensor your kernel stored into, on {result.get('device')}")
+        raise RuntimeError(f"{what}: the count of the output's elements is missing")
+    if not bool(written.all()):
+        raise Feedback(f"{what}: {_rows(written)}, of the returned output were not written "
+                       "by a kernel launched during this call (computed on the host, kept "
+                       "from an earlier call, or never computed). Every element must be "
+                       "stored by your kernel, into the tensor you return.")
+    if not bool(kept.all()):
+        raise Feedback(f"{what}: {_rows(kept)}, of the returned output were changed after "
+                       "your kernel stored them (host code wrote over the kernel's "
+                       "output). Return the tensor your kernel stored into, as it left it.")
+    s_q, s_k = q.shape[-2], k.shape[-2]
+    sees = torch.tensor([not causal or s_k - s_q + i >= 0 for i in range(s_q)]) \
+        if s_k else torch.zeros(s_q, dtype=torch.bool)
+    for name, tensor, rows in (("q", q, sees), ("k", k, None), ("v", v, None)):
+        loaded = work["loaded"][name]
+        need = loaded if rows is None else loaded[..., rows, :]
+        if not bool(sees.any()) or bool(need.all()):
+            continue
+        raise Feedback(f"{what}: your kernels did not load all of {name} during this call "
+                       f"({_rows(need)}, were never read){_copied(result, q, tensor)}. "
+                       "Attention reads every row of q that sees a key and all of k and v: "
+                       "pass them to your kernel as they are, no copies made on the host.")
+    need, done = attention_flops(q, k, causal), work.get("dot_flops", 0)
+    if done < need:
+        raise Feedback(f"{what}: your kernels did {done:,} FLOPs in tl.dot during this "
+                       f"call, less than attention's {need:,} (4 * B * h * d_head per "
+                       f"visible (query, key) pair{', causal' if causal else ''}): compute "
+                       "Q K^T and P V with tl.dot in your kernel, for every query row.")
+
+
+def check_replay(result: dict, q, expected, *, what: str) -> None:
+    """The call's launches, made again by the grader on new ``q``, ``k``, ``v``
+    in buffers of its own (``probes/ex07_replay.py``), computed ``expected``: the
+    output came from the kernel's work on the inputs, on a GPU as in the
+    interpreter.  ``q``: the new q (its dtype); ``expected``: attention of
+    the new values."""
+    from grader.feedback import Feedback, check_close
+    replay = result.get("replay")
+    if not isinstance(replay, dict):
+        raise RuntimeError(f"{what}: the worker sent back no replay of the launches")
+    said = (f"{what}: the grader made this call's kernel launches again, on new values of "
+            "q, k and v in buffers of its own, and ")
+    if "problem" in replay:
+        raise Feedback(said + f"{replay['problem']}. The output must be what your kernel "
+                       "stores, computed from q, k and v.")
+    atol, rtol = tolerance(_dtype_name(q), result["device"])
+    try:
+        check_close(replay["out"].to(q.dtype), expected, what="the output they left",
+                    atol=atol, rtol=rtol)
+    except Feedback as exc:
+        raise Feedback(said + f"they did not compute attention of the new values: {exc}\n"
+                       "So the output you returned was not your kernel's work on q, k and v "
+                       "(numbers made on the host or before the kernel ran, or a copy of "
+                       "the inputs made on the host, do not change with them).") from None
 
 
 def check_inputs_unchanged(result: dict, q, k, v, *, what: str) -> None:
@@ -732,6 +860,28 @@ def judge_compile(result: dict) -> str:
     return text
 
 
+def _judge_removed_style(r: dict) -> None:
+    """A compile refused because the installed Triton dropped a style (block
+    pointers in 3.9) is not the student's failure and not a GPU's: neither
+    this Triton's interpreter nor its compiler runs it.  A grader fault (a
+    regrade), saying so."""
+    from importlib import metadata
+
+    from grader.sandbox.runtime.probes.ex07_flash_attention import STYLES_REMOVED
+    for marker, (style, advice) in STYLES_REMOVED.items():
+        if marker in r["error"]:
+            try:
+                version = metadata.version("triton")
+            except metadata.PackageNotFoundError:
+                version = "?"
+            raise RuntimeError(
+                f"your kernel {r['kernel']} uses {style}, which Triton "
+                f"{version} (the version this grading ran) no "
+                f"longer supports, in its interpreter or its GPU compiler: the compile check "
+                f"could not be judged here and needs a regrade. {advice[0].upper()}"
+                f"{advice[1:]}.")
+
+
 def _judge_row(t: dict, r: dict) -> None:
     """Raises ``Feedback`` where launch ``r`` of target ``t`` failed to
     compile or does not fit the GPU's shared memory."""
@@ -739,6 +889,7 @@ def _judge_row(t: dict, r: dict) -> None:
     where = f"{r.get('file') or 'your file'}, line {r['line']}" if r.get("line") \
         else (r.get("file") or "your file")
     if not r["ok"]:
+        _judge_removed_style(r)
         hint = next((h for key, h in COMPILE_HINTS if key in r["error"]), "")
         raise Feedback(
             f"your kernel {r['kernel']} does not compile for {t['target']} "

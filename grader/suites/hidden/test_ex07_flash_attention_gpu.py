@@ -18,6 +18,7 @@ import torch
 
 from grader.gpu.calibrate import tiers_for
 from grader.feedback import Feedback
+from grader.reference import flash_judge
 from grader.reference.secret import flash
 from grader.reference.cases import fixed_rng
 from grader.report import SPEED_RATIO
@@ -52,15 +53,21 @@ def test_gpu_long_sequences(student, dtype, machine):
     machine.setdefault("GPU", torch.cuda.get_device_name())
     for name, (b, h, h_kv, s_q, s_k, d, causal) in CORRECTNESS_CASES.items():
         rng = fixed_rng("ex07-gpu", name, dtype)
-        q, k, v = (torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
-                   .to(getattr(torch, dtype))
-                   for shape in ((b, h, s_q, d), (b, h_kv, s_k, d), (b, h_kv, s_k, d)))
-        res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=causal)
+        q, k, v, q2, k2, v2 = (
+            torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
+            .to(getattr(torch, dtype))
+            for shape in ((b, h, s_q, d), (b, h_kv, s_k, d), (b, h_kv, s_k, d)) * 2)
+        # replay: the call's launches again on new values in the grader's buffers
+        # (on a GPU nothing counts loads and stores: this shows where the output came from)
+        res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=causal,
+                            replay=(q2, k2, v2))
         what = f"flash_attention in {dtype} ({name})"
         expected = flash.reference(q, k, v, causal, device="cuda")
         try:
             flash.check_output(res, q, expected, what=what)
-            flash.check_authentic(res, q, k, v, what=what)
+            flash.check_authentic(res, q, k, v, what=what, causal=causal)
+            flash_judge.check_replay(res, q2, flash.reference(q2, k2, v2, causal,
+                                                              device="cuda"), what=what)
         except Feedback as exc:
             atol, rtol = flash.tolerance(dtype, "cuda")
             raise Feedback(f"{exc}\n(named tolerance for {dtype} on a GPU: atol={atol:g}, "

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from grader.feedback import Feedback, check_close
+from grader.reference import flash_judge
 from grader.reference.secret import flash
 from grader.reference.cases import fixed_rng, on_case, rng_for
 
@@ -247,7 +248,7 @@ def _flash_check(student, key, shape, *, sm_scale=None, pass_sm_scale=True, pass
     on_case(text, lambda: flash.check_output(
         res, q, flash.reference(q, k, v, causal, sm_scale), what=what,
         mistakes=lambda: flash.flash_mistakes(q, k, v, causal, sm_scale, names=names)))
-    on_case(text, lambda: flash.check_authentic(res, q, k, v, what=what))
+    on_case(text, lambda: flash.check_authentic(res, q, k, v, what=what, causal=causal))
     return q, k, v, res
 
 
@@ -283,7 +284,8 @@ def test_flash_no_score_matrix(student):
     b, h, s, d = 1, 1, 96, 16          # S*S = 9216 elements > q, k, v (1536 each)
     q, k, v = _heads(("scores",), b, h, h, s, s, d)
     res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=False)
-    flash.check_authentic(res, q, k, v, what="flash_attention(q, k, v, causal=False)")
+    flash.check_authentic(res, q, k, v, what="flash_attention(q, k, v, causal=False)",
+                          causal=False)
     flash.check_output(res, q, flash.reference(q, k, v, False),
                        what="flash_attention(q, k, v, causal=False)",
                        mistakes=lambda: flash.flash_mistakes(q, k, v, False))
@@ -299,6 +301,7 @@ def test_flash_gqa_without_copies(student):
     flash.check_output(res, q, flash.reference(q, k, v, True), what=what,
                        mistakes=lambda: flash.flash_mistakes(q, k, v, True))
     flash.check_no_kv_copy(res, q, k, what=what)
+    flash_judge.check_work(res, q, k, v, what=what, causal=True)
 
 
 @pytest.mark.points(1)
@@ -311,22 +314,30 @@ def test_flash_inputs_unchanged(student):
     flash.check_output(res, q, flash.reference(q, k, v, True, 0.5),
                        what="flash_attention(q, k, v, sm_scale=0.5)",
                        mistakes=lambda: flash.flash_mistakes(q, k, v, True, 0.5))
+    flash_judge.check_work(res, q, k, v, what="flash_attention(q, k, v, sm_scale=0.5)",
+                           causal=True)
 
 
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(240)
 def test_flash_fresh_inputs(student):
-    """three calls with new data of the same shape: each output is right"""
-    for i in range(3):
-        q, k, v = _heads(("fresh", i), 1, 2, 2, 24, 24, 16)
-        res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True)
-        what = f"call {i + 1} of 3 with new inputs of the same shape"
+    """three calls, the inputs' values changed in place between them: each output is right"""
+    # In place: the same buffers, so an output kept by address (data_ptr) is stale.
+    calls = [_heads(("fresh", i), 1, 2, 2, 24, 24, 16) for i in range(3)]
+    later = _heads(("fresh", "replay"), 1, 2, 2, 24, 24, 16)
+    first = student.probe("ex07_flash_attention.run_checked", *calls[0], causal=True,
+                          again=calls[1:], replay=later)
+    for i, ((q, k, v), res) in enumerate(zip(calls, [first, *first["again"]])):
+        what = f"call {i + 1} of 3, the inputs' values changed in place"
         on_case(what, lambda: flash.check_output(
             res, q, flash.reference(q, k, v, True), what="flash_attention(q, k, v)",
             mistakes=lambda: flash.flash_mistakes(q, k, v, True),
             hint="An earlier call's output came back? Compute every output from its own "
                  "inputs; cache nothing between calls."))
         flash.check_authentic(res, q, k, v, what=f"flash_attention ({what})")
+    # the first call's launches again, on the grader's buffers: its output was their work
+    flash_judge.check_replay(first, later[0], flash.reference(*later, True),
+                             what="flash_attention (call 1 of 3)")
 
 
 # -- the step before the kernel: tile_update and tile_finish in the given kernel ----------
@@ -348,7 +359,7 @@ def _block_check(student, q, k, v, causal, sm_scale, text):
         res, q, flash.query_block_reference(q, k, v, causal, sm_scale), what=what,
         mistakes=lambda: flash.query_block_mistakes(q, k, v, causal, sm_scale),
         hint="Check tile_update against online_softmax_step: the same update, in Triton ops."))
-    on_case(text, lambda: flash.check_authentic(res, q, k, v, what=what))
+    on_case(text, lambda: flash.check_authentic(res, q, k, v, what=what, causal=causal))
 
 
 @pytest.mark.points(1)

@@ -103,7 +103,7 @@ def test_flash_attention_small(student, case):
     names = KERNEL_MISTAKES + (["sm_scale_ignored"] if sm_scale is not None else [])
     flash.check_output(res, q, flash.reference(q, k, v, causal, sm_scale), what=what,
                        mistakes=flash.flash_mistakes(q, k, v, causal, sm_scale, names=names))
-    flash.check_authentic(res, q, k, v, what=what)
+    flash.check_authentic(res, q, k, v, what=what, causal=causal)
     flash_judge.check_inputs_unchanged(res, q, k, v, what=what)
     if h != h_kv:
         flash_judge.check_no_kv_copy(res, q, k, what=what)
@@ -115,10 +115,12 @@ def test_flash_attention_small(student, case):
 def test_flash_attention_in_your_kernel(student):
     """flash_attention(q, k, v) by default (causal, 1/sqrt(d_head)): in your own Triton kernel,
     never building the (S_q, S_k) scores, each call from its own inputs"""
-    for i in range(2):   # new data of the same shape: an earlier call's output must not return
-        q, k, v = _heads(("kernel", i), 1, 1, 1, 64, 64, 16)
-        res = student.probe("ex07_flash_attention.run_checked", q, k, v, pass_sm_scale=False,
-                            pass_causal=False)
+    # The second call's inputs are new values in the same buffers (copied in place):
+    # an earlier call's output, kept by buffer address, must not come back.
+    calls = [_heads(("kernel", i), 1, 1, 1, 64, 64, 16) for i in range(2)]
+    first = student.probe("ex07_flash_attention.run_checked", *calls[0], pass_sm_scale=False,
+                          pass_causal=False, again=calls[1:])
+    for i, ((q, k, v), res) in enumerate(zip(calls, [first, *first["again"]])):
         what = "flash_attention(q, k, v)" + (" (a second call, new inputs)" if i else "")
         if not i:
             flash.check_authentic(res, q, k, v, what=what)
@@ -141,10 +143,16 @@ def test_flash_attention_gpu_fp16(student):
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
     q, k, v = (x.half() for x in _heads("gpu", 1, 4, 2, 1024, 1024, 64))
-    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True)
+    later = tuple(x.half() for x in _heads("gpu-replay", 1, 4, 2, 1024, 1024, 64))
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True,
+                        replay=later)
     what = "flash_attention(q, k, v) in float16 on the GPU"
     flash.check_output(res, q, flash.reference(q, k, v, True, device="cuda"), what=what)
     flash.check_authentic(res, q, k, v, what=what)
+    # on a GPU nothing counts loads and stores: the launches made again on the
+    # grader's buffers show where the output came from
+    flash_judge.check_replay(res, later[0], flash.reference(*later, True, device="cuda"),
+                             what=what)
 
 
 @needs_triton
@@ -184,6 +192,8 @@ def test_query_block_small(student):
     flash.check_output(res, q, flash.query_block_reference(q, k, v, False),
                        what="query_block_attention(q, k, v, causal=False)",
                        mistakes=flash.query_block_mistakes(q, k, v, False))
+    flash_judge.check_work(res, q, k, v, what="query_block_attention(q, k, v, causal=False)",
+                           causal=False)
 
 
 @needs_triton
@@ -197,3 +207,5 @@ def test_query_block_rows_that_see_nothing(student):
     flash.check_output(res, q, flash.query_block_reference(q, k, v, True),
                        what="query_block_attention(q, k, v, causal=True) with S_q=40, S_k=30",
                        mistakes=flash.query_block_mistakes(q, k, v, True))
+    flash_judge.check_work(res, q, k, v, what="query_block_attention(q, k, v, causal=True)",
+                           causal=True)

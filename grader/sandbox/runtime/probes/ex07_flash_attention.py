@@ -10,7 +10,11 @@ return what they saw as data; the suites judge it in the grading process.
   ``scaled_dot_product_attention``...), other PyTorch arithmetic, every new
   buffer with its size, copies to the host or to NumPy, and the Triton
   kernels launched (by wrapping the launchers of ``triton.runtime``).  It
-  returns the output, the inputs as they are after the call, and the trace.
+  returns the output, the inputs as they are after the call, and the trace;
+  in the interpreter also the count of what the launches loaded, stored and
+  multiplied (``ex07_work.py``: what the grade of authenticity rests on),
+  and on request the launches made again on new inputs in the grader's
+  own buffers (``ex07_replay.py``: the GPU's check of where the output came from).
 * ``blockwise_traced``: ``blockwise_attention`` with the module's
   ``online_softmax_step`` wrapped to record each tile's width.
 * ``speed_prepare`` / ``speed_run`` / ``speed_collect``: the two sides of
@@ -27,6 +31,7 @@ imported by the benchmark script and ``attn-grade calibrate`` for
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import Counter
@@ -35,6 +40,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .elsewhere import Elsewhere
+from .ex07_work import KernelWork
+from .ex07_replay import Replay
 
 # Ops that do attention's work in PyTorch instead of the student's kernel.
 FORBIDDEN = {
@@ -127,15 +134,20 @@ class _Trace(TorchDispatchMode):
 
 
 class _Launcher:
-    """Wraps Triton's launch paths to record the kernels a call launches."""
+    """Wraps Triton's launch paths to record the kernels a call launches.
 
-    def __init__(self, root: str):
+    ``replay=Replay(...)`` also keeps each launch (outside an autotuner's
+    benchmarking) to be made again on the grader's buffers."""
+
+    def __init__(self, root: str, replay=None):
         self.root = root
         self.depth = 0
+        self.benching = 0
         self.launches: list = []
+        self.replay = replay
         self._patched: list = []
 
-    def _wrap(self, cls, attr, record: bool):
+    def _wrap(self, cls, attr, record: bool, bench: bool = False):
         original = cls.__dict__[attr]
         probe = self
 
@@ -149,11 +161,15 @@ class _Launcher:
                     "file": os.path.basename(path),
                     "in_submission": bool(path) and path.startswith(probe.root + os.sep),
                 })
+                if probe.replay is not None and not probe.benching:
+                    probe.replay.keep(original, this, args, kwargs)
             probe.depth += 1
+            probe.benching += bench
             try:
                 return original(this, *args, **kwargs)
             finally:
                 probe.depth -= 1
+                probe.benching -= bench
 
         setattr(cls, attr, run)
         self._patched.append((cls, attr, original))
@@ -168,6 +184,8 @@ class _Launcher:
             cls = getattr(autotuner, name, None)
             if cls is not None and "run" in cls.__dict__:
                 self._wrap(cls, "run", False)
+        if "_bench" in autotuner.Autotuner.__dict__:     # its timing runs: not kept to replay
+            self._wrap(autotuner.Autotuner, "_bench", False, bench=True)
         # Under the interpreter every launch ends in one ``GridExecutor`` call:
         # ``kernel[grid](...)`` calls one directly before Triton 3.6 (whose
         # ``InterpretedFunction.run`` was a per-instance closure, out of reach
@@ -255,14 +273,22 @@ def _type_name(value) -> str:
 
 
 def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=True,
-                pass_causal=True, on=None, entry="flash_attention"):
+                pass_causal=True, on=None, entry="flash_attention", again=(), replay=None):
     """Call ``module.flash_attention`` once under watch; return what happened.
 
     ``q``, ``k``, ``v`` arrive as CPU tensors and are moved to ``on`` (default:
     CUDA if present, else the CPU).  ``pass_sm_scale=False`` / ``pass_causal=False``
     leave those arguments out so that the defaults are used.  ``entry`` names
     the module's function to call instead (``query_block_attention``: the
-    given kernel around the student's ``tile_update`` and ``tile_finish``).
+    given kernel around the student's ``tile_update`` and ``tile_finish``;
+    the grader's copy of it, ``ex07_given``, where the module lacks it, and
+    then ``"given"`` is True).
+    ``again``: more ``(q, k, v)`` values, each copied *in place* into the same
+    input buffers before one more call under the same watch (an output kept
+    by buffer address is stale there); their records are ``"again"``.
+    ``replay``: new ``(q, k, v)`` values; the first call's launches are made
+    again on the grader's own buffers holding them (``ex07_replay.Replay``), and
+    the output they leave is ``"replay"``.
     """
     dev = torch.device(on) if on else device()
     q, k, v = (x.to(dev) for x in (q, k, v))
@@ -271,13 +297,89 @@ def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=Tr
         kwargs["causal"] = causal
     if pass_sm_scale:
         kwargs["sm_scale"] = sm_scale
+    fn, given = _entry(module, entry)
+    replayer = Replay(q, k, v) if replay is not None else None
+    result = _watched(fn, q, k, v, kwargs, dev, replayer)
+    result["given"] = given
+    if replayer is not None:
+        with _InterpretedAutotune():
+            result["replay"] = replayer.run(*(x.to(dev) for x in replay), result.get("_out"))
+    result.pop("_out", None)
+    if again:
+        result["again"] = []
+    for values in again:
+        for buffer, value in zip((q, k, v), values):
+            buffer.copy_(value.to(dev))
+        result["again"].append(_watched(fn, q, k, v, kwargs, dev))
+    return result
+
+
+# What Triton's interpreter says of a style its installed version no longer
+# runs, and what the student is told then.  Triton 3.9 removed block pointers.
+STYLES_REMOVED = {
+    "Block pointers have been removed": (
+        "block pointers (tl.make_block_ptr, tl.advance)",
+        "older Triton releases run them; to be graded on any supported Triton, load "
+        "your tiles with tl.make_tensor_descriptor or with pointer arithmetic and masks"),
+}
+
+
+def _cannot_run_here(exc: BaseException) -> None:
+    """Raise ``ProbeFailed`` (a regrade: the grader cannot judge, the student
+    did nothing wrong) where the installed Triton itself refused a kernel style
+    that other supported Triton versions run; return otherwise.  Only Triton's
+    own refusal counts: the innermost frame that raised is Triton's."""
+    import triton
+
+    from .gpu_compile import ProbeFailed
+    cause = exc
+    while cause is not None:
+        text = str(cause)
+        for marker, (style, advice) in STYLES_REMOVED.items():
+            if marker in text and _raised_by_triton(cause):
+                raise ProbeFailed(
+                    f"your kernel uses {style}, which Triton {triton.__version__} (the "
+                    f"version this grading ran) no longer supports: its interpreter cannot "
+                    f"run your kernel, so this test could not be judged here and needs a "
+                    f"regrade. {advice[0].upper()}{advice[1:]}.") from None
+        cause = cause.__cause__ or cause.__context__
+
+
+def _raised_by_triton(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    path = tb.tb_frame.f_code.co_filename if tb is not None else ""
+    return f"{os.sep}triton{os.sep}" in path
+
+
+def _entry(module, entry: str):
+    """The function to call, and whether it is the grader's copy of the given
+    kernel (``ex07_given``: the module has no ``query_block_attention``)."""
+    fn = getattr(module, entry, None)
+    if fn is None and entry == "query_block_attention":
+        from . import ex07_given
+        return ex07_given.bound(module), True
+    return getattr(module, entry), False
+
+
+def _watched(fn, q, k, v, kwargs, dev, replay=None) -> dict:
+    """One call of ``fn(q, k, v, **kwargs)`` under every watch and count."""
     root = os.path.abspath(os.getcwd())
+    interpreted = dev.type == "cpu"
+    work = KernelWork({"q": q, "k": k, "v": v}) if interpreted else None
     sync()
-    with _Launcher(root) as launcher, _NumpyWatch() as numpy_watch, _InterpretedAutotune():
+    counting = work or contextlib.nullcontext()
+    with _Launcher(root, replay) as launcher, _NumpyWatch() as numpy_watch, \
+            _InterpretedAutotune(), counting:
         trace = _Trace((q, k, v), launcher)
         start = time.perf_counter()
-        with Elsewhere(cpu=dev.type == "cpu") as elsewhere, trace:
-            out = getattr(module, entry)(q, k, v, **kwargs)
+        with Elsewhere(cpu=interpreted) as elsewhere, trace:
+            try:
+                out = fn(q, k, v, **kwargs)
+            except Exception as exc:
+                _cannot_run_here(exc)
+                raise
         sync()
         seconds = time.perf_counter() - start
     result = {
@@ -292,10 +394,15 @@ def run_checked(module, q, k, v, causal=True, sm_scale=None, *, pass_sm_scale=Tr
         "device": str(dev),
         "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else "",
         "seconds": seconds,
-        "inputs_after": {"q": q.cpu(), "k": k.cpu(), "v": v.cpu()},
+        "inputs_after": {"q": q.cpu().clone(), "k": k.cpu().clone(), "v": v.cpu().clone()},
     }
+    plain = out if type(out) is torch.Tensor else None
+    if replay is not None:
+        result["_out"] = plain           # the replay's, never sent back
+    result["work"] = work.result(plain) if work is not None else \
+        {"counted": False, "error": "", "device": str(dev)}
     if type(out) is torch.Tensor:
-        result["out"] = out.detach().cpu()
+        result["out"] = out.detach().cpu().clone()
         result["out_device"] = str(out.device)
     elif isinstance(out, torch.Tensor):      # a subclass: look only at its plain data
         result["out"] = torch.Tensor(out.detach().cpu()) if out.dtype.is_floating_point \
