@@ -35,8 +35,8 @@ TOLERANCES = {
 # answer is compared with a float64 reference, and a float64 input need reach
 # only what float32 arithmetic reaches, because correct code may compute in
 # float32 inside (Meta's Llama rotates in float32, Hugging Face and DeepSeek-V3
-# take the softmax in float32).  Every known mistake is off by a hundred times
-# more on the suites' cases (tests/test_mistakes_of.py measures the margin).
+# take the softmax in float32).  Every known mistake is off by fifty times
+# more on the suites' fixed cases (tests/test_mistakes_of.py measures the margin).
 ACCURACY = {"float64": TOLERANCES["float32"], "float32": TOLERANCES["float32"]}
 # Grouped-query attention and MLA chain four to six products around the
 # softmax: their answers are held to ten times the rule's tolerance.
