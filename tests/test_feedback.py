@@ -284,3 +284,19 @@ def test_two_fitting_mistakes_are_named_the_nearer_first():
     text = feedback(lambda: check_close(got, want, what="y", atol=0.1, rtol=0, mistakes={
         "farther": np.full(3, 1.08), "nearer": np.full(3, 0.99), "unfit": np.full(3, 2.0)}))
     assert named_mistake(text) == "nearer (or: farther)"
+
+
+def test_a_timer_seen_to_return_one_call_is_not_told_it_returned_a_total():
+    """measure_scaling's times several calls' worth name "the total of all
+    repeats" only when the student's time_fn was not seen returning one
+    call's time (its own test passed): no diagnosis contradicts a passed test."""
+    from grader.reference import timing
+    calls = [0.010, 0.011, 0.010, 0.012, 0.010, 0.010, 0.011]
+    total = timing.MISTAKES["repeats_total"]
+    assert total in timing._why_not_measured(0.052, calls, 5)
+    said = timing._why_not_measured(0.052, calls, 5, one_call=True)
+    assert total not in said and named_mistake(said) is None and "time_fn" in said
+    assert timing.returns_one_call({"result": 0.0101, "calls": 7, "wall": 0.0715})
+    assert not timing.returns_one_call({"result": 0.0505, "calls": 7, "wall": 0.0715})
+    assert not timing.returns_one_call({"result": {"not_a_number": "str"}, "calls": 7,
+                                        "wall": 0.07})
