@@ -3,7 +3,9 @@
 Every check raises ``Feedback`` (an ``AssertionError``) whose text is what
 the student reads: what was expected, what came back (shape, first
 mismatching index, max abs error) and, when the answer matches one of the
-known wrong answers passed in ``mistakes``, which mistake it looks like.
+known wrong answers passed in ``mistakes`` at the check's own tolerance (and
+that wrong answer is itself wrong on this case), which mistake it looks like;
+when none matches, it says so.
 ``mistakes`` maps a description ("the softmax ran over queries instead of
 keys") to what a submission with that mistake would return; the suites get
 those from ``grader.reference`` with a ``mistake=`` switch.  ``mistakes`` may
