@@ -126,8 +126,9 @@ def max_naive_seq_len(memory_bytes, batch, n_heads, bytes_per_elem=2):
 def plot_scaling(results, path):
     """Save a log-log plot of time against ``S`` to ``path``.
 
-    ``results`` is ``{S: seconds}`` (what ``measure_scaling`` returns).  Both
-    axes logarithmic, labelled; a dashed ``S**2`` guide line through the
+    ``results`` is ``{S: seconds}`` (what ``measure_scaling`` returns); plot
+    the times in seconds, or in ms, us or ns (a unit moves a log-log line,
+    not its slope).  Both axes logarithmic, labelled; a dashed ``S**2`` guide line through the
     first point helps the eye.  The file format follows the extension of
     ``path`` (``.png``).  Needs matplotlib; without it, raise
     ``ImportError`` with a message saying how to install it.
