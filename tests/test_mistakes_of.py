@@ -256,3 +256,67 @@ def test_float32_arithmetic_is_within_the_precision_rule(exercise, tmp_path):
     used = {f"{name} ({label})": _excess_over(got, want, factor)
             for (label, name, *_, factor), got, want in zip(calls, in_f32, right)}
     assert max(used.values()) <= FLOAT32_USES, used
+
+
+# -- no diagnosis without a fit, on every mutant ----------------------------------
+def _reference_of(exercise, function):
+    """(reference function, every mistake its table names) for a graded
+    function whose reference takes the student's arguments, else None."""
+    pairs = {("ex02_mha", "softmax"): (attention, attention.softmax),
+             ("ex02_mha", "rope"): (attention, attention.rope),
+             ("ex02_mha", "multi_head_attention"): (attention, attention.gqa),
+             ("ex03_gqa", "grouped_query_attention"): (attention, attention.gqa),
+             ("ex08_mla", "mla_cache"): (mla, mla.cache),
+             ("ex08_mla", "mla_attention"): (mla, mla.attention),
+             ("ex08_mla", "mla_decode"): (mla, mla.decode)}
+    found = pairs.get((exercise, function))
+    return (found[1], list(found[0].MISTAKES)) if found else None
+
+
+@pytest.mark.parametrize("exercise", ["ex02_mha", "ex03_gqa", "ex08_mla"])
+def test_every_mistake_named_on_a_mutant_fits_its_answer(exercise, tmp_path):
+    """Each mutant's wrong answer, checked as the suites check it with every
+    known mistake of the reference offered: each mistake the feedback names
+    gives that answer at the check's tolerance and is itself wrong there; an
+    answer no mistake fits is told so.  (The issue's near-misses were told
+    "RoPE was applied to the latent c_kv".)"""
+    from grader.feedback import (NO_KNOWN_MISTAKE, OR, Feedback, accuracy, check_close,
+                                 fits, named_mistake)
+    from tests.conftest import SOLUTIONS
+    from tests.mutants import all_mutants
+    calls = [c for c in _calls()[exercise] if _reference_of(exercise, c[1])]
+    source = (SOLUTIONS / f"{exercise}.py").read_text()
+    checked, wrongs = 0, []
+    for m in (m for m in all_mutants() if m.file == exercise):
+        answers = _answers(_load(tmp_path, exercise, m.apply(source)), calls)
+        for (label, name, args, kwargs, factor), got in zip(calls, answers):
+            if isinstance(got, Exception):
+                continue
+            fn, names = _reference_of(exercise, name)
+            kwargs = {("dim" if k == "axis" else k): v for k, v in kwargs.items()}  # softmax
+            right = fn(*args, **kwargs)
+            atol, rtol = accuracy("float64", factor)
+            for j, part in enumerate(got):
+                want = right[j] if isinstance(right, tuple) else right
+                if _excess_over((part,), (want,), factor) <= 1:
+                    continue      # a case this mutant gets right
+                wrong = mistakes.mistakes_of(fn, names, *args, **kwargs)
+                offered = {k: (v[j] if isinstance(v, tuple) else v) for k, v in wrong.items()}
+                try:
+                    check_close(part, want, what=name, atol=atol, rtol=rtol, mistakes=offered)
+                    raise AssertionError(f"{m.name} on {name} ({label}) passed the check")
+                except Feedback as exc:
+                    text = str(exc)
+                checked += 1
+                named = named_mistake(text)
+                if named is None:
+                    assert NO_KNOWN_MISTAKE in text, text
+                    continue
+                said = named.split(OR)
+                if len(said) == 2:
+                    said[1] = said[1].removesuffix(")")
+                answer = np.asarray(part, dtype=np.float64)
+                wrongs += [f"{m.name} on {name} ({label}): named {d!r}" for d in said
+                           if not fits(answer, offered[d], want, atol, rtol)]
+    assert not wrongs, "\n".join(wrongs)
+    assert checked >= 5, checked
