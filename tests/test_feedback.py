@@ -300,3 +300,28 @@ def test_a_timer_seen_to_return_one_call_is_not_told_it_returned_a_total():
     assert not timing.returns_one_call({"result": 0.0505, "calls": 7, "wall": 0.0715})
     assert not timing.returns_one_call({"result": {"not_a_number": "str"}, "calls": 7,
                                         "wall": 0.07})
+
+
+def test_outside_mistakes_are_named_by_their_own_words():
+    """Two slips an outside author made that no known mistake gave (issue 51):
+    ex05's query rotated at the cache's length, ex08's absorbed scale
+    1/sqrt(d_c + d_rope); each is named for its own answer, and only it."""
+    from grader.reference.ex05_checks import DWC_MISTAKES
+    from grader.reference.secret import roofline as rl
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 5, 8, generator=g, dtype=torch.float64)
+    w = [torch.randn(rows, 8, generator=g, dtype=torch.float64) / 8 ** 0.5
+         for rows in (8, 4, 4)]
+    w_o = torch.randn(8, 8, generator=g, dtype=torch.float64) / 8 ** 0.5
+    args = (x, *w, w_o, 2, 1)
+    slip = rl.decode_with_cache(*args, mistake="decode_query_at_cache_length")[0]
+    wrong = {k: v[0] for k, v in rl.mistakes_of(rl.decode_with_cache, DWC_MISTAKES,
+                                                 *args).items()}
+    text = feedback(lambda: check_close(slip, rl.decode_with_cache(*args)[0], what="out",
+                                        atol=2e-5, rtol=2e-4, mistakes=wrong))
+    assert named_mistake(text) == rl.MISTAKES["decode_query_at_cache_length"], text
+    mla, dargs, dwrong = _mla_case()
+    slip = mla.decode(*dargs, mistake="scale_d_c_rope")
+    text = feedback(lambda: check_close(slip, mla.decode(*dargs), what="mla_decode",
+                                        atol=2e-4, rtol=2e-3, mistakes=dwrong))
+    assert named_mistake(text) == mla.MISTAKES["scale_d_c_rope"], text
