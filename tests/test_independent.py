@@ -216,7 +216,8 @@ def _top_level(path: Path) -> dict:
 
 def test_contract_json_holds_every_graded_name():
     """Every name a student writes (a public name the stub holds as a task:
-    its definition there differs from the solution's) and every name the suites read of a submission is in
+    its definition there differs from the solution's) and every name the
+    suites read of a submission is in
     grader/contract.json, the questions' under ``extensions``."""
     import json
     import re
@@ -230,7 +231,8 @@ def test_contract_json_holds_every_graded_name():
         for part in ("modules", "extensions"):
             spec = contract[part].get(name, {"functions": {}, "constants": []})
             names |= set(spec["functions"]) | set(spec["constants"])
-        solved, stub = _top_level(SOLUTIONS / f"{name}.py"), _top_level(EXERCISES_DIR / f"{name}.py")
+        solved = _top_level(SOLUTIONS / f"{name}.py")
+        stub = _top_level(EXERCISES_DIR / f"{name}.py")
         tasks = {n for n, body in solved.items() if n in stub and stub[n] != body}
         read = set()
         for suite in SUITES_DIR.glob(f"*/test_{name}*.py"):

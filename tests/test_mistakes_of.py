@@ -95,7 +95,8 @@ def _calls():
     inf = np.inf
     g = _rng(1)
     q, k, v = (g.standard_normal((1, 2, 5, 8)) for _ in range(3))
-    q3, k3, v3 = g.standard_normal((1, 1, 5, 4)), *(g.standard_normal((1, 1, 3, 4)) for _ in range(2))
+    q3 = g.standard_normal((1, 1, 5, 4))
+    k3, v3 = (g.standard_normal((1, 1, 3, 4)) for _ in range(2))
     big = q * (3000.0 * 4 / np.abs(q @ np.swapaxes(k, -1, -2)).max())
     mask55 = np.where(np.arange(5)[None] <= np.arange(5)[:, None], 0.0, -inf)
     mask53 = np.where(np.arange(3)[None] <= np.arange(5)[:, None] - 2, 0.0, -inf)

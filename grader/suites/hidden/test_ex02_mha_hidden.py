@@ -8,8 +8,8 @@ a known mistake fails on a fixed case, so it costs the same under every seed.
 import numpy as np
 import pytest
 
-from grader.feedback import LONG_CHAIN, Feedback, accuracy, check_close, check_responds, expect_raises, \
-    named_mistake
+from grader.feedback import LONG_CHAIN, Feedback, accuracy, check_close, check_responds, \
+    expect_raises, named_mistake
 from grader.reference.mistakes import looks_like
 from grader.reference.secret import attention as ref
 from grader.reference.cases import fixed_rng, heads, mha_case, mha_data, on_case, rng_for

@@ -107,7 +107,8 @@ def test_gqa_equals_mha_when_every_head_has_its_kv(student):
         args = (c.x, c.w_q, c.w_k, c.w_v, c.w_o, c.n_heads)
         on_case(c.shape_text, lambda: check_close(
             student.grouped_query_attention(*args, c.n_heads), ref.gqa(*args),
-            what="grouped_query_attention with h_kv == h", atol=ATOL_LONG, rtol=RTOL_LONG), drawn=drawn)
+            what="grouped_query_attention with h_kv == h", atol=ATOL_LONG, rtol=RTOL_LONG),
+            drawn=drawn)
 
 
 @pytest.mark.points(1)

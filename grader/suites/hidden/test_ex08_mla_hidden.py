@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from grader.feedback import LONG_CHAIN, Feedback, accuracy, fits, check_close, check_equal, check_responds, \
-    expect_raises
+from grader.feedback import LONG_CHAIN, Feedback, accuracy, check_close, check_equal, \
+    check_responds, expect_raises, fits
 from grader.reference.mistakes import looks_like
 from grader.reference.secret import mla as ref
 from grader.reference import mla_trace
@@ -165,7 +165,8 @@ def test_mla_decode_explicit_position(student):
     c_kv, k_rope = ref.cache(x, w_dkv, w_kr, positions=pos)
     args = (x[:, -1:], c_kv, k_rope, w_q, w_uk, w_uv, w_o, 4)
     check_decode(student, *args, position=30, lazy=True,
-                 what="mla_decode(x_t, c_kv, k_rope, ..., position=30)", atol=ATOL_LONG, rtol=RTOL_LONG)
+                 what="mla_decode(x_t, c_kv, k_rope, ..., position=30)", atol=ATOL_LONG,
+                 rtol=RTOL_LONG)
     check_close(student.mla_decode(*args, position=30),
                 ref.attention(x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o, 4, positions=pos)[:, -1:],
                 what="mla_decode at position 30 against the explicit form's last row",
