@@ -22,7 +22,14 @@ Conventions (the course's contract):
 * RoPE is rotate-half: feature ``j`` pairs with ``j + d_head/2`` and turns by
   ``position * base ** (-2j / d_head)``.
 * Every function works for float32 and float64 inputs and returns the
-  input's floating dtype.
+  input's floating dtype: float32 in, float32 out.  NumPy 2 turns
+  ``x / np.sqrt(d)`` into float64 (``np.sqrt`` returns a NumPy float64):
+  divide by ``math.sqrt(d)`` or ``d ** 0.5`` instead.
+* Accuracy (the course's precision rule): an answer is compared with a
+  float64 reference to ``atol=2e-5, rtol=2e-4`` whatever the input's dtype
+  (``rope`` and ``multi_head_attention``: ``atol=2e-4, rtol=2e-3``), so
+  computing inside in float32 is fine; ``causal_mask``, ``split_heads`` and
+  ``merge_heads`` exactly.
 
 Then look at the heads: ``plot_attention_heads(q, k, path, *, causal=True)``
 draws each head's attention weights as a heatmap.  ``q`` ``(h, S_q,

@@ -16,6 +16,11 @@ causal mask; rotate-half RoPE on q and k only): ``w_q`` is
 ``(d, h*d_head)``.  You may import your own functions from ``ex02_mha``
 (both files sit in the same folder when graded).
 
+Accuracy (the course's precision rule): ``grouped_query_attention`` is
+compared with a float64 reference to ``atol=2e-4, rtol=2e-3`` whatever the
+input's dtype (float32 arithmetic inside is fine), and keeps the input's
+dtype; ``repeat_kv`` exactly.
+
 Sizes are in bytes, decimal (1 GB = 1e9 bytes).
 
 Then look at what is shared: ``plot_gqa_heads(q, k, path, *,

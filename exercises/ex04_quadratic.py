@@ -39,7 +39,9 @@ next to the grader's control, the fitted slope (the grader's fit and your
 Conventions: ``B`` batch, ``h`` heads, ``S`` sequence length, ``d_head``
 head width; tensors are ``(B, h, S, d_head)``.  Causal masks are aligned to
 the end (query ``i`` sees keys ``0 .. S_k - S_q + i``; for ``S_q == S_k``
-the usual lower triangle).  Sizes are in bytes.
+the usual lower triangle).  Sizes are in bytes.  ``naive_attention`` is
+compared with a float64 reference to ``atol=2e-5, rtol=2e-4`` (the course's
+precision rule).
 
 Run the public tests with ``attn-grade check ex04``.
 """
@@ -73,6 +75,9 @@ def time_fn(fn, *args, warmup=2, repeats=5, **kwargs):
     for them (``torch.cuda.synchronize()``) before starting and before
     stopping the clock, or you time the launch, not the work.  ``warmup``
     and ``repeats`` belong to the timer and are never passed to ``fn``.
+    More warm-up calls are fine (``torch.utils.benchmark`` makes some of its
+    own): the grader wants at least ``warmup + repeats`` calls, the slow
+    first ones untimed, and the median of the timed ones.
     """
     raise NotImplementedError("ex04_quadratic.time_fn: your code here")
 
@@ -121,8 +126,9 @@ def max_naive_seq_len(memory_bytes, batch, n_heads, bytes_per_elem=2):
 def plot_scaling(results, path):
     """Save a log-log plot of time against ``S`` to ``path``.
 
-    ``results`` is ``{S: seconds}`` (what ``measure_scaling`` returns).  Both
-    axes logarithmic, labelled; a dashed ``S**2`` guide line through the
+    ``results`` is ``{S: seconds}`` (what ``measure_scaling`` returns); plot
+    the times in seconds, or in ms, us or ns (a unit moves a log-log line,
+    not its slope).  Both axes logarithmic, labelled; a dashed ``S**2`` guide line through the
     first point helps the eye.  The file format follows the extension of
     ``path`` (``.png``).  Needs matplotlib; without it, raise
     ``ImportError`` with a message saying how to install it.

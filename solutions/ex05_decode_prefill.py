@@ -30,6 +30,9 @@ Conventions (the course's contract):
 * RoPE is rotate-half (feature ``j`` pairs with ``j + d_head/2``, angle
   ``position * base ** (-2j / d_head)``), on q and k only, and k is rotated
   at its own position before it goes into the cache.
+* Accuracy (the course's precision rule): ``prefill_attention``,
+  ``decode_attention`` and ``decode_with_cache`` are compared with a float64
+  reference to ``atol=2e-5, rtol=2e-4``; the counts exactly.
 
 Run the public tests with ``attn-grade check ex05``.
 """

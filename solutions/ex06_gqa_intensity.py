@@ -30,6 +30,8 @@ Conventions: ``q`` is ``(B, h, 1, d_head)``; caches are
 ``(B, h_kv, S, d_head)``; query head ``i`` uses KV head ``i // (h // h_kv)``
 (the grouping of ``repeat_interleave``, not of ``tile``).  Scores are
 scaled by ``1/sqrt(d_head)``; one decode query sees the whole cache.
+``gqa_decode_attention`` is compared with a float64 reference to
+``atol=2e-5, rtol=2e-4`` (the course's precision rule).
 
 Conventions of the counting functions (part 5): sizes are bytes, decimal
 where they are spoken of (1 GB = 1e9 bytes, never GiB); the cache holds a K

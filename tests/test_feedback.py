@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from grader.feedback import (Feedback, check_close, check_equal, matching_mistake,
-                             named_mistake, to_numpy)
+from grader.feedback import (LONG_CHAIN, NO_KNOWN_MISTAKE, OR, Feedback, accuracy,
+                             check_close, check_equal, fits, matching_mistake, named_mistake,
+                             to_numpy)
 from grader.reference.secret import by_hand, flash
 from grader.reference.secret import attention as ref
 
@@ -199,3 +200,128 @@ def test_values_that_differ_never_print_alike():
     with pytest.raises(Feedback) as info:   # six digits when six show it
         check_equal(0.5, 0.25, what="z")
     assert "expected 0.25, got 0.5" in str(info.value)
+
+
+# -- a diagnosis only where it is true (issue 50 item 2, issue 51 item 1) -------
+def _mla_case():
+    from grader.reference.ex08_checks import DECODE_MISTAKES, mla_inputs
+    from grader.reference.secret import mla
+    x, w_q, w_dkv, w_uk, w_uv, w_kr, w_o = mla_inputs(7, 2, 7, 16, 3, 12, 4, 6, 5)
+    c_kv, k_rope = mla.cache(x, w_dkv, w_kr)
+    args = (x[:, -1:], c_kv, k_rope, w_q, w_uk, w_uv, w_o, 3)
+    return mla, args, mla.mistakes_of(mla.decode, DECODE_MISTAKES, *args)
+
+
+def test_a_near_miss_is_told_no_known_mistake_and_where_it_differs():
+    """A float32-rounded answer checked at float64's old tolerance: no mistake
+    is told (it was "the query's default position was S"), and the feedback
+    shows where the values first differ."""
+    from grader.reference.ex08_checks import DECODE_MISTAKES
+    mla, args, _ = _mla_case()
+    # at a given position the default position's slip gives the right answer
+    wrong = mla.mistakes_of(mla.decode, DECODE_MISTAKES, *args, position=30)
+    want = mla.decode(*args, position=30)
+    near = want.float().double()
+    text = feedback(lambda: check_close(near, want, what="mla_decode", atol=1e-12, rtol=1e-12,
+                                        mistakes=wrong))
+    assert named_mistake(text) is None, text
+    assert NO_KNOWN_MISTAKE in text
+    assert "first mismatch at index" in text and "max abs error" in text
+
+
+def test_each_named_mistake_gives_the_answer_it_is_named_for():
+    """Each known mistake's own answer, checked with all of them offered, is
+    named; every name given fits that answer at the check's tolerance."""
+    mla, args, wrong = _mla_case()
+    want = mla.decode(*args)
+    atol, rtol = accuracy("float64", LONG_CHAIN)
+    for description, answer in wrong.items():
+        text = feedback(lambda: check_close(answer, want, what="mla_decode", atol=atol,
+                                            rtol=rtol, mistakes=wrong))
+        named = named_mistake(text)
+        assert named and named.split(OR)[0] == description or description in named, text
+        names = named.split(OR)
+        if len(names) == 2:
+            names[1] = names[1].removesuffix(")")
+        for name in names:
+            assert fits(answer.numpy(), wrong[name], want, atol, rtol), (description, name)
+
+
+def test_a_mistake_that_gives_the_right_answer_here_is_never_named():
+    """RoPE's positions unused change k_rope, not c_kv: a wrong c_kv is not
+    told that slip, however close its c_kv is to the student's."""
+    right = np.arange(6.0)
+    got = right + 1.0
+    text = feedback(lambda: check_close(got, right, what="c_kv", atol=1e-6, rtol=0,
+                                        mistakes={"positions unused": right.copy(),
+                                                  "a real slip": got.copy()}))
+    assert named_mistake(text) == "a real slip"
+    text = feedback(lambda: check_close(got, right, what="c_kv", atol=1e-6, rtol=0,
+                                        mistakes={"positions unused": right.copy()}))
+    assert named_mistake(text) is None and NO_KNOWN_MISTAKE in text
+    text = feedback(lambda: check_equal(8, 16, what="n", mistakes={"right anyway": 16,
+                                                                   "halved": 8, "half": 8}))
+    assert named_mistake(text) == "halved (or: half)"
+
+
+def test_a_mistake_is_matched_at_the_checks_own_tolerance():
+    """Not at a looser one: an answer 1e-5 from a mistake's is not that mistake
+    when the check allows 1e-9 (the old matcher allowed 1e-6 and 1e-4)."""
+    want = np.ones(4)
+    slip = want * 1.5
+    got = slip + 1e-5
+    text = feedback(lambda: check_close(got, want, what="y", atol=1e-9, rtol=1e-9,
+                                        mistakes={"times 1.5": slip}))
+    assert named_mistake(text) is None
+    text = feedback(lambda: check_close(got, want, what="y", atol=1e-4, rtol=0,
+                                        mistakes={"times 1.5": slip}))
+    assert named_mistake(text) == "times 1.5"
+
+
+def test_two_fitting_mistakes_are_named_the_nearer_first():
+    want = np.zeros(3)
+    got = np.full(3, 1.0)
+    text = feedback(lambda: check_close(got, want, what="y", atol=0.1, rtol=0, mistakes={
+        "farther": np.full(3, 1.08), "nearer": np.full(3, 0.99), "unfit": np.full(3, 2.0)}))
+    assert named_mistake(text) == "nearer (or: farther)"
+
+
+def test_a_timer_seen_to_return_one_call_is_not_told_it_returned_a_total():
+    """measure_scaling's times several calls' worth name "the total of all
+    repeats" only when the student's time_fn was not seen returning one
+    call's time (its own test passed): no diagnosis contradicts a passed test."""
+    from grader.reference import timing
+    calls = [0.010, 0.011, 0.010, 0.012, 0.010, 0.010, 0.011]
+    total = timing.MISTAKES["repeats_total"]
+    assert total in timing._why_not_measured(0.052, calls, 5)
+    said = timing._why_not_measured(0.052, calls, 5, one_call=True)
+    assert total not in said and named_mistake(said) is None and "time_fn" in said
+    assert timing.returns_one_call({"result": 0.0101, "calls": 7, "wall": 0.0715})
+    assert not timing.returns_one_call({"result": 0.0505, "calls": 7, "wall": 0.0715})
+    assert not timing.returns_one_call({"result": {"not_a_number": "str"}, "calls": 7,
+                                        "wall": 0.07})
+
+
+def test_outside_mistakes_are_named_by_their_own_words():
+    """Two slips an outside author made that no known mistake gave (issue 51):
+    ex05's query rotated at the cache's length, ex08's absorbed scale
+    1/sqrt(d_c + d_rope); each is named for its own answer, and only it."""
+    from grader.reference.ex05_checks import DWC_MISTAKES
+    from grader.reference.secret import roofline as rl
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 5, 8, generator=g, dtype=torch.float64)
+    w = [torch.randn(rows, 8, generator=g, dtype=torch.float64) / 8 ** 0.5
+         for rows in (8, 4, 4)]
+    w_o = torch.randn(8, 8, generator=g, dtype=torch.float64) / 8 ** 0.5
+    args = (x, *w, w_o, 2, 1)
+    slip = rl.decode_with_cache(*args, mistake="decode_query_at_cache_length")[0]
+    wrong = {k: v[0] for k, v in rl.mistakes_of(rl.decode_with_cache, DWC_MISTAKES,
+                                                 *args).items()}
+    text = feedback(lambda: check_close(slip, rl.decode_with_cache(*args)[0], what="out",
+                                        atol=2e-5, rtol=2e-4, mistakes=wrong))
+    assert named_mistake(text) == rl.MISTAKES["decode_query_at_cache_length"], text
+    mla, dargs, dwrong = _mla_case()
+    slip = mla.decode(*dargs, mistake="scale_d_c_rope")
+    text = feedback(lambda: check_close(slip, mla.decode(*dargs), what="mla_decode",
+                                        atol=2e-4, rtol=2e-3, mistakes=dwrong))
+    assert named_mistake(text) == mla.MISTAKES["scale_d_c_rope"], text

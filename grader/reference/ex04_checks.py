@@ -18,6 +18,10 @@ MISTAKES = {
 }
 
 
+# Seconds, milliseconds, microseconds, nanoseconds: the units a plot's times may have.
+TIME_UNITS = (1.0, 1e3, 1e6, 1e9)
+
+
 def timer_result(run, what, expected):
     """The seconds a probe's ``run_timer`` got back, or Feedback when they are
     wrong in a way noise cannot explain (noise only makes sleeps longer)."""
@@ -44,7 +48,9 @@ def timer_result(run, what, expected):
 def check_loglog(out, pairs):
     """Feedback unless the file at the path is the PNG of the figure the probe
     ``ex04.plot`` saw saved there, drawing ``pairs`` ([S, seconds]) on log-log
-    axes (or their logs on linear axes)."""
+    axes (or their logs on linear axes), the times in seconds or in ms, us or
+    ns: a unit is a constant factor, which moves a log-log line but not its
+    slope."""
     problem = file_problem(out, "plot_scaling")
     if problem:
         raise Feedback(problem)
@@ -59,13 +65,15 @@ def check_loglog(out, pairs):
                 order = np.argsort(data[:, 0])
                 data = data[order]
                 logs = ax["xscale"] == "log" and ax["yscale"] == "log"
-                if logs and np.allclose(data[:, 0], xs) and np.allclose(data[:, 1], ys,
-                                                                         rtol=1e-6):
-                    return
-                # Plotting log(S) against log(t) on linear axes is a log-log plot too.
-                for log in (np.log, np.log10, np.log2):
-                    if np.allclose(data[:, 0], log(xs)) and np.allclose(data[:, 1], log(ys)):
+                for unit in TIME_UNITS:
+                    if logs and np.allclose(data[:, 0], xs) and np.allclose(
+                            data[:, 1], ys * unit, rtol=1e-6):
                         return
+                    # Plotting log(S) against log(t) on linear axes is a log-log plot too.
+                    for log in (np.log, np.log10, np.log2):
+                        if np.allclose(data[:, 0], log(xs)) and np.allclose(
+                                data[:, 1], log(ys * unit)):
+                            return
     scales = [(ax["xscale"], ax["yscale"]) for axes in out["saved"] for ax in axes]
     linear = scales and all(scale == ("linear", "linear") for scale in scales)
     named = "\n" + looks_like(MISTAKES["linear_axes"]) if linear else ""

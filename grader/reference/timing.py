@@ -116,7 +116,17 @@ def _ms(t: float) -> str:
     return f"{t * 1e3:.3g} ms"
 
 
-def _why_not_measured(t: float, calls: list[float], repeats_hint: int) -> str:
+def returns_one_call(run: dict) -> bool:
+    """Did ``time_fn`` of a function sleeping the same time at every call
+    (a ``run_timer`` probe's ``run``) return about one call's time, not a
+    total of several?"""
+    got, calls = run.get("result"), max(int(run.get("calls", 0)), 1)
+    return isinstance(got, float) and math.isfinite(got) and got > 0 \
+        and got < 1.8 * run.get("wall", 0.0) / calls + 0.005
+
+
+def _why_not_measured(t: float, calls: list[float], repeats_hint: int,
+                      one_call: bool = False) -> str:
     """Which known mistake a reported time ``t`` that lies outside the span of
     the watched ``calls`` looks like.
 
@@ -125,7 +135,8 @@ def _why_not_measured(t: float, calls: list[float], repeats_hint: int) -> str:
     all the calls watched (warm-up included) can then differ several times
     from the median of the student's repeats.  A time in milliseconds is a
     thousand times one of those calls, and a total is a sum of several, under
-    any load."""
+    any load.  ``one_call``: the student's ``time_fn`` was seen to return
+    one call's time, so a total is not its mistake and is not named."""
     lo, hi = min(calls), max(calls)
     ratio = t / statistics.median(calls)
 
@@ -136,14 +147,20 @@ def _why_not_measured(t: float, calls: list[float], repeats_hint: int) -> str:
         return looks_like(MISTAKES["milliseconds"])
     if (0.7 * repeats_hint <= ratio <= 1.5 * (repeats_hint + 2)
             or spans(t, sum(sorted(calls)[:2]), sum(calls))):
+        if one_call:
+            return ("These are several calls' worth, yet your time_fn returns one call's "
+                    "time: does measure_scaling add up more than one call per length?")
         return looks_like(MISTAKES["repeats_total"])
     if ratio < 0.1:
         return looks_like(MISTAKES["clock_stopped_early"])
     return "These do not look measured: time the calls with time_fn."
 
 
-def judge_scaling(seq_lens, attempt: dict, repeats_hint: int = 5) -> Verdict:
-    """Judge one attempt from ``probes.ex04_quadratic.scaling_run``."""
+def judge_scaling(seq_lens, attempt: dict, repeats_hint: int = 5,
+                  one_call: bool = False) -> Verdict:
+    """Judge one attempt from ``probes.ex04_quadratic.scaling_run``;
+    ``one_call``: the student's ``time_fn`` returns one call's time
+    (``returns_one_call``)."""
     seq_lens = [int(s) for s in seq_lens]
     if "bad_result" in attempt:
         return Verdict(FAIL, "measure_scaling must return a dict {S: seconds}, got a "
@@ -180,7 +197,7 @@ def judge_scaling(seq_lens, attempt: dict, repeats_hint: int = 5) -> Verdict:
             lo, hi = min(by_len[s]), max(by_len[s])
             t = got[s]
             if not (OBSERVED_SLACK[0] * lo <= t <= OBSERVED_SLACK[1] * hi):
-                why = _why_not_measured(t, by_len[s], repeats_hint)
+                why = _why_not_measured(t, by_len[s], repeats_hint, one_call)
                 return Verdict(FAIL, f"measure_scaling reported {_ms(t)} for S={s}, but its "
                                      f"calls of naive_attention at S={s} took between "
                                      f"{_ms(lo)} and {_ms(hi)} (timed by the grader while "

@@ -26,6 +26,9 @@ MISTAKES = {
                          "per token, shared by all heads (that is why it is cached once)",
     "scale_d_c": "the scores were scaled by 1/sqrt(d_c) (the absorbed query's width); the "
                  "scale is 1/sqrt(d_nope + d_rope), the width of the explicit q . k",
+    "scale_d_c_rope": "the scores were scaled by 1/sqrt(d_c + d_rope) (the width of the "
+                      "absorbed dot product); the scale is 1/sqrt(d_nope + d_rope), the "
+                      "width of the explicit q . k, which absorbing does not change",
     "scale_d_nope": "the scores were scaled by 1/sqrt(d_nope); the scale is "
                     "1/sqrt(d_nope + d_rope), counting the RoPE part of q . k too",
     "no_scale": "the scores were not scaled by 1/sqrt(d_nope + d_rope)",
@@ -106,7 +109,8 @@ def _uk_blocks(w_uk, n_heads, d_c, mistake):
 
 
 def _scale(d_nope, d_rope, d_c, mistake):
-    width = {"scale_d_c": d_c, "scale_d_nope": d_nope}.get(mistake, d_nope + d_rope)
+    width = {"scale_d_c": d_c, "scale_d_c_rope": d_c + d_rope,
+             "scale_d_nope": d_nope}.get(mistake, d_nope + d_rope)
     return 1.0 if mistake == "no_scale" else 1.0 / math.sqrt(width)
 
 

@@ -76,6 +76,9 @@ MISTAKES = {
                        "position and sees the whole cache (align the mask to the end)",
     "decode_positions_off_by_one": "the RoPE positions are off by one (the first token sits "
                                    "at position 0)",
+    "decode_query_at_cache_length": "the new token's query was rotated at the cache's length "
+                                    "after the append (t + 1); it sits at t, the position "
+                                    "its own key was rotated at",
     # ex06
     "intensity_float_bytes": "the intensity used 4 bytes per element; the default is 2 "
                              "(fp16)",
@@ -280,7 +283,8 @@ def decode_with_cache(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, *, rope_base=1
         v_rot = ref.rope(v_raw, pos, rope_base)
         k_att, k_cache, v_cache = k_rot, k_rot, v_rot
     else:
-        q = ref.rope(ref.split_heads(x @ ref.t64(w_q).T, n_heads), pos, rope_base)
+        q_pos = pos + 1 if mistake == "decode_query_at_cache_length" else pos
+        q = ref.rope(ref.split_heads(x @ ref.t64(w_q).T, n_heads), q_pos, rope_base)
         k_att, k_cache, v_cache = k_rot, k_rot, v_raw
     if mistake == "cache_not_grown":
         rep = n_heads // n_kv_heads

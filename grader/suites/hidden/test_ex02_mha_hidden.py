@@ -8,14 +8,18 @@ a known mistake fails on a fixed case, so it costs the same under every seed.
 import numpy as np
 import pytest
 
-from grader.feedback import TOLERANCES, Feedback, check_close, check_responds, expect_raises, \
-    named_mistake
+from grader.feedback import LONG_CHAIN, Feedback, accuracy, check_close, check_responds, \
+    expect_raises, named_mistake
 from grader.reference.mistakes import looks_like
 from grader.reference.secret import attention as ref
 from grader.reference.cases import fixed_rng, heads, mha_case, mha_data, on_case, rng_for
 
 pytestmark = [pytest.mark.exercise("ex02_mha"), pytest.mark.hidden]
 N_CASES = 8
+# The precision rule (grader.feedback.accuracy): a float64 input is held to
+# what float32 arithmetic reaches; a long chain of products to ten times that.
+ATOL, RTOL = accuracy("float64")
+ATOL_LONG, RTOL_LONG = accuracy("float64", LONG_CHAIN)
 ATTN_MISTAKES = ["no_scale", "scale_by_d", "scale_multiplied", "softmax_over_queries",
                  "no_mask", "diagonal_masked", "top_left_mask", "mask_wrong_triangle",
                  "mask_after_softmax", "softmax_base_2"]
@@ -29,7 +33,7 @@ SOFTMAX_MISTAKES = ["softmax_base_2", "empty_row_nan", "softmax_unstable"]
 
 
 def tol(dtype):
-    return TOLERANCES[np.dtype(dtype).name]
+    return accuracy(np.dtype(dtype))
 
 
 def direct_before_property(prop, direct, what):
@@ -84,7 +88,7 @@ def test_softmax_large_logits(student):
     # (not each row's) underflows it to 0/0.
     x = np.array([[1e4, 0.0, -1e4], [1e4, 1e4 - 1.0, 5.0], [0.0, -1.0, -2.0]])
     check_close(student.softmax(x), ref.softmax(x), what="softmax of logits near 1e4",
-                atol=1e-9, rtol=1e-7,
+                atol=ATOL, rtol=RTOL,
                 mistakes=lambda: ref.mistakes_of(
                     ref.softmax, SOFTMAX_MISTAKES + ["softmax_global_max"], x),
                 hint="Shift each row by its own max (along axis, keepdims=True), not by one "
@@ -98,7 +102,7 @@ def test_softmax_masked_entries(student):
     inf = np.inf
     x = np.array([[0.0, -inf, 1.0], [-inf, -inf, -inf]])
     check_close(student.softmax(x), ref.softmax(x), what="softmax with -inf entries",
-                atol=1e-12, rtol=1e-9,
+                atol=ATOL, rtol=RTOL,
                 mistakes=lambda: ref.mistakes_of(ref.softmax, SOFTMAX_MISTAKES, x),
                 hint="A row that may see nothing must give zeros: guard the max and the sum.",
                 hint_where=np.array([[False], [True]]))       # row 1 is all -inf
@@ -177,7 +181,7 @@ def test_rope_depends_only_on_relative_position(student):
             rotated, q, what="rope(q)", atol=1e300, rtol=0) or check_close(
             np.linalg.norm(np.asarray(rotated, dtype=np.float64), axis=-1),
             np.linalg.norm(q, axis=-1),
-            what="the length of each vector after rope", atol=1e-8, rtol=1e-6,
+            what="the length of each vector after rope", atol=ATOL_LONG, rtol=RTOL_LONG,
             hint="RoPE rotates pairs of coordinates: a rotation keeps each vector's "
                  "length (an output of zeros keeps q.k's shift invariance for nothing)."),
             drawn=drawn)
@@ -187,7 +191,7 @@ def test_rope_depends_only_on_relative_position(student):
                 student.rope(k, p_k + shift), -1, -2)
             on_case(f"q and k of shape {q.shape}", lambda: check_close(
                 shifted, base_scores, what=f"scores with every position shifted by {shift}",
-                atol=1e-8, rtol=1e-6, hint="q.k after RoPE must depend only on the "
+                atol=ATOL_LONG, rtol=RTOL_LONG, hint="q.k after RoPE must depend only on the "
                 "distance between positions: rotate both q and k, pairing j with j+d/2, "
                 "with the same frequencies."), drawn=drawn)
 
@@ -295,7 +299,7 @@ def test_attention_large_logits(student):
     # scores up to 3000: exp overflows in float64 past 709 without the max subtracted
     q = q * (3000.0 * np.sqrt(16) / np.abs(q @ np.swapaxes(k, -1, -2)).max())
     check_close(student.attention(q, k, v, None), ref.attention(q, k, v),
-                what="attention with scores up to 3000", atol=1e-8, rtol=1e-6,
+                what="attention with scores up to 3000", atol=ATOL_LONG, rtol=RTOL_LONG,
                 mistakes=lambda: ref.mistakes_of(
                     ref.attention, ["softmax_unstable"] + ATTN_MISTAKES, q, k, v))
 
@@ -306,7 +310,7 @@ def test_attention_query_that_sees_nothing(student):
     q, k, v = heads(fixed_rng("attention-empty"), np.float64, s_q=5, s_k=3, h=1, d_head=4, b=1)
     mask = ref.causal_mask(5, 3).numpy()
     check_close(student.attention(q, k, v, mask), ref.attention(q, k, v, causal=True),
-                what="attention with 5 queries, 3 keys, causal mask", atol=1e-9, rtol=1e-7,
+                what="attention with 5 queries, 3 keys, causal mask", atol=ATOL, rtol=RTOL,
                 mistakes=lambda: ref.mistakes_of(
                     ref.attention, ["empty_row_nan"] + ATTN_MISTAKES, q, k, v, causal=True),
                 hint="Rows 0 and 1 see no key (end-aligned): their weights and output are 0.",
@@ -357,8 +361,8 @@ def test_mha_positions_and_base(student):
         on_case(c.shape_text + f", positions {c.positions[:4].tolist()}..., base={base}",
                 lambda: check_close(
                     student.multi_head_attention(*args, **kwargs),
-                    ref.gqa(*args, **kwargs), what="multi_head_attention", atol=1e-8,
-                    rtol=1e-6, mistakes=lambda: ref.mistakes_of(ref.gqa, MHA_MISTAKES,
+                    ref.gqa(*args, **kwargs), what="multi_head_attention", atol=ATOL_LONG,
+                    rtol=RTOL_LONG, mistakes=lambda: ref.mistakes_of(ref.gqa, MHA_MISTAKES,
                                                                 *args, **kwargs)),
                 drawn=drawn)
 
@@ -380,14 +384,14 @@ def test_mha_is_causal(student):
         on_case(c.shape_text + f", tokens {t}.. changed", lambda: direct_before_property(
             lambda: (check_close(
                 np.asarray(b)[:, :t], np.asarray(a)[:, :t],
-                what=f"outputs at positions 0..{t - 1}", atol=1e-10, rtol=1e-8,
+                what=f"outputs at positions 0..{t - 1}", atol=ATOL, rtol=RTOL,
                 hint="Earlier outputs changed when later tokens did: the causal mask is "
                      "missing or lets queries see later keys."),
                 check_responds(a, student.multi_head_attention(-c.x, *args[1:]),
                                what="multi_head_attention's output",
                                changed="x became -x")),
-            lambda: check_close(a, ref.gqa(*args), what="multi_head_attention", atol=1e-8,
-                                rtol=1e-6, mistakes=lambda: ref.mistakes_of(
+            lambda: check_close(a, ref.gqa(*args), what="multi_head_attention", atol=ATOL_LONG,
+                                rtol=RTOL_LONG, mistakes=lambda: ref.mistakes_of(
                                     ref.gqa, MHA_MISTAKES, *args)),
             "the causality check (later tokens changed earlier outputs)"), drawn=drawn)
 
@@ -402,14 +406,14 @@ def test_mha_shift_invariance(student):
         shifted = student.multi_head_attention(*args, positions=np.arange(s) + 37)
         other = student.multi_head_attention(-c.x, *args[1:])
         on_case(c.shape_text, lambda: direct_before_property(
-            lambda: (check_close(shifted, base, what="output with positions 37..", atol=1e-8,
-                                 rtol=1e-6, hint="With RoPE, attention depends only on "
+            lambda: (check_close(shifted, base, what="output with positions 37..", atol=ATOL_LONG,
+                                 rtol=RTOL_LONG, hint="With RoPE, attention depends only on "
                                  "relative positions, so a common shift must not change "
                                  "the output. Is RoPE applied to both q and k (and not to "
                                  "v)?"),
                      check_responds(base, other, what="multi_head_attention's output",
                                     changed="x became -x")),
-            lambda: check_close(base, ref.gqa(*args), what="multi_head_attention", atol=1e-8,
-                                rtol=1e-6,
+            lambda: check_close(base, ref.gqa(*args), what="multi_head_attention", atol=ATOL_LONG,
+                                rtol=RTOL_LONG,
                                 mistakes=lambda: ref.mistakes_of(ref.gqa, MHA_MISTAKES, *args)),
             "the shift check (positions 37.. changed the output)"), drawn=drawn)

@@ -71,7 +71,9 @@ def test_naive_attention_hidden(student, key, shape, chunk, causal, dtype):
 
 
 def check_calls(run, warmup, repeats, what):
-    if run["calls"] == warmup + repeats:
+    """At least ``warmup`` untimed calls and ``repeats`` timed ones: a timer may
+    warm up more often (``torch.utils.benchmark`` makes calls of its own)."""
+    if run["calls"] >= warmup + repeats:
         return
     hint = ""
     if run["calls"] == repeats:
@@ -79,7 +81,7 @@ def check_calls(run, warmup, repeats, what):
                                  " (call fn warmup times before the timed repeats)")
     warmups = f"{warmup} warm-up call" + "s" * (warmup != 1)
     timed = f"{repeats} timed one" + "s" * (repeats != 1)
-    raise Feedback(f"{what} called the function {run['calls']} times; expected "
+    raise Feedback(f"{what} called the function {run['calls']} times; expected at least "
                    f"{warmup + repeats} ({warmups}, then {timed}){hint}")
 
 

@@ -2,12 +2,12 @@
 import numpy as np
 import pytest
 
-from grader.feedback import TOLERANCES, Feedback, check_close, expect_raises
+from grader.feedback import LONG_CHAIN, Feedback, accuracy, check_close, expect_raises
 from grader.reference.mistakes import looks_like
 from grader.reference.secret import attention as ref
 
 pytestmark = [pytest.mark.exercise("ex02_mha")]
-ATOL, RTOL = TOLERANCES["float64"]
+ATOL, RTOL = accuracy("float64")   # the precision rule
 
 
 SOFTMAX_MISTAKES = ["softmax_over_queries", "softmax_base_2", "softmax_unstable",
@@ -61,10 +61,11 @@ def test_rope_position_zero_is_identity(student):
     positions, base = np.array([0, 2, 3, 7, 11]), 100.0
     check_close(student.rope(x, positions, base), ref.rope(x, positions, base),
                 what="rope(x (1, 2, 5, 8), positions=[0, 2, 3, 7, 11], base=100.0)",
-                atol=ATOL, rtol=RTOL,
+                atol=ATOL * LONG_CHAIN, rtol=RTOL * LONG_CHAIN,
                 mistakes=ref.mistakes_of(ref.rope, ROPE_MISTAKES, x, positions, base))
     x = np.arange(8.0).reshape(1, 8)
-    check_close(student.rope(x, np.array([0])), x, what="rope(x, [0])", atol=ATOL, rtol=RTOL,
+    check_close(student.rope(x, np.array([0])), x, what="rope(x, [0])", atol=ATOL * LONG_CHAIN,
+                rtol=RTOL * LONG_CHAIN,
                 mistakes=ref.mistakes_of(ref.rope, ROPE_MISTAKES, x, np.array([0])))
 
 
@@ -137,8 +138,8 @@ def test_multi_head_attention_small(student):
 
 def check_mha(student, args, kwargs, what):
     got = student.multi_head_attention(*args, **kwargs)
-    check_close(got, ref.gqa(*args, **kwargs), what=what, atol=ATOL,
-                rtol=RTOL, mistakes=ref.mistakes_of(
+    check_close(got, ref.gqa(*args, **kwargs), what=what, atol=ATOL * LONG_CHAIN,
+                rtol=RTOL * LONG_CHAIN, mistakes=ref.mistakes_of(
                     ref.gqa, ATTENTION_MISTAKES + [
                         "no_mask", "diagonal_masked", "rope_on_values", "no_rope",
                         "rope_interleaved", "split_without_transpose", "rope_only_q",

@@ -343,7 +343,14 @@ def looks_like_gpu(capability: int):
                "get_device_capability": lambda *a, **k: (capability // 10, capability % 10),
                "get_device_properties": lambda *a, **k: props,
                "get_device_name": lambda *a, **k: props.name,
-               "synchronize": lambda *a, **k: None}
+               "synchronize": lambda *a, **k: None,
+               # A launch may sit under any of PyTorch's device and stream guards
+               # (``with torch.cuda.device(q.device):``, Triton's tutorials):
+               # here each is a guard that guards nothing, as on one GPU.
+               "device": _NoGuard, "device_of": _NoGuard, "set_device": lambda *a, **k: None,
+               "Stream": _StandInStream, "stream": _NoGuard,
+               "current_stream": lambda *a, **k: _StandInStream(),
+               "default_stream": lambda *a, **k: _StandInStream()}
     saved = {name: getattr(torch.cuda, name) for name in patched}
     for name, fn in patched.items():
         setattr(torch.cuda, name, fn)
@@ -353,6 +360,43 @@ def looks_like_gpu(capability: int):
     finally:
         for name, fn in saved.items():
             setattr(torch.cuda, name, fn)
+
+
+class _NoGuard:
+    """``torch.cuda.device(...)``, ``device_of(...)`` or ``stream(...)`` on the
+    stand-in GPU: a context that changes nothing (there is one device, and
+    nothing runs on it)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _StandInStream(_NoGuard):
+    """A CUDA stream of the stand-in GPU: nothing is queued on it, so every
+    wait returns at once."""
+    cuda_stream = 0
+    device = property(lambda self: __import__("torch").device("cuda", 0))
+
+    def synchronize(self):
+        return None
+
+    def wait_stream(self, stream):
+        return None
+
+    def wait_event(self, event):
+        return None
+
+    def record_event(self, event=None):
+        return event
+
+    def query(self):
+        return True
 
 
 def as_gpu(tensor):
