@@ -24,8 +24,9 @@ import sys
 
 sys.modules["triton"] = None
 '''
-KERNEL_TESTS = 7   # ex07's public tests that need Triton: three correctness, GPU, compile,
-#                  and two of the step before the kernel (query_block_attention)
+KERNEL_TESTS = 8   # ex07's public tests that need Triton: four correctness (one with
+#                  rising scores), GPU, compile, and two of the step before the kernel
+#                  (query_block_attention)
 
 
 @pytest.fixture(scope="module")
