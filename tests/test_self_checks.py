@@ -27,6 +27,7 @@ from grader.reference.secret import by_hand
 from grader.reference.secret import questions as qref
 from grader.variants import COMMON, inputs_for
 from tests.conftest import SOLUTIONS
+from tests.test_release import edition  # noqa: F401 - the fixture: one edition for the run
 
 
 def _suite(name: str):
@@ -230,3 +231,97 @@ def test_no_sealed_file_is_left_unshipped():
     assert questions_checks.SEALED.parent == Path(questions_checks.__file__).parent.parent / "data"
     pyproject = (SOLUTIONS.parent / "pyproject.toml").read_text()
     assert '"data/*.json"' in pyproject
+
+
+# -- the student edition's own check on the same mistakes ----------------------
+
+def _write_ex01(folder: Path, student_id: str, answers: dict) -> None:
+    """A student's ex01_by_hand.py: the stub's text with these constants."""
+    source = (SOLUTIONS / "ex01_by_hand.py").read_text()
+    head, tail = source.split("# BEGIN SOLUTION", 1)[0], source.split("# END SOLUTION", 1)[1]
+    values = _student(student_id, answers)
+    body = "".join(f"{name} = {getattr(values, name)!r}\n" for name in answers)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "ex01_by_hand.py").write_text(
+        head.replace("STUDENT_ID = None", f"STUDENT_ID = {student_id!r}") + body + tail)
+
+
+def _edition_check(edition: Path, folder: Path, *letters: str) -> str:
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=str(edition))
+    proc = subprocess.run([sys.executable, "-m", "grader.cli", "check", *letters, "--path",
+                           str(folder)], cwd=edition, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 1, proc.stdout + proc.stderr     # a public test failed
+    return proc.stdout
+
+
+def _failed_block(out: str, title: str) -> str:
+    """The FAIL line of the test titled ``title`` and its feedback under it."""
+    lines = out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("  FAIL " + title))
+    end = next((j for j in range(start + 1, len(lines)) if not lines[j].startswith("      ")),
+               len(lines))
+    return "\n".join(lines[start:end])
+
+
+@pytest.mark.slow
+def test_the_editions_check_tells_right_from_wrong(edition, tmp_path):
+    """In the student edition: a transposed A and the common exercise's A
+    under a student's own ID fail SCORES with their reason; four wrong
+    question answers fail, each saying it is not right, without the value."""
+    inputs = inputs_for("alice")
+    q, k, _ = inputs.arrays()
+    sub = tmp_path / "sub"
+    _write_ex01(sub, "alice", _worked(inputs, k @ q.T))
+    source = (SOLUTIONS / "questions.py").read_text()
+    for name, right, wrong in (("Q16_KV_CACHE_128K_GB", "17.18", "16.0"),
+                               ("Q05_KV_CACHE_GB", "1.074", "1.0"),
+                               ("Q08_MQA_DECODE_INTENSITY", "31.9", "40.0"),
+                               ("Q21_KERNEL_FALLBACK", '"B"', '"A"')):
+        assert f"\n{name} = {right}\n" in source
+        source = source.replace(f"\n{name} = {right}\n", f"\n{name} = {wrong}\n")
+    (sub / "questions.py").write_text(source)
+    out = _edition_check(edition, sub, "A", "Q")
+    scores = _failed_block(out, "SCORES is Q @ K.T of your own Q and K")
+    assert LOOKS_LIKE + ex01.TRANSPOSED_SCORES in scores, out
+    assert out.count("\n  FAIL ") == 5, out          # SCORES and the four answers
+    for name in ("Q16_KV_CACHE_128K_GB", "Q05_KV_CACHE_GB", "Q08_MQA_DECODE_INTENSITY"):
+        block = _failed_block(out, f"numeric answer is right (the check says right or wrong, "
+                                   f"never the value) [{name}]")
+        assert "is not right (graded to" in block, block
+        assert f"{qref.key(name)['answer']:.3g}" not in block, block
+    assert "This looks like: the answer is in GiB" in out, out
+    assert "Q21_KERNEL_FALLBACK: A is not right: " in out, out
+
+    common = tmp_path / "common"
+    _write_ex01(common, "alice", by_hand.exact(COMMON))
+    out = _edition_check(edition, common, "A")
+    scores = _failed_block(out, "SCORES is Q @ K.T of your own Q and K")
+    assert LOOKS_LIKE + by_hand.MISTAKES["common_answers"] in scores, out
+    assert "attn-grade variant alice" in scores, out
+
+
+@pytest.mark.slow
+@pytest.mark.corpus
+def test_the_editions_check_fails_a_kernel_that_never_rescales(edition, tmp_path):
+    """In the student edition: a Triton kernel with key tiles of 64 that never
+    rescales its accumulator passes the small cases (one tile) and fails the
+    rising-scores case, named."""
+    source = (SOLUTIONS / "ex07_flash_attention.py").read_text()
+    for find, replace in (
+            ("acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)",
+             "acc = acc + tl.dot(p.to(v.dtype), v)"),
+            ('_CONFIGS = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=1)]',
+             '_CONFIGS = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 64}, num_warps=1)]')):
+        assert source.count(find) == 1, find
+        source = source.replace(find, replace)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "ex07_flash_attention.py").write_text(source)
+    out = _edition_check(edition, sub, "G")
+    assert out.count("\n  FAIL ") == 1, out
+    block = _failed_block(out, "flash_attention over 512 keys whose scores rise tile after tile")
+    assert "does not rescale the accumulator" in block, block
