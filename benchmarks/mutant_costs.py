@@ -66,6 +66,10 @@ def _row(m, report) -> dict:
             "failed": [t.name for t in failed],
             "kept": [t.name for t in tests if t.kept],
             "public_failed": any(not t.hidden for t in failed),
+            # where the grader says a failure follows from: a correct function
+            # named here is a wrong attribution
+            "follows": sorted({line.split(":")[0] for t in tests for line in t.output.splitlines()
+                               if line.startswith("This follows from")}),
             "regrade": sum(t.status == "needs_regrade" for t in tests),
             "errors": list(report.errors)}
 
@@ -107,7 +111,8 @@ def main() -> None:
                       f"{row['max']:<4g} {row['share']:6.1%}  failed {len(row['failed']):2d}"
                       f"  kept {len(row['kept']):2d}  public "
                       f"{'FAIL' if row['public_failed'] else 'pass'}"
-                      + (f"  regrade {row['regrade']}" if row["regrade"] else ""), flush=True)
+                      + (f"  regrade {row['regrade']}" if row["regrade"] else "")
+                      + "".join(f"\n    {line}" for line in row["follows"]), flush=True)
             print(f"  (round {i}: {time.perf_counter() - start:.1f} s)", file=sys.stderr)
     _summary(rows)
     if args.json:

@@ -86,6 +86,21 @@ def upstream_function(failed: list[TestResult], called: dict[int, list[str]],
     return order[top], [t for t in failed if depths[id(t)] is not None and depths[id(t)] > top]
 
 
+def upstream_functions(failed: list[TestResult], called: dict[int, list[str]],
+                       exercise: str) -> tuple[tuple[str, ...], list[TestResult]]:
+    """Every function a failing test of the exercise reached last, but those
+    of the tests that reach furthest downstream, upstream first; and those
+    tests (the ones to grade again with all of those functions the
+    reference's).  (), [] when the failing tests reach one function."""
+    order = function_order(exercise)
+    depths = {id(t): _depth(called.get(id(t), []), order) for t in failed}
+    known = sorted({d for d in depths.values() if d is not None})
+    if len(known) < 2:
+        return (), []
+    return (tuple(order[d] for d in known[:-1]),
+            [t for t in failed if depths[id(t)] == known[-1]])
+
+
 def _names(mistake: str) -> set[str]:
     """"X (or: Y)" names X and Y (two mistakes gave the same answer on that case)."""
     first, _, other = mistake.partition(" (or: ")
