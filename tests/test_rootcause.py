@@ -395,3 +395,25 @@ def test_a_slip_in_a_helper_two_functions_share_costs_once_in_ex05(tmp_path):
     lost = sum(t.max_score for t in report.tests
                if t.exercise == "ex05_decode_prefill" and t.status == FAILED and not t.kept)
     assert total - got == lost
+
+
+def test_a_test_is_placed_by_the_function_it_is_named_after():
+    """ex04: time_fn's tests drive it through a probe (no call recorded) and
+    the slope test calls loglog_slope only to show a fit; named after time_fn
+    and measure_scaling, the slope test follows from time_fn's mistake and
+    keeps its 3 points, saying so."""
+    total = "the total of all repeats was returned instead of the time of one call (the median)"
+    tests = [_result("test_measure_scaling_shows_the_quadratic",
+                     f"This looks like: {total}.\nslow", points=3.0),
+             _result("test_time_fn_times_a_slow_function", f"This looks like: {total}.", points=1),
+             _result("test_time_fn_takes_the_median", f"This looks like: {total}.", points=1)]
+    for t in tests:
+        t.exercise = "ex04_quadratic"
+    called = {id(tests[0]): ["loglog_slope"], id(tests[1]): [], id(tests[2]): []}
+    report = Report(submission="s", suite="hidden", tests=list(tests), exercises=["ex04_quadratic"])
+    attribute(report, called)
+    assert [t.score for t in tests] == [3.0, 0.0, 0.0]
+    assert report.tests[0] is tests[1]          # the root cause is shown first
+    assert tests[0].kept and tests[0].output == ("This follows from the time_fn mistake named "
+                                                 "above (test 2 of 3 that show it): it keeps "
+                                                 "its points.")
