@@ -166,7 +166,8 @@ Exercises D, E, F and H measure your code on your machine, as the grading
 machine will: D shows your times, the fitted slope and your log-log plot
 (`attn-grade-output/ex04_scaling.png`, `--artifacts` to put it elsewhere;
 its notebook shows it), E your TFLOP/s and GB/s against this machine's
-measured peaks, F the intensity counted from your decode's operations, H
+measured peaks and its roofline with your prefill and decode on it
+(`attn-grade-output/ex05_roofline.png`), F the intensity counted from your decode's operations, H
 the trace of your absorbed decode. Close other heavy programs while they
 run: a check the machine was too busy to judge says "not graded" and is
 judged again when you are graded.
