@@ -41,3 +41,53 @@ def test_check_of_e_keeps_the_roofline_beside_its_table(tmp_path):
         assert (out / FILE_NAME).read_bytes().startswith(b"\x89PNG")
     else:   # a machine too busy to judge the measurement: nothing drawn, said so
         assert "not judged" in result.output or "WAIT" in result.output, result.output
+
+
+# -- D on a busy machine (issue 51, item 6) -------------------------------------
+
+class _Student:
+    """ex04's module as the slope test drives it: lengths, then one run whose
+    times and controls grow like S**3.6 (the slopes of a very busy machine)."""
+
+    LENS = [256, 362, 512, 724, 1024]
+
+    def probe(self, name, *args):
+        if name == "ex04_quadratic.pick_lengths":
+            return {"seq_lens": self.LENS}
+        if name == "ex04_quadratic.scaling_run":
+            times = [1e-3 * (s / 256) ** 3.6 for s in self.LENS]
+            return {"student": [[s, t] for s, t in zip(self.LENS, times)],
+                    "ref_before": [t * 0.98 for t in times],
+                    "ref_after": [t * (s / 256) ** -0.1 for s, t in zip(self.LENS, times)],
+                    "wall": 10 * sum(times)}
+        if name == "ex04_quadratic.plot":
+            return {"no_matplotlib": True}
+        raise AssertionError(name)
+
+    def loglog_slope(self, lens, times):
+        return 3.6
+
+
+def _slope_test():
+    import importlib
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+        suite = importlib.import_module("grader.suites.public.test_ex04_quadratic")
+    return suite.test_measure_scaling_shows_the_quadratic
+
+
+def test_a_busy_machine_asks_a_student_to_rerun_but_a_grade_is_judged():
+    """A slope of 3.6 beside controls of 3.5 and 3.6: the self-check does not
+    pass it as "near 2" but asks to close other programs and run it again;
+    a grade judges it against the controls, as before."""
+    from grader.reference import timing
+    request = types.SimpleNamespace(node=types.SimpleNamespace())
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        _slope_test()(_Student(), request, {}, None, True)
+    assert str(skipped.value.msg).startswith("not judged: this machine was busy: "), skipped.value
+    assert "Close other programs and run the check again" in skipped.value.msg
+    _slope_test()(_Student(), request, {}, None, False)          # graded: passes
+    assert "log-log slope: yours 3.60" in request.node.feedback_on_pass
+    quiet = timing.Verdict(timing.PASS, slope=2.1, controls=(2.0, 2.2), band=(1.65, 2.55))
+    assert timing.busy_machine(quiet) is None
