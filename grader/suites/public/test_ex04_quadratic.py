@@ -157,8 +157,9 @@ def test_measure_scaling_shows_the_quadratic(student, request, machine, artifact
     if final == timing.PASS:
         good = next(v for v in verdicts if v.status == timing.PASS)
         busy = timing.busy_machine(good) if self_check else None
-        if busy:
-            pytest.skip(f"not judged: {busy}.\n{timing.scaling_table(good, device, threads)}")
+        if busy:      # said as a noisy run is, with the measurement shown
+            pytest.skip(f"not graded: machine too noisy ({busy}).\n"
+                        + measured_text(student, artifacts_dir, good, device, threads))
         request.node.feedback_on_pass = measured_text(student, artifacts_dir, good, device,
                                                       threads)
         return
