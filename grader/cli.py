@@ -285,8 +285,8 @@ def main() -> None:
 @main.command()
 @click.argument("exercise", nargs=-1)
 @click.option("--path", type=click.Path(path_type=Path), default=None,
-              help="Folder holding your exercise modules  [default: exercises, or the "
-                   "folder of the files named].")
+              help="Folder holding your exercise modules, or the zip you hand in  "
+                   "[default: exercises, or the folder of the files named].")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
               help="Seconds allowed for each call into your code.")
 @click.option("--artifacts", type=click.Path(path_type=Path, file_okay=False),
@@ -321,9 +321,11 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, gpu_tier, dedu
     if not path.exists():
         raise click.BadParameter(f"{path} does not exist; run this from the course folder "
                                  "or pass --path.", param_hint="--path")
-    if not path.is_dir():
-        raise click.BadParameter(f"{path} is not a folder of exercise modules.",
-                                 param_hint="--path")
+    # The zip a student hands in is checked as it will be graded (``materialize``
+    # unpacks it with the grading's caps), so a missing or misnamed module shows now.
+    if not path.is_dir() and path.suffix.lower() != ".zip":
+        raise click.BadParameter(f"{path} is not a folder of exercise modules, nor the "
+                                 "zip you hand in.", param_hint="--path")
     options = Options(suite="public", exercises=_exercise_names(exercise, "EXERCISE"),
                       call_timeout=timeout, artifacts_dir=artifacts, isolation=isolation,
                       gpu_tier=gpu_tier, deduct_each=deduct_each,

@@ -622,11 +622,11 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def reference_excerpt(source: str, name: str) -> str | None:
-    """The reference solution's function ``name``, with the imports, helpers
-    and constants it uses, and nothing else of the module: what replaces the
-    student's function in ``_upstream_evidence``, so that the student's code
-    there can reach no other reference answer."""
+def reference_excerpt(source: str, name: str, *more: str) -> str | None:
+    """The reference solution's function ``name`` (and the functions ``more``),
+    with the imports, helpers and constants they use, and nothing else of the
+    module: what replaces the student's functions in ``_upstream_evidence``,
+    so that the student's code there can reach no other reference answer."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -639,9 +639,9 @@ def reference_excerpt(source: str, name: str) -> str | None:
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 if isinstance(target, ast.Name):
                     defined[target.id] = node
-    if name not in defined:
+    if any(n not in defined for n in (name, *more)):
         return None
-    needed, todo = set(), [name]
+    needed, todo = set(), [name, *more]
     while todo:
         node = defined[todo.pop()]
         if id(node) in needed:
@@ -716,7 +716,11 @@ def _upstream_evidence(report: Report, called: dict[int, list[str]], submission:
       imports ex02), replaced by their reference solutions;
     - the most upstream function of the exercise that a failing test reached,
       for the failing tests that reach further, unexplained by the first
-      (their own module, with that function taken from ``reference_excerpt``).
+      (their own module, with that function taken from ``reference_excerpt``);
+    - for the failing tests still unexplained, every function upstream of
+      them whose own tests fail, replaced together: one slip in a helper that
+      two functions share (ex05's ``_attend`` under prefill and decode) fails
+      both, and what calls the second passes only when both are right.
 
     Not in the student edition (no solutions), nor inside such a grading,
     nor where the grading keeps the solutions from workers that could
@@ -763,4 +767,40 @@ def _upstream_evidence(report: Report, called: dict[int, list[str]], submission:
     for name, (fn, downstream, _) in own.items():
         out[name].append(rootcause.Upstream(fn, False, frozenset(
             t.name for t in downstream if (name, t.name) in passed)))
+    _several_upstream(report, out, failing, called, submission, options, start, fork_server)
     return out
+
+
+def _several_upstream(report: Report, out: dict[str, list[rootcause.Upstream]],
+                      failing: dict[str, list],
+                      called: dict[int, list[str]], submission: Path, options: Options,
+                      start: float, fork_server: forkserver.ForkServer | None) -> None:
+    """The third part of ``_upstream_evidence``: the failing tests no part
+    explained yet, graded again with every function upstream of them whose
+    own tests fail taken from the reference (two or more; one was the second
+    part), in one grading for every exercise."""
+    jobs: dict[str, tuple[tuple[str, ...], list, dict[str, str]]] = {}
+    for name, failed in failing.items():
+        explained = {t.name for up in out[name] for t in failed if t.name in up.passes}
+        fns, downstream = rootcause.upstream_functions(
+            [t for t in failed if t.name not in explained], called, name)
+        solution, module = SOLUTIONS_DIR / f"{name}.py", submission / f"{name}.py"
+        if len(fns) < 2 or not downstream or not solution.is_file() or not module.is_file() \
+                or module.is_symlink():
+            continue
+        excerpt = reference_excerpt(solution.read_text(), *fns)
+        if excerpt is None:
+            continue
+        ref = REFERENCE_MODULE.format(name)
+        patched = (module.read_text(encoding="utf-8", errors="replace") +
+                   f"\n\n# attn-grade: the reference's {', '.join(fns)} in place of yours\n"
+                   f"from {ref} import {', '.join(fns)}  # noqa: E402,F811\n")
+        jobs[name] = (fns, downstream, {f"{name}.py": patched, f"{ref}.py": excerpt})
+    if not jobs:
+        return
+    passed = _regrade(report, submission, options, {
+        name: (files, _only(downstream)) for name, (_, downstream, files) in jobs.items()},
+        start, fork_server)
+    for name, (fns, downstream, _) in jobs.items():
+        out[name].append(rootcause.Upstream(" and ".join(fns), False, frozenset(
+            t.name for t in downstream if (name, t.name) in passed)))

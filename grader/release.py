@@ -115,6 +115,9 @@ STUDENT_README = """\
 # Attention, the exercises
 
 ```bash
+# first the CPU build of PyTorch (skip this line on a machine with a CUDA GPU):
+# pip would otherwise fetch the CUDA build, gigabytes this course does not need
+pip install torch --index-url https://download.pytorch.org/whl/cpu
 pip install -e .            # this folder, as the package {name} (matplotlib included)
 attn-grade check            # check your exercises with the public tests
 ```
@@ -137,6 +140,7 @@ cell. {colab}
 attn-grade check                       # every exercise
 attn-grade check B C                   # some of them: by letter,
 attn-grade check ex02_mha exercises/ex03_gqa.py   # by name or by file
+attn-grade check --path handin.zip     # the zip you hand in, unpacked as grading will
 attn-grade --version
 ```
 
@@ -154,8 +158,6 @@ a promise. A reference answer this edition cannot replay from the
 instructors' record (one asked only for data your code made) says "not
 checked in the student edition"; it is checked when you are graded.
 
-On a machine without a GPU, install the CPU build of PyTorch first
-(`pip install torch --index-url https://download.pytorch.org/whl/cpu`).
 {triton}, which has Linux wheels only; on macOS and Windows
 every other exercise works, and {triton_letters} says that it needs Triton (use Colab or
 Linux for it).
@@ -164,7 +166,8 @@ Exercises D, E, F and H measure your code on your machine, as the grading
 machine will: D shows your times, the fitted slope and your log-log plot
 (`attn-grade-output/ex04_scaling.png`, `--artifacts` to put it elsewhere;
 its notebook shows it), E your TFLOP/s and GB/s against this machine's
-measured peaks, F the intensity counted from your decode's operations, H
+measured peaks and its roofline with your prefill and decode on it
+(`attn-grade-output/ex05_roofline.png`), F the intensity counted from your decode's operations, H
 the trace of your absorbed decode. Close other heavy programs while they
 run: a check the machine was too busy to judge says "not graded" and is
 judged again when you are graded.

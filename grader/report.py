@@ -137,6 +137,22 @@ def _for_students(text: str) -> str:
                   r"\1", text)
 
 
+# A test that could not be judged, in the reader's words: staff know "regrade";
+# a student reads what happens to it and that its points are not lost.
+STAFF_WORDS = {
+    "mark": "REGR",
+    "pending": "pending a regrade (REGR), not lost",
+    "summary": "NEEDS REGRADE: {n} test(s) could not be judged on this run (marked REGR); "
+               "their points count in the maximum.",
+}
+STUDENT_WORDS = {
+    "mark": "WAIT",
+    "pending": "not judged yet (WAIT), not lost",
+    "summary": "WAIT, not judged: {n} test(s) could not be judged on this run; your "
+               "instructor will regrade them, and their points are not lost.",
+}
+
+
 def to_text(report: Report, *, public_only: bool = False) -> str:
     """A per-exercise table with each test's feedback under it (a passing
     test has feedback only when it has something to show, like a measurement).
@@ -145,6 +161,7 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
     lines, no absolute paths, and feedback that repeats within an exercise (a
     module that failed to import fails every test alike) is shown once."""
     name = Path(report.submission).name if public_only else report.submission
+    words = STUDENT_WORDS if public_only else STAFF_WORDS
     lines = [report.isolation_line] if report.isolation_line and not public_only else []
     lines.append(f"Graded {name} with the {report.suite} suites in {report.seconds:.1f} s.")
     if not public_only:
@@ -166,7 +183,7 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
         shown: set[str] = set()
         for t in tests:
             mark = "KEPT" if t.kept else {PASSED: "ok  ", FAILED: "FAIL", NOT_RUN: "--  ",
-                                          NEEDS_REGRADE: "REGR"}[t.status]
+                                          NEEDS_REGRADE: words["mark"]}[t.status]
             title = t.title
             pts = f"{_num(t.score)}/{_num(t.max_score)}" if t.max_score else ""  # never 0/0
             lines.append(f"  {mark} {title:<{width}} {pts:>7}".rstrip())
@@ -187,8 +204,8 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
                   if t.status == NEEDS_REGRADE and not t.kept)
     lines.append(f"Total: {points}"
                  + (f", but {failed} test{'s' if failed > 1 else ''} FAILED" if failed else "")
-                 + (f", {_num(pending)} point{'' if pending == 1 else 's'} pending a regrade "
-                    "(REGR), not lost" if pending else ""))
+                 + (f", {_num(pending)} point{'' if pending == 1 else 's'} "
+                    f"{words['pending']}" if pending else ""))
     if report.manual and not public_only:
         staff = sum(e["points"] for e in report.manual)
         n = len(report.manual)
@@ -196,8 +213,7 @@ def to_text(report: Report, *, public_only: bool = False) -> str:
                      "for staff to grade: the batch's rubric sheet, or Gradescope's hidden "
                      "entries, has them.")
     if report.needs_regrade:
-        lines.append(f"NEEDS REGRADE: {report.needs_regrade} test(s) could not be judged on "
-                     "this run (marked REGR); their points count in the maximum.")
+        lines.append(words["summary"].format(n=report.needs_regrade))
     for err in report.errors:   # its own lines indented: never one that looks like the table's
         lines.append("Grader problem: " + err.replace("\n", "\n  "))
     if public_only:

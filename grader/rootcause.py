@@ -72,18 +72,52 @@ def _depth(called: list[str], order: list[str]) -> int | None:
     return max(known) if known else None
 
 
+def subject(test: TestResult, order: list[str]) -> str | None:
+    """The contract function a test is named after (the longest name found in
+    ``test_<function>_...``), or None.  A test that drives the student's code
+    through a probe records no call (ex04's time_fn and measure_scaling
+    tests), and one may call a later function only to show something (ex04's
+    slope test fits the student's times with their loglog_slope): its name
+    says what it tests."""
+    name = test.name.split("[")[0].removeprefix("test_")
+    found = [fn for fn in order if name == fn or name.startswith(fn + "_")]
+    return max(found, key=len) if found else None
+
+
+def depth_of(test: TestResult, called: dict[int, list[str]], order: list[str]) -> int | None:
+    """Where in the exercise's order a test sits: its subject's place, else
+    the latest function it called."""
+    named = subject(test, order)
+    return order.index(named) if named else _depth(called.get(id(test), []), order)
+
+
 def upstream_function(failed: list[TestResult], called: dict[int, list[str]],
                       exercise: str) -> tuple[str | None, list[TestResult]]:
     """The most upstream function a failing test of the exercise reached, and
     the failing tests that reach further downstream (the ones to grade again
     with the reference's function)."""
     order = function_order(exercise)
-    depths = {id(t): _depth(called.get(id(t), []), order) for t in failed}
+    depths = {id(t): depth_of(t, called, order) for t in failed}
     known = [d for d in depths.values() if d is not None]
     if not known:
         return None, []
     top = min(known)
     return order[top], [t for t in failed if depths[id(t)] is not None and depths[id(t)] > top]
+
+
+def upstream_functions(failed: list[TestResult], called: dict[int, list[str]],
+                       exercise: str) -> tuple[tuple[str, ...], list[TestResult]]:
+    """Every function a failing test of the exercise reached last, but those
+    of the tests that reach furthest downstream, upstream first; and those
+    tests (the ones to grade again with all of those functions the
+    reference's).  (), [] when the failing tests reach one function."""
+    order = function_order(exercise)
+    depths = {id(t): depth_of(t, called, order) for t in failed}
+    known = sorted({d for d in depths.values() if d is not None})
+    if len(known) < 2:
+        return (), []
+    return (tuple(order[d] for d in known[:-1]),
+            [t for t in failed if depths[id(t)] == known[-1]])
 
 
 def _names(mistake: str) -> set[str]:
@@ -111,13 +145,14 @@ def _within(failures: list[_Failure], called: dict[int, list[str]], order: list[
     """Rule 2: mark each failure that follows a more upstream one's mistake."""
     for f in failures:
         f.mistake = named_mistake(f.test.output)
-        f.depth = _depth(called.get(id(f.test), []), order)
+        f.depth = depth_of(f.test, called, order)
     named = [f for f in failures if f.mistake and f.depth is not None and f.evidence is None]
     for f in named:
         roots = [r for r in named if _same(r.mistake, f.mistake) and r.depth < f.depth]
         if roots:
             f.root = min(roots, key=lambda r: r.depth)   # the first of the most upstream
-            fns = [g for g in called.get(id(f.root.test), []) if g in order]
+            fns = [subject(f.root.test, order)] if subject(f.root.test, order) else \
+                [g for g in called.get(id(f.root.test), []) if g in order]
             f.where = fns[0] if len(set(fns)) == 1 else f'"{f.root.test.title}"'
 
 

@@ -61,7 +61,7 @@ def test_the_solutions_are_measured_in_the_edition(edition, tmp_path):  # noqa: 
     assert "FAIL" not in out, out
 
     row, lines = _row(_block(out, "ex04_quadratic"), "measure_scaling on this machine")
-    if row.startswith("  --  "):       # a machine too busy to judge: said so, and shown
+    if row.startswith(("  --  ", "  WAIT ")):   # a machine too busy to judge: said so, shown
         assert "not graded: machine too noisy" in lines, lines
     else:
         assert row.startswith("  ok  ") and row.endswith("3/3"), row

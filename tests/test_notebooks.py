@@ -165,7 +165,7 @@ def test_exercise_a_notebook_prints_the_student_s_variant_and_questions_run(note
     ex01, questions = json.loads(proc.stdout.strip().splitlines()[-1])
     assert any(inputs_for("alice").text() in out for out in ex01)
     assert "STUDENT_ID" in (work / "ex01_by_hand.py").read_text()
-    assert "Total: 22 of 22 checks pass (no points here)" in questions[-1], questions[-1]
+    assert "Total: 40 of 40 checks pass (no points here)" in questions[-1], questions[-1]
     assert "FAIL" not in questions[-1] and "0/0" not in questions[-1]
 
 

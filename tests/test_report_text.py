@@ -39,3 +39,18 @@ def test_points_pending_a_regrade_are_named_in_the_total():
                               "not graded: machine too noisy")])
     text = to_text(report)
     assert "Total: 2/5, 3 points pending a regrade (REGR), not lost\n" in text, text
+
+
+def test_the_students_text_says_not_judged_in_student_words():
+    """The staff's REGR and NEEDS REGRADE become, in a student's text, a test
+    not judged that the instructor regrades, its points not lost."""
+    report = Report("sub", "public", tests=[_t("ex02_mha", "test_softmax", PASSED, 2, 2),
+                           _t("ex04_quadratic", "test_slope", NEEDS_REGRADE, 0, 3,
+                              "not graded: machine too noisy")])
+    text = to_text(report, public_only=True)
+    assert "REGR" not in text and "NEEDS REGRADE" not in text, text
+    assert "\n  WAIT test slope" in text, text
+    assert "Total: 2/5, 3 points not judged yet (WAIT), not lost\n" in text, text
+    assert "not judged: 1 test(s) could not be judged on this run; your instructor " \
+           "will regrade them" in text, text
+    assert "REGR" in to_text(report), "the staff's text keeps its word"

@@ -358,3 +358,63 @@ def test_the_root_causes_gradings_fork_from_the_first_gradings_fork_server(tmp_p
     assert spawned[0].root is None and spawned[0].proc.poll() is not None
     ex03 = failures(report, "ex03_gqa")
     assert ex03 and all(t.kept and "your ex02_mha" in t.output for t in ex03)
+
+
+def test_the_functions_upstream_of_the_furthest_failures_are_replaced_together():
+    """Failing tests reaching prefill, decode and decode_with_cache: the two
+    upstream functions are replaced together for decode_with_cache's tests."""
+    from grader.rootcause import upstream_functions
+    tests = [_result("test_prefill", "wrong"), _result("test_decode", "wrong"),
+             _result("test_cache", "wrong"), _result("test_cache_more", "wrong")]
+    called = {id(tests[0]): ["prefill_attention"], id(tests[1]): ["decode_attention"],
+              id(tests[2]): ["decode_with_cache"], id(tests[3]): ["decode_with_cache"]}
+    fns, downstream = upstream_functions(tests, called, "ex05_decode_prefill")
+    assert fns == ("prefill_attention", "decode_attention")
+    assert downstream == tests[2:]
+    assert upstream_functions(tests[2:], called, "ex05_decode_prefill") == ((), [])
+
+
+@pytest.mark.slow
+def test_a_slip_in_a_helper_two_functions_share_costs_once_in_ex05(tmp_path):
+    """ex05's scale slip is in _attend, which prefill_attention and
+    decode_attention share and decode_with_cache reaches through decode: it
+    costs prefill_attention's tests only; decode's keep their points (the
+    same mistake, named upstream), and decode_with_cache's too (they pass
+    with both functions the reference's), each saying where."""
+    sub = _mutant(tmp_path, "ex05_decode_prefill:no_scale")
+    report = grade_dir(sub, ["ex05_decode_prefill"], seed=7)
+    assert not report.errors, report.errors
+    tests = [t for t in report.tests if t.exercise == "ex05_decode_prefill"]
+    failed = [t for t in tests if t.status == FAILED and not t.kept]
+    assert failed and all(t.name.startswith("test_prefill") for t in failed), \
+        [t.name for t in failed]
+    cache = [t for t in report.tests if "decode_with_cache" in t.title and t.status == FAILED]
+    assert cache and all(t.kept and t.score == t.max_score for t in cache), to_text(report)
+    assert any("This follows from your prefill_attention and decode_attention" in t.output
+               for t in cache), to_text(report)
+    got, total = report.exercise_scores()["ex05_decode_prefill"]
+    lost = sum(t.max_score for t in report.tests
+               if t.exercise == "ex05_decode_prefill" and t.status == FAILED and not t.kept)
+    assert total - got == lost
+
+
+def test_a_test_is_placed_by_the_function_it_is_named_after():
+    """ex04: time_fn's tests drive it through a probe (no call recorded) and
+    the slope test calls loglog_slope only to show a fit; named after time_fn
+    and measure_scaling, the slope test follows from time_fn's mistake and
+    keeps its 3 points, saying so."""
+    total = "the total of all repeats was returned instead of the time of one call (the median)"
+    tests = [_result("test_measure_scaling_shows_the_quadratic",
+                     f"This looks like: {total}.\nslow", points=3.0),
+             _result("test_time_fn_times_a_slow_function", f"This looks like: {total}.", points=1),
+             _result("test_time_fn_takes_the_median", f"This looks like: {total}.", points=1)]
+    for t in tests:
+        t.exercise = "ex04_quadratic"
+    called = {id(tests[0]): ["loglog_slope"], id(tests[1]): [], id(tests[2]): []}
+    report = Report(submission="s", suite="hidden", tests=list(tests), exercises=["ex04_quadratic"])
+    attribute(report, called)
+    assert [t.score for t in tests] == [3.0, 0.0, 0.0]
+    assert report.tests[0] is tests[1]          # the root cause is shown first
+    assert tests[0].kept and tests[0].output == ("This follows from the time_fn mistake named "
+                                                 "above (test 2 of 3 that show it): it keeps "
+                                                 "its points.")

@@ -36,6 +36,11 @@ SLEEP_TRIES = 5
 # interleaves them length by length), so such a run is still judged, against
 # the slope the machine showed then.
 CONTROL_RANGE = (1.4, 4.0)
+# Above this, both control slopes say the machine was busy (a quiet machine
+# showed at most 2.6, above): a grade is still judged against the control,
+# but a student's self-check tells them to close other programs and run it
+# again, rather than pass a slope of 4 under "the slope is near 2".
+QUIET_SLOPE_MAX = 2.8
 # Two control runs, before and after the student's, that disagree by more
 # than this were disturbed: the student's run in between cannot be judged.
 CONTROL_AGREEMENT = 0.5
@@ -232,6 +237,19 @@ def judge_scaling(seq_lens, attempt: dict, repeats_hint: int = 5,
                                   f"attention, measured just before and after, gave {r1:.2f} "
                                   f"and {r2:.2f} (accepted: {band[0]:.2f} to {band[1]:.2f})",
                    slope=slope, controls=controls, band=band, rows=rows)
+
+
+def busy_machine(verdict: Verdict) -> str | None:
+    """Why a passing run of a self-check proves nothing about the quadratic
+    (both controls above ``QUIET_SLOPE_MAX``: the load showed, not S^2), or
+    None when the machine was quiet enough."""
+    if verdict.controls is None or min(verdict.controls) <= QUIET_SLOPE_MAX:
+        return None
+    r1, r2 = verdict.controls
+    return (f"this machine was busy: the grader's own naive attention gave slopes of "
+            f"{r1:.2f} and {r2:.2f} around your run, where a quiet machine gives about 2, "
+            f"so your {verdict.slope:.2f} shows the load, not the quadratic. Close other "
+            "programs and run the check again")
 
 
 def final_scaling_verdict(verdicts: list[Verdict]) -> str:

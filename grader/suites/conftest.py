@@ -9,8 +9,8 @@ measured once per run and shown at the top of the report;
 ``machine_peaks``: its measured peaks (kept there).  ``run_seed``
 (automatic): the run's secret seed, from which every random hidden case is
 drawn (``grader.reference.cases``).  ``roster_student_id``,
-``artifacts_dir``, ``check_cache_dir``, ``for_staff``, ``submission_dir`` and
-``launch_worker``: what a few suites need of the run.
+``artifacts_dir``, ``check_cache_dir``, ``for_staff``, ``self_check``,
+``submission_dir`` and ``launch_worker``: what a few suites need of the run.
 """
 from __future__ import annotations
 
@@ -82,6 +82,16 @@ def artifacts_dir(request) -> Path | None:
     ``Options.artifacts_dir``), or None: never the submission's folder."""
     folder = _plugin(request.config).options.artifacts_dir
     return Path(folder) if folder else None
+
+
+@pytest.fixture(scope="session")
+def self_check(request) -> bool:
+    """Whether this run is a student's self-check (the public suites alone,
+    as `attn-grade check` runs them) rather than a grade: a measurement a
+    busy machine distorts is judged against the machine's own control when
+    graded, while a student checking is told to close other programs and
+    run it again."""
+    return _plugin(request.config).options.suite == "public"
 
 
 @pytest.fixture

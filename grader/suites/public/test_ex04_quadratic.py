@@ -139,7 +139,8 @@ def measured_text(student, artifacts_dir, verdict, device, threads) -> str:
 @pytest.mark.points(3)
 @pytest.mark.timeout_s(180)
 @pytest.mark.nothing_to_record
-def test_measure_scaling_shows_the_quadratic(student, request, machine, artifacts_dir):
+def test_measure_scaling_shows_the_quadratic(student, request, machine, artifacts_dir,
+                                             self_check):
     """measure_scaling on this machine: the slope is near 2"""
     device = measure.default_device()
     threads = ", 1 thread" if device == "cpu" else ""
@@ -158,6 +159,10 @@ def test_measure_scaling_shows_the_quadratic(student, request, machine, artifact
     last = verdicts[-1]
     if final == timing.PASS:
         good = next(v for v in verdicts if v.status == timing.PASS)
+        busy = timing.busy_machine(good) if self_check else None
+        if busy:      # said as a noisy run is, with the measurement shown
+            pytest.skip(f"not graded: machine too noisy ({busy}).\n"
+                        + measured_text(student, artifacts_dir, good, device, threads))
         request.node.feedback_on_pass = measured_text(student, artifacts_dir, good, device,
                                                       threads)
         return

@@ -9,6 +9,7 @@ from grader.reference.secret import roofline as rl
 from grader.reference import timing
 from grader.reference.ex05_checks import MISTAKES, check_decode_with_cache, randn
 from grader.reference.mistakes import looks_like
+from grader.reference.roofline_plot import keep_roofline
 from grader.sandbox.runtime.codec import Func
 
 pytestmark = [pytest.mark.exercise("ex05_decode_prefill"),
@@ -213,7 +214,8 @@ def test_prefill_compute_bound_decode_memory_bound(student, machine, machine_pea
 
 @pytest.mark.points(1)
 @pytest.mark.timeout_s(120)
-def test_roofline_achieved_on_this_machine(student, request, machine, machine_peaks):
+def test_roofline_achieved_on_this_machine(student, request, machine, machine_peaks,
+                                           artifacts_dir):
     """achieved() of prefill and decode run on this machine: consistent, within its peaks"""
     device = measure.default_device()
     peaks, (pshape, dshape, dtype), ((pf, pb), (df, db)), (i_pre, i_dec) = roofline_peaks(
@@ -233,8 +235,9 @@ def test_roofline_achieved_on_this_machine(student, request, machine, machine_pe
                            "before the work was done.\n"
                            + looks_like(timing.MISTAKES["no_sync"],
                                         " (or without the call inside the clock)"))
-    request.node.feedback_on_pass = roofline_table(run, peaks, (pshape, dshape, dtype),
-                                                   (i_pre, i_dec))
+    request.node.feedback_on_pass = (
+        roofline_table(run, peaks, (pshape, dshape, dtype), (i_pre, i_dec)) + "\n"
+        + keep_roofline(artifacts_dir, peaks, run, (i_pre, i_dec)))
 
 
 def roofline_table(run, peaks, shapes, intensities) -> str:

@@ -209,3 +209,30 @@ def test_query_block_rows_that_see_nothing(student):
                        mistakes=flash.query_block_mistakes(q, k, v, True))
     flash_judge.check_work(res, q, k, v, what="query_block_attention(q, k, v, causal=True)",
                            causal=True)
+
+
+@needs_triton
+@pytest.mark.points(1)
+@pytest.mark.timeout_s(180)
+def test_flash_attention_rescales_across_key_tiles(student):
+    """flash_attention over 512 keys whose scores rise tile after tile: the past rescaled
+    (acc and l) whenever a key tile raises a row's maximum"""
+    # 512 keys outnumber any key tile a kernel uses (the small cases above fit
+    # in one tile of 64, where a missing rescale changes nothing); each key
+    # leans further along q's direction, so every tile raises each row's
+    # maximum (by about 1 per 16 keys) and the past's weights must shrink.
+    rng = fixed_rng("ex07-public", "rising")
+    s_q, s_k, d_head = 16, 512, 16
+    lean = torch.arange(s_k, dtype=torch.float32)[:, None] / s_k * 8.0   # (S_k, 1)
+    noise = lambda *shape: torch.from_numpy(  # noqa: E731
+        0.3 * rng.standard_normal(shape).astype(np.float32))
+    q = (1.0 + noise(1, 1, s_q, d_head)).contiguous()
+    k = (lean + noise(1, 1, s_k, d_head)).contiguous()
+    v = torch.from_numpy(rng.standard_normal((1, 1, s_k, d_head)).astype(np.float32))
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True)
+    what = "flash_attention(q, k, v, causal=True) with S_q=16, S_k=512, rising scores"
+    flash.check_output(res, q, flash.reference(q, k, v, True), what=what,
+                       mistakes=flash.flash_mistakes(q, k, v, True,
+                                                     names=["no_rescale", "no_scale"]),
+                       hint="When a key tile raises a row's maximum from m to m_new, multiply "
+                            "that row's acc and l by exp(m - m_new) before adding the tile.")
