@@ -6,7 +6,8 @@ Triton; GPU where some tests need CUDA, ``gpu_for`` saying which); the
 earlier exercises it imports (``after``: its notebook loads them); the
 secret references its suites import (``secret``: modules of
 ``grader/reference/secret/``); its probe modules (``probes``: files of
-``grader/sandbox/runtime/probes/`` named like the exercise); its default time limit
+``grader/sandbox/runtime/probes/`` named like the exercise, or, for a helper
+of its probe, with the exercise's number first: ``ex07_work``); its default time limit
 per call (``call_timeout``), what its worker's environment gets
 (``worker_env``) and the libraries its tests make its worker import
 (``preload``: a grading's fork server imports them once).
@@ -133,7 +134,8 @@ EXERCISES = {e.name: e for e in [
              probes=("ex06_gqa_intensity",), call_timeout=60.0, preload=TRACES),
     Exercise("ex07_flash_attention", "G", "a fused attention kernel in Triton",
              needs=("NumPy", "PyTorch", "Triton", "GPU"), gpu_for="the speed tiers",
-             secret=("flash",), probes=("ex07_flash_attention",),
+             secret=("flash",),
+             probes=("ex07_flash_attention", "ex07_work", "ex07_replay", "ex07_given"),
              worker_env=_InterpretWithoutCuda(), call_timeout=120.0,
              # the compile check compiles every config for two GPUs in a worker of its own
              budget_s=900.0),

@@ -10,7 +10,7 @@ replay of the recorded reference, and a mistake whose answer was never
 recorded is left out, as one that cannot apply to these arguments is.
 
 ``looks_like`` writes the feedback line that names a known mistake: its words
-come from a ``MISTAKES`` table (``grader.insight.TABLES`` lists every one), so
+come from a ``MISTAKES`` table (``grader.insight.tables()`` finds every one), so
 that the class's table gives the line its key.
 """
 from __future__ import annotations

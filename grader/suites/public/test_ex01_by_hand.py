@@ -109,7 +109,7 @@ def _whose(inputs: variants.Inputs) -> str:
 # carried), with a little room for the rounding of the step before it.
 STEP_ATOL = 0.012
 # Said in a sentence of its own, not a "This looks like:" line: no mistakes
-# table (grader.insight.TABLES) has these words yet.
+# table (grader.insight.tables() finds them) has these words yet.
 TRANSPOSED_SCORES = ("it is K @ Q.T, the transposed product: rows are queries and columns "
                      "keys, SCORES[i][j] = q_i . k_j (Q @ K.T)")
 
