@@ -117,6 +117,8 @@ def _skipped(reason: str, planned: Planned) -> tuple[str, str]:
     pts = f"{planned.points:g} point{'' if planned.points == 1 else 's'}"
     if not planned.counted:   # the GPU tier, off
         return NOT_RUN, f"{reason} (worth {pts} with --gpu-tier, on any machine)"
+    if planned.points == 0:   # a check worth nothing (the public self-checks): nothing to regrade
+        return NOT_RUN, reason
     if reason.startswith(EDITION_ONLY):
         return NOT_RUN, f"{reason} (worth {pts} when graded)"
     if reason.startswith(NEEDS):

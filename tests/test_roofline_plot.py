@@ -62,6 +62,9 @@ class _Student:
                     "wall": 10 * sum(times)}
         if name == "ex04_quadratic.plot":
             return {"no_matplotlib": True}
+        if name == "ex04_quadratic.run_timer":     # a timer that returns one call's time
+            (seconds,) = args[0]
+            return {"result": seconds, "calls": 7, "seen": [seconds] * 7, "wall": 7 * seconds}
         raise AssertionError(name)
 
     def loglog_slope(self, lens, times):

@@ -99,8 +99,8 @@ def test_the_top_left_mask_is_named_without_a_claim_on_the_case():
 
 
 @pytest.mark.parametrize("warmup, repeats, said", [
-    (1, 1, "expected 2 (1 warm-up call, then 1 timed one)"),
-    (2, 5, "expected 7 (2 warm-up calls, then 5 timed ones)"),
+    (1, 1, "expected at least 2 (1 warm-up call, then 1 timed one)"),
+    (2, 5, "expected at least 7 (2 warm-up calls, then 5 timed ones)"),
 ])
 def test_the_timer_s_call_count_is_said_in_good_english(warmup, repeats, said):
     from grader.feedback import Feedback
