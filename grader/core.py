@@ -13,20 +13,17 @@ maximum from there, whatever its outcome; ``maximum`` gives the same without
 a submission (a batch's row that could not be graded).
 
 After the tests ran, a failing exercise may be graded again with a reference
-in place of what it builds on (``_upstream_evidence``): ``grader.rootcause``
-reads which failures follow from a mistake upstream, so that it costs once.
+in place of what it builds on (``grader.rootcause.upstream_evidence``, which
+calls back into ``grade``), and ``grader.rootcause`` reads which failures
+follow from a mistake upstream, so that it costs once.
 """
 from __future__ import annotations
 
-import ast
 import contextlib
-import dataclasses
 import os
 import re
 import secrets
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -38,7 +35,7 @@ from grader import fault, rootcause
 from grader.registry import EXERCISES, fork_server_preloads, suite_files
 from grader.feedback import Feedback
 from grader.options import GraderConfigError, Options, exercises_of as _exercises
-from grader.paths import SOLUTIONS_DIR, SUITES_DIR
+from grader.paths import SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
 from grader.sandbox import bwrap, confine, forkserver, isolation, reach
 from grader.sandbox.client import StudentError, StudentModule, Worker
@@ -465,7 +462,7 @@ def grade(submission: Path | str, options: Options | None = None, *,
     ``folders`` (exercise -> folder) grades those exercises from folders of
     their own instead, and ``fork_server`` is the started fork server of the
     grading they are part of, to fork their workers from (the root causes'
-    second grading, ``_regrade``).
+    second grading, ``rootcause.regrade``).
 
     Protects the secret folders first where workers could read them
     (``protect_secret_folders``).  Sets PyTorch to one thread in this process once a suite has imported it
@@ -478,7 +475,7 @@ def grade(submission: Path | str, options: Options | None = None, *,
     except (ValueError, isolation.IsolationUnavailable) as exc:
         raise GraderConfigError(str(exc)) from None
     # Where this keeps the solutions from the workers, none is handed to one
-    # either (``_upstream_evidence``).
+    # either (``rootcause.upstream_evidence``).
     secrets_kept = bool(protect_secret_folders(iso))
     remove_stale_staging_once()   # what graders killed with kill -9 left in /tmp
     report = Report(submission=str(submission), suite=options.suite, exercises=list(names),
@@ -521,8 +518,8 @@ def grade(submission: Path | str, options: Options | None = None, *,
             # student's code (its imports are not paid again, up to 3 s each).
             lent = plugin.fork_server if plugin.fork_server is not None \
                 and plugin.fork_server.alive else None
-            upstream = {} if secrets_kept else \
-                _upstream_evidence(report, plugin.called, submission, options, start, lent)
+            upstream = {} if secrets_kept else rootcause.upstream_evidence(
+                report, plugin.called, submission, options, start, lent, grade=grade)
             if upstream:
                 report.phase_seconds["root causes"] = time.perf_counter() - began
             report.deduct_each = options.deduct_each
@@ -606,203 +603,3 @@ def maximum(options: Options | None = None) -> dict[str, float]:
     if collector.errors:
         raise RuntimeError("; ".join(collector.errors))
     return {e: round(collector.maxima.get(e, 0.0), 6) for e in names}
-
-
-def _names_module(module: Path, names) -> bool:
-    """Does a student's module name any of these modules?  Read as text, never run."""
-    try:
-        text = module.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return any(re.search(rf"\b{re.escape(n)}\b", text) for n in names)
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.is_file() and not a.is_symlink() and a.read_bytes() == b.read_bytes()
-    except OSError:
-        return False
-
-
-def reference_excerpt(source: str, name: str, *more: str) -> str | None:
-    """The reference solution's function ``name`` (and the functions ``more``),
-    with the imports, helpers and constants they use, and nothing else of the
-    module: what replaces the student's functions in ``_upstream_evidence``,
-    so that the student's code there can reach no other reference answer."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    defined: dict[str, ast.stmt] = {}
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            defined[node.name] = node
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                if isinstance(target, ast.Name):
-                    defined[target.id] = node
-    if any(n not in defined for n in (name, *more)):
-        return None
-    needed, todo = set(), [name, *more]
-    while todo:
-        node = defined[todo.pop()]
-        if id(node) in needed:
-            continue
-        needed.add(id(node))
-        todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in defined]
-    keep = [node for node in tree.body if id(node) in needed
-            or isinstance(node, (ast.Import, ast.ImportFrom))]
-    return "\n\n".join(ast.get_source_segment(source, node) or "" for node in keep) + "\n"
-
-
-REFERENCE_MODULE = "_attn_reference_{}"   # the excerpt's module, beside the student's
-
-
-def _regrade(report: Report, submission: Path, options: Options,
-             jobs: dict[str, tuple[dict[str, str], str | None]], start: float,
-             fork_server: forkserver.ForkServer | None = None) -> set[tuple]:
-    """The (exercise, test name) pairs that pass when each exercise of ``jobs``
-    (exercise -> (files, keyword)) is graded again with its files (name ->
-    text) in a copy of the submission of its own: one grading for them all,
-    each exercise's workers seeing only its own copy, so that what one
-    exercise's files fix reaches no other (ex03 imports ex02), forked from
-    ``fork_server`` (the first grading's) where it is given.  The same cases
-    (the run's seed), its workers confined as every worker is.  Only pass or
-    fail is read: its feedback, which could quote the reference, is never
-    shown.  Nothing where too little of the grading's budget is left for a
-    second grading: then each failure costs."""
-    left = options.grading_budget
-    if left is not None:
-        left -= time.perf_counter() - start
-    if not jobs or (left is not None and left < 10):
-        return set()
-    keyword = " or ".join(f"({kw})" for _, kw in jobs.values() if kw)
-    if keyword and options.keyword:
-        keyword = f"({options.keyword}) and ({keyword})"
-    with tempfile.TemporaryDirectory(prefix="attn-upstream-") as tmp:
-        folders = {}
-        try:
-            for exercise, (files, _) in jobs.items():
-                folder = folders[exercise] = Path(tmp) / exercise / "submission"
-                shutil.copytree(submission, folder, symlinks=True)   # links stay links
-                for file, text in files.items():
-                    (folder / file).unlink(missing_ok=True)
-                    (folder / file).write_text(text, encoding="utf-8")
-        except OSError:
-            return set()      # no evidence: each failure costs
-        again = grade(submission, dataclasses.replace(
-            options, exercises=list(jobs), seed=report.seed, check_upstream=False,
-            keyword=keyword or options.keyword, artifacts_dir=None, grading_budget=left),
-            folders=folders, fork_server=fork_server)
-    return set() if again.errors else {(t.exercise, t.name) for t in again.tests
-                                       if t.status == PASSED}
-
-
-def _only(tests) -> str:
-    """A pytest -k expression that selects these tests (and perhaps others
-    whose names contain theirs: only these are read)."""
-    return " or ".join(sorted({t.name.split("[")[0] for t in tests}))
-
-
-def _upstream_evidence(report: Report, called: dict[int, list[str]], submission: Path,
-                       options: Options, start: float,
-                       fork_server: forkserver.ForkServer | None = None
-                       ) -> dict[str, list[rootcause.Upstream]]:
-    """The evidence for root causes (``grader.rootcause``): an exercise with a
-    failing test is graded again with a reference in place of the part of the
-    student's work it builds on, and a failure that passes then follows from
-    that part.  Two parts, each tried once per exercise, each one grading for
-    every exercise (``_regrade``):
-
-    - the earlier exercises its module names (``Exercise.after``: ex03
-      imports ex02), replaced by their reference solutions;
-    - the most upstream function of the exercise that a failing test reached,
-      for the failing tests that reach further, unexplained by the first
-      (their own module, with that function taken from ``reference_excerpt``);
-    - for the failing tests still unexplained, every function upstream of
-      them whose own tests fail, replaced together: one slip in a helper that
-      two functions share (ex05's ``_attend`` under prefill and decode) fails
-      both, and what calls the second passes only when both are right.
-
-    Not in the student edition (no solutions), nor inside such a grading,
-    nor where the grading keeps the solutions from workers that could
-    otherwise keep a copy (the fallback isolation as root: ``grade`` does not
-    call it there)."""
-    if not options.check_upstream or not SOLUTIONS_DIR.is_dir():
-        return {}
-    failing = {name: failed for name in report.exercises
-               if (failed := [t for t in report.tests
-                              if t.exercise == name and t.status == FAILED])}
-    out: dict[str, list[rootcause.Upstream]] = {name: [] for name in failing}
-    earlier: dict[str, tuple[str, ...]] = {}
-    for name, failed in failing.items():
-        # (a module that is the reference already cannot be the cause)
-        deps = tuple(d for d in EXERCISES[name].after if (SOLUTIONS_DIR / f"{d}.py").is_file()
-                     and not _same_file(submission / f"{d}.py", SOLUTIONS_DIR / f"{d}.py"))
-        if deps and _names_module(submission / f"{name}.py", deps):
-            earlier[name] = deps
-    # only the failing tests: a passing one has nothing to explain
-    passed = _regrade(report, submission, options, {
-        name: ({f"{d}.py": (SOLUTIONS_DIR / f"{d}.py").read_text() for d in deps},
-               _only(failing[name])) for name, deps in earlier.items()}, start, fork_server)
-    for name, deps in earlier.items():
-        out[name].append(rootcause.Upstream(" and ".join(deps), True, frozenset(
-            t.name for t in failing[name] if (name, t.name) in passed)))
-    own: dict[str, tuple[str, list]] = {}
-    for name, failed in failing.items():
-        explained = {t.name for up in out[name] for t in failed if t.name in up.passes}
-        fn, downstream = rootcause.upstream_function(
-            [t for t in failed if t.name not in explained], called, name)
-        solution, module = SOLUTIONS_DIR / f"{name}.py", submission / f"{name}.py"
-        excerpt = reference_excerpt(solution.read_text(), fn) if fn and downstream \
-            and solution.is_file() else None
-        if excerpt is None or not module.is_file() or module.is_symlink():
-            continue
-        ref = REFERENCE_MODULE.format(name)
-        patched = (module.read_text(encoding="utf-8", errors="replace") +
-                   f"\n\n# attn-grade: the reference's {fn} in place of yours\n"
-                   f"from {ref} import {fn}  # noqa: E402,F811\n")
-        own[name] = (fn, downstream, {f"{name}.py": patched, f"{ref}.py": excerpt})
-    passed = _regrade(report, submission, options, {
-        name: (files, _only(downstream)) for name, (_, downstream, files) in own.items()},
-        start, fork_server)
-    for name, (fn, downstream, _) in own.items():
-        out[name].append(rootcause.Upstream(fn, False, frozenset(
-            t.name for t in downstream if (name, t.name) in passed)))
-    _several_upstream(report, out, failing, called, submission, options, start, fork_server)
-    return out
-
-
-def _several_upstream(report: Report, out: dict[str, list[rootcause.Upstream]],
-                      failing: dict[str, list],
-                      called: dict[int, list[str]], submission: Path, options: Options,
-                      start: float, fork_server: forkserver.ForkServer | None) -> None:
-    """The third part of ``_upstream_evidence``: the failing tests no part
-    explained yet, graded again with every function upstream of them whose
-    own tests fail taken from the reference (two or more; one was the second
-    part), in one grading for every exercise."""
-    jobs: dict[str, tuple[tuple[str, ...], list, dict[str, str]]] = {}
-    for name, failed in failing.items():
-        explained = {t.name for up in out[name] for t in failed if t.name in up.passes}
-        fns, downstream = rootcause.upstream_functions(
-            [t for t in failed if t.name not in explained], called, name)
-        solution, module = SOLUTIONS_DIR / f"{name}.py", submission / f"{name}.py"
-        if len(fns) < 2 or not downstream or not solution.is_file() or not module.is_file() \
-                or module.is_symlink():
-            continue
-        excerpt = reference_excerpt(solution.read_text(), *fns)
-        if excerpt is None:
-            continue
-        ref = REFERENCE_MODULE.format(name)
-        patched = (module.read_text(encoding="utf-8", errors="replace") +
-                   f"\n\n# attn-grade: the reference's {', '.join(fns)} in place of yours\n"
-                   f"from {ref} import {', '.join(fns)}  # noqa: E402,F811\n")
-        jobs[name] = (fns, downstream, {f"{name}.py": patched, f"{ref}.py": excerpt})
-    if not jobs:
-        return
-    passed = _regrade(report, submission, options, {
-        name: (files, _only(downstream)) for name, (_, downstream, files) in jobs.items()},
-        start, fork_server)
-    for name, (fns, downstream, _) in jobs.items():
-        out[name].append(rootcause.Upstream(" and ".join(fns), False, frozenset(
-            t.name for t in downstream if (name, t.name) in passed)))

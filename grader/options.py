@@ -47,7 +47,7 @@ class Options:
     # Every failure costs, even one that follows a root cause.
     deduct_each: bool = _option(False, "--deduct-each")
     # Grade a failing exercise again with a reference in place of what it
-    # builds on (``_upstream_evidence``).  False inside that second grading.
+    # builds on (``rootcause.upstream_evidence``).  False inside that second grading.
     check_upstream: bool = _option(True)
     isolation: str = _option("auto", "--isolation")   # auto, strict or fallback (sandbox.isolation)
     # A grader-owned folder for files like the ex04 plot.

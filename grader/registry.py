@@ -40,7 +40,7 @@ from grader.paths import CONTRACT_PATH, SUITES_DIR
 
 # Probe modules of no one exercise: helpers any suite may pass or call.
 SHARED_PROBES = ("common", "gpu_compile", "heatmap",   # heatmap: A, B, C, H's plots
-                 "elsewhere")   # elsewhere: work out of the traced thread (G)
+                 "offloaded_work")   # work moved out of the traced thread (G)
 # What an exercise may need, and how the READMEs say it.  NumPy, PyTorch and
 # Triton: its module imports them; GPU: some of its tests need CUDA (without
 # one they are "not run" and count for nothing).
@@ -53,7 +53,7 @@ NEEDS = {"NumPy": "NumPy", "PyTorch": "PyTorch", "Triton": "Triton (Linux only)"
 # module (no backend is chosen for pyplot); and what PyTorch imports the
 # first time an operation like ``reshape`` runs under an op trace
 # (``TorchDispatchMode``, ``FlopCounterMode``: F's and H's traces), imported
-# there with Triton hidden (``runtime/forker.py``: ex07's worker is forked
+# there with Triton hidden (``runtime/fork_server_loop.py``: ex07's worker is forked
 # from the same process and imports Triton itself, after its TRITON_INTERPRET).
 PICTURES = ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg")
 TRACES = ("torch._dynamo",)

@@ -270,19 +270,21 @@ def test_second_grading_runs_only_the_failing_tests(tmp_path, monkeypatch):
     mha.write_text(mha.read_text() + "\n# not the reference's file\n")
     asked = []
 
-    def regrade(report, submission, options, jobs, start, fork_server=None):
+    def regrade(report, submission, options, jobs, start, fork_server=None, *, grade):
         asked.extend((exercise, sorted(files), keyword)
                      for exercise, (files, keyword) in jobs.items())
         return set()
 
-    monkeypatch.setattr(core, "_regrade", regrade)
+    from grader import rootcause
+    monkeypatch.setattr(rootcause, "regrade", regrade)
     report = core.Report(submission=str(sub), suite="hidden", exercises=["ex03_gqa"])
     report.tests = [
         Result("ex03_gqa", "test_gqa_small[a]", "t", 1, 0, FAILED),
         Result("ex03_gqa", "test_gqa_small[b]", "t", 1, 0, FAILED),
         Result("ex03_gqa", "test_gqa_equals_mha", "t", 1, 1, PASSED),
     ]
-    core._upstream_evidence(report, {}, sub, core.Options(), time.perf_counter())
+    rootcause.upstream_evidence(report, {}, sub, core.Options(), time.perf_counter(),
+                                grade=core.grade)
     assert asked and asked[0] == ("ex03_gqa", ["ex02_mha.py"], "test_gqa_small")
 
 

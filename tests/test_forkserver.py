@@ -226,7 +226,7 @@ def test_no_preload_imports_triton():
     names = [forkserver.PRELOAD[n] for n in forkserver.PRELOAD] + \
         [m for e in EXERCISES.values() for m in e.preload]
     assert "torch._dynamo" in names
-    code = ("import sys\nfrom grader.sandbox.runtime.forker import _import_without_triton\n"
+    code = ("import sys\nfrom grader.sandbox.runtime.fork_server_loop import _import_without_triton\n"
             f"for m in {names!r}: _import_without_triton(m)\n"
             f"assert all(m in sys.modules for m in {names!r})\n"
             "print([m for m in sys.modules if m == 'triton' or m.startswith('triton.')])")

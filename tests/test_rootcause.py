@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from grader.cli import main
 from grader.report import FAILED, PASSED, Report, to_gradescope, to_junit, to_text
 from grader.report import TestResult as Result  # not "Test*": pytest would collect it
+from grader import rootcause
 from grader.rootcause import Upstream, attribute
 from grader.sandbox import bwrap, confine, forkserver
 from tests.conftest import SOLUTIONS, failures, grade_dir
@@ -317,9 +318,10 @@ def test_the_second_grading_is_one_for_every_exercise_each_from_its_own_copy(tmp
 
     monkeypatch.setattr(core, "grade", grade)
     jobs = {"ex02_mha": ({"ex02_mha.py": (SOLUTIONS / "ex02_mha.py").read_text()},
-                         core._only(failed["ex02_mha"])),
-            "ex03_gqa": ({}, core._only(failed["ex03_gqa"]))}
-    passed = core._regrade(first, sub, core.Options(seed=7), jobs, time.perf_counter())
+                         rootcause._only(failed["ex02_mha"])),
+            "ex03_gqa": ({}, rootcause._only(failed["ex03_gqa"]))}
+    passed = rootcause.regrade(first, sub, core.Options(seed=7), jobs, time.perf_counter(),
+                               grade=core.grade)
     assert len(gradings) == 1 and set(gradings[0]) == set(jobs), gradings
     assert {("ex02_mha", t.name) for t in failed["ex02_mha"]} <= passed
     assert not {("ex03_gqa", t.name) for t in failed["ex03_gqa"]} & passed
@@ -348,7 +350,7 @@ def test_the_root_causes_gradings_fork_from_the_first_gradings_fork_server(tmp_p
         return real_grade(*args, **kwargs)
 
     monkeypatch.setattr(forkserver.ForkServer, "_spawn", spawn)
-    monkeypatch.setattr(core, "grade", grade)   # what _regrade calls; grade_dir is the first
+    monkeypatch.setattr(core, "grade", grade)   # what core hands the root causes' regrade
     sub = _mutant(tmp_path, "ex02_mha:no_scale")
     report = real_grade(sub, core.Options(exercises=["ex02_mha", "ex03_gqa"], seed=7,
                                           isolation="strict"))

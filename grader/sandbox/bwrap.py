@@ -108,7 +108,7 @@ def _in_a_venv(path: Path) -> bool:
 def under_tmpfs() -> list[str]:
     """The Python roots the sandbox binds inside its fresh temp folders (a
     virtual environment under /tmp): what a worker given temp folders of its
-    own must see again (``runtime/forker.py``)."""
+    own must see again (``runtime/fork_server_loop.py``)."""
     return [str(r) for r in python_roots()
             if any(Path(t) in r.parents for t in TMPFS)]
 
@@ -141,7 +141,7 @@ def command(staging: Path, argv: list[str], *, root: bool, tmpfs_bytes: int,
     ``staging`` folder (one folder per worker inside) is at ``/sandbox/w``;
     ``admin`` (a fork server's, as root): it keeps CAP_SYS_ADMIN, to give each
     worker it forks its own mount, IPC and PID namespaces and fresh temp
-    folders (``runtime/forker.py``); the worker drops it with its uid.
+    folders (``runtime/fork_server_loop.py``); the worker drops it with its uid.
     ``temp``: a folder whose ``TEMP_FROM`` folders are bound as the temp
     folders (a bounded staging folder's), instead of fresh tmpfs of
     ``tmpfs_bytes`` each."""

@@ -1,4 +1,4 @@
-"""The grading process's side of a grading's fork server (``runtime/forker.py``).
+"""The grading process's side of a grading's fork server (``runtime/fork_server_loop.py``).
 
 One ``ForkServer`` per grading: a sandboxed process like a worker (under
 bubblewrap with namespaces, else a plain child), started before the first
@@ -10,7 +10,7 @@ of the submission in its own folder, its own uid, cgroup and resource
 limits, its own session, pipes and time limits, and it dies with the grading.
 Under namespaces each forked worker also gets mount, IPC and PID namespaces
 of its own, with fresh ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/proc``
-(``runtime/forker.py``): nothing one exercise leaves there (a file, a SysV
+(``runtime/fork_server_loop.py``): nothing one exercise leaves there (a file, a SysV
 segment, a detached process) is seen by the next, and all of it goes when
 its worker ends.  That needs root (the fork server's sandbox keeps CAP_SYS_ADMIN
 for it); where the fork server cannot do it, it is not used under namespaces.
@@ -167,7 +167,7 @@ class ForkServer:
         self._sock = ours
         tmpfs = min(self.memory_bytes, process.WORKER_DISK_BYTES)
         # Under namespaces each forked worker gets namespaces and temp folders
-        # of its own (runtime/forker.py), which needs root's CAP_SYS_ADMIN in
+        # of its own (runtime/fork_server_loop.py), which needs root's CAP_SYS_ADMIN in
         # the fork server's sandbox; without it workers are spawned, each in a
         # sandbox of its own (``launch``).
         own = {"tmpfs_bytes": tmpfs, "files": process.WORKER_FILES,

@@ -1,6 +1,6 @@
 """The worker runtime: everything that runs inside a worker, in one folder.
 
-``worker.py`` (the loop that imports and runs student code), ``forker.py``
+``worker.py`` (the loop that imports and runs student code), ``fork_server_loop.py``
 (one process per grading that imports the libraries once and forks the
 workers), ``codec.py``
 (the wire format), ``measure.py`` (the measurement kit), ``probes/`` (the

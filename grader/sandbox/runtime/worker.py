@@ -197,14 +197,14 @@ def main() -> None:
     cfg = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     if "fork_server" in cfg:  # the grading's fork server: forks workers that run serve()
         package = _runtime_package()
-        importlib.import_module(f"{package}.forker").run(cfg["fork_server"], serve)
+        importlib.import_module(f"{package}.fork_server_loop").run(cfg["fork_server"], serve)
         return
     serve(cfg)
 
 
 def serve(cfg: dict) -> None:
     """The request loop, on stdin and stdout; ``main`` for a worker started as
-    a script, and what a fork server's child runs (``forker.py``) after its fork."""
+    a script, and what a fork server's child runs (``fork_server_loop.py``) after its fork."""
     req_ch, resp_ch = _private_channels()
     _drop_to(cfg.get("drop_to"))
     if cfg.get("forked"):

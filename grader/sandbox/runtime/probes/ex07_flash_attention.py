@@ -39,7 +39,7 @@ from collections import Counter
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .elsewhere import Elsewhere
+from .offloaded_work import Elsewhere
 from .ex07_work import KernelWork
 from .ex07_replay import Replay
 
