@@ -48,6 +48,9 @@ FLASH_MISTAKES = {
     "tile_local_cols": "the causal mask compared the queries' positions with tile-local key "
                        "indices (0..block_size-1) instead of the keys' absolute indices "
                        "(the tile's start + j)",
+    "ragged_keys_unmasked": "the last key tile was not masked to the keys that exist "
+                            "(cols < S_k): its padding, loaded as 0, took softmax weight "
+                            "when S_k is not a multiple of the tile",
     "ragged_tail_dropped": "the last, shorter tile of keys was skipped: when S_k is not a "
                            "multiple of block_size, the last tile holds the S_k % block_size "
                            "keys that remain",
@@ -115,6 +118,8 @@ def reference(q, k, v, causal: bool = True, sm_scale=None, mistake=None,
     """
     if isinstance(mistake, tuple) and mistake[0] == "no_rescale":
         return _no_rescale(q, k, v, causal, sm_scale, mistake[1])
+    if isinstance(mistake, tuple) and mistake[0] == "ragged_keys_unmasked":
+        return _padded_keys(q, k, v, causal, sm_scale, mistake[1])
     dev = device or (q.device if isinstance(q, torch.Tensor) else "cpu")
     q, k, v = (_t64(x).to(dev) for x in (q, k, v))
     d_head, s_q, s_k = q.shape[-1], q.shape[-2], k.shape[-2]
@@ -133,13 +138,25 @@ def reference(q, k, v, causal: bool = True, sm_scale=None, mistake=None,
         s = s.masked_fill(~ok[r0:r1], -math.inf)
         m = torch.amax(s, dim=-1, keepdim=True)
         m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-        e = torch.exp(s - m)
+        # exp2 without log2(e): 2**(x) is exp(x * ln 2), a softmax at ln 2 of the scale
+        e = torch.exp2(s - m) if mistake == "exp2_no_log2e" else torch.exp(s - m)
         den = e.sum(-1, keepdim=True)
         w = e / torch.where(den > 0, den, torch.ones_like(den))      # no key: weights 0
         if mistake == "nan_masked_tile":
             w = torch.where(den > 0, w, torch.full_like(w, math.nan))
         out[:, :, r0:r1] = torch.einsum("bhqk,bhkd->bhqd", w, v)
     return out.cpu()
+
+
+def _padded_keys(q, k, v, causal, sm_scale, block_n: int) -> torch.Tensor:
+    """Attention whose keys are padded with zeros to a multiple of ``block_n``
+    and not masked: each padded key scores 0 and adds exp(0 - m) to the sum."""
+    q, k, v = _t64(q).cpu(), _t64(k).cpu(), _t64(v).cpu()
+    s_k = k.shape[-2]
+    pad = (-s_k) % block_n
+    zeros = torch.zeros(*k.shape[:-2], pad, k.shape[-1], dtype=torch.float64)
+    k, v = torch.cat([k, zeros], dim=-2), torch.cat([v, zeros], dim=-2)
+    return reference(q, k, v, causal, sm_scale)
 
 
 def _no_rescale(q, k, v, causal, sm_scale, block_n: int) -> torch.Tensor:
@@ -169,7 +186,7 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
     """``{description: wrong answer}`` for ``check_close(mistakes=...)``."""
     names = names or ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked",
                       "mask_wrong_triangle", "no_mask", "kv_tile", "nan_masked_tile",
-                      "no_rescale"]
+                      "no_rescale", "exp2_no_log2e", "ragged_keys_unmasked"]
     out = {}
     for name in names:
         if name in ("top_left_mask", "diagonal_masked", "mask_wrong_triangle",
@@ -178,6 +195,14 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
         if name == "kv_tile" and (q.shape[1] == k.shape[1] or k.shape[1] == 1):
             continue                           # tile == repeat_interleave here
         if name == "sm_scale_ignored" and sm_scale is None:
+            continue
+        if name == "ragged_keys_unmasked":
+            if causal:
+                continue      # end-aligned causal masks the padding already
+            for bn in CANDIDATE_TILES:
+                if k.shape[-2] % bn:
+                    out[f"{describe(name)} (seen with tiles of {bn} keys)"] = \
+                        reference(q, k, v, causal, sm_scale, ("ragged_keys_unmasked", bn))
             continue
         if name == "no_rescale":
             for bn in CANDIDATE_TILES:
