@@ -198,6 +198,7 @@ class Slot:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._err, text=True, start_new_session=True)
         self._answers: queue.Queue = queue.Queue()
+        self.answer: dict = {}    # the latest answer, whole
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name=f"attn-grade-slot-{self.proc.pid}")
         self._reader.start()
@@ -243,8 +244,8 @@ class Slot:
             said = self._said()
             raise SlotFailed(said if said and code != -signal.SIGKILL else
                              f"the grader exited with {code}")
-        answer = json.loads(line)
-        return int(answer["code"]), str(answer.get("error", ""))
+        self.answer = json.loads(line)
+        return int(self.answer["code"]), str(self.answer.get("error", ""))
 
     def kill(self) -> None:
         """Kill it with everything below it; its workers' folders go too."""
