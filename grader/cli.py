@@ -516,8 +516,14 @@ def slot_cmd():
     """Grade one submission per JSON line on standard input, answering one JSON
     line each: ``batch``'s long-lived grading process per --jobs slot
     (``grader.classroom.slots``)."""
-    from grader.classroom.slots import serve
-    serve()
+    global _kept_fork_server
+    from grader.classroom.slots import KeptForkServer, serve
+    _kept_fork_server = KeptForkServer()
+    try:
+        serve(grade_cmd, _kept_fork_server)
+    finally:
+        _kept_fork_server.close()
+        _kept_fork_server = None
 
 
 def _class_run(work):

@@ -54,7 +54,7 @@ class SlotFailed(Exception):
 
 class KeptForkServer:
     """The slot process's fork server, kept from one grading to the next while
-    they ask for the same one (``grader.cli``'s ``_begin_fork_server`` and
+    they ask for the same one (the command line's ``_begin_fork_server`` and
     ``grade`` ask it, in a slot, instead of beginning and closing one per
     grading).  Started and closed from the main thread: a fork server dies
     with the thread that started it (``ForkServer.begin``)."""
@@ -124,12 +124,10 @@ class KeptForkServer:
             self.server = None
 
 
-def _grade_request(request: dict) -> tuple[int, str]:
-    """One request graded as ``attn-grade grade`` would: (exit status, the
-    one sentence its error said, if any)."""
+def _grade_request(request: dict, command) -> tuple[int, str]:
+    """One request graded by ``command`` (``attn-grade grade``'s) as the command
+    line would: (exit status, the one sentence its error said, if any)."""
     import click
-
-    from grader import cli
 
     submission = str(request["submission"])
     if os.environ.get(FAULT_ENV) and Path(submission).name == os.environ[FAULT_ENV]:
@@ -137,7 +135,7 @@ def _grade_request(request: dict) -> tuple[int, str]:
     args = [submission, *[str(a) for a in request.get("argv", [])],
             "--format", "json", "--out", str(request["out"])]
     try:
-        cli.grade_cmd.main(args=args, prog_name="attn-grade grade", standalone_mode=False)
+        command.main(args=args, prog_name="attn-grade grade", standalone_mode=False)
         return 0, ""
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -153,12 +151,12 @@ def _grade_request(request: dict) -> tuple[int, str]:
         sys.stderr.flush()
 
 
-def serve() -> None:
-    """The ``attn-grade slot`` process: requests on standard input, answers on
-    standard output, one JSON line each, until standard input ends.  What the
-    grading prints goes to standard error, never into the answers."""
-    from grader import cli
-
+def serve(command, kept: KeptForkServer) -> None:
+    """The ``attn-grade slot`` process: requests on standard input, graded by
+    ``command`` (``attn-grade grade``), whose gradings fork from ``kept``;
+    answers on standard output, one JSON line each, until standard input
+    ends.  What the grading prints goes to standard error, never into the
+    answers."""
     requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
     answers = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -168,22 +166,16 @@ def serve() -> None:
     starts = os.environ.get(STARTS_ENV)
     if starts:
         Path(starts, str(os.getpid())).write_text("")
-    kept = KeptForkServer()
-    cli._kept_fork_server = kept
-    try:
-        for line in requests:
-            if not line.strip():
-                continue
-            try:
-                request = json.loads(line)
-                code, error = _grade_request(request)
-            except (ValueError, KeyError, TypeError) as exc:
-                code, error = 2, f"a malformed request: {exc}"
-            answers.write(json.dumps({"code": code, "error": error,
-                                      "fork_servers": kept.started}) + "\n")
-    finally:
-        cli._kept_fork_server = None
-        kept.close()
+    for line in requests:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            code, error = _grade_request(request, command)
+        except (ValueError, KeyError, TypeError) as exc:
+            code, error = 2, f"a malformed request: {exc}"
+        answers.write(json.dumps({"code": code, "error": error,
+                                  "fork_servers": kept.started}) + "\n")
 
 
 # -- the batch side --------------------------------------------------------
