@@ -19,8 +19,8 @@ run the same way on the same machine, in the same run):
 1. ``grade solutions`` (the hidden grading of the reference, all modules);
 2. ``batch --jobs 1`` of two independent correct submissions
    (``tests/independent/plain``): the processor seconds of the second one,
-   graded after the first in the same batch (the batch's total, less what it
-   had used when the first's result was written);
+   graded after the first in the same batch (what the tree had used when the
+   second's result was written, less what it had when the first's was);
 3. ``batch --jobs 2`` of a class of ``--students`` copies of the reference:
    submissions per minute and processor seconds per submission.
 
@@ -168,18 +168,21 @@ def second_in_batch(name: str, repo: Path, root: Path, exercises: list[str]) -> 
     for who in ("a_first", "b_second"):
         shutil.copytree(REPO / "tests" / "independent" / "plain", folder / who)
     results = root / f"{name}-pair-results"
-    first_done: list[float] = []
+    done: dict[str, float] = {}     # result written -> the tree's cpu-s then
 
     def poll(tree: TreeCpu) -> None:
-        if not first_done and (results / "a_first.json").exists():
-            first_done.append(tree.total())
+        for who in ("a_first", "b_second"):
+            if who not in done and (results / f"{who}.json").exists():
+                done[who] = tree.total()
     wall, cpu, _, n, code = _run(repo, ["batch", str(folder), "--jobs", "1", "--force",
                                         "--out", str(root / f"{name}-pair.csv"),
                                         "--results", str(results), *_only(exercises)], poll)
-    first = first_done[0] if first_done else float("nan")
+    first, second = done.get("a_first", float("nan")), done.get("b_second", float("nan"))
+    # The batch's own close (its CSV, summary, histogram) comes after the second.
     print(f"  [{name}] batch --jobs 1 of two independent correct submissions: {wall:6.1f} s "
-          f"wall, {cpu:6.1f} cpu-s in all; the first {first:.1f} cpu-s, the second "
-          f"{cpu - first:.1f} cpu-s; exit {code}; {_load()}")
+          f"wall, {cpu:6.1f} cpu-s in all; until the first's result {first:.1f} cpu-s, the "
+          f"second's grading {second - first:.1f} cpu-s, the batch's close "
+          f"{cpu - second:.1f} cpu-s; exit {code}; {_load()}")
 
 
 def throughput(name: str, repo: Path, root: Path, students: int, exercises: list[str]) -> None:
