@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from click.testing import CliRunner
 
 from grader.classroom.batch import Submission, run_batch
 from grader.classroom.gradebook import Gradebook
-from grader.classroom.slots import FAULT_ENV, STARTS_ENV, Slot
+from grader.classroom.slots import FAULT_ENV, STARTS_ENV, Slot, SlotFailed, SlotPool
 from grader.cli import main
 from grader.core import Options
 from tests.conftest import copy_solutions, ex01_max
@@ -172,3 +173,31 @@ def test_a_slot_that_crashes_is_replaced_and_only_its_submission_is_lost(tmp_pat
     # The first slot, the one that replaced it for the retry, and the one that
     # replaced that for c_ok: the crash was tried twice, never more.
     assert len(list(starts.iterdir())) == 3
+
+
+@pytest.mark.slow
+def test_a_stopped_pool_ends_the_grading_under_way_and_starts_no_slot(tmp_path):
+    """What an interrupted batch does (``run_batch`` on Ctrl-C): the slot grading a
+    submission whose import hangs is killed at once, long before the import's
+    own limit (60 s) would end that grading, and no slot starts after."""
+    sub = copy_solutions(tmp_path / "hang", ["ex01_by_hand"])
+    (sub / "ex01_by_hand.py").write_text("while True:\n    pass\n")
+    pool = SlotPool(1)
+    slot = pool.acquire()
+    ended: list = []
+
+    def grade():
+        try:
+            ended.append(slot.grade(sub, ONLY_A.argv(), tmp_path / "r.json", timeout=600))
+        except SlotFailed as exc:
+            ended.append(exc)
+    thread = threading.Thread(target=grade)
+    thread.start()
+    thread.join(timeout=5)          # under way (its worker importing, or its start)
+    pool.stop()
+    thread.join(timeout=45)
+    assert not thread.is_alive() and isinstance(ended[0], SlotFailed), ended
+    assert slot.proc.returncode is not None
+    with pytest.raises(SlotFailed, match="stopped"):
+        pool.acquire()
+    pool.close()

@@ -477,7 +477,11 @@ def grade_one(sub: Submission, results_dir: Path, options: Options | None = None
         # A slot that dies or runs out of time is killed and replaced; its
         # submission is tried once more in a fresh one, then it is a regrade.
         for _ in range(2):
-            slot = slots.acquire()
+            try:
+                slot = slots.acquire()
+            except SlotFailed as exc:   # the batch was stopped
+                outcome.error = str(exc)
+                break
             try:
                 code, error = slot.grade(sub.path, graded.argv(), result_path,
                                          timeout=submission_timeout)
@@ -545,9 +549,17 @@ def run_batch(subs: list[Submission], results_dir: Path, options: Options | None
                                book=book, submission_timeout=submission_timeout, force=force,
                                slots=slots)
                    for s in subs]
-        for future in as_completed(futures):
-            outcome = future.result()
-            outcomes.append(outcome)
-            if on_done:
-                on_done(outcome)
+        try:
+            for future in as_completed(futures):
+                outcome = future.result()
+                outcomes.append(outcome)
+                if on_done:
+                    on_done(outcome)
+        except BaseException:
+            # Interrupted (Ctrl-C): no further submission starts, and the
+            # gradings under way end now, with their slots.
+            for future in futures:
+                future.cancel()
+            slots.stop()
+            raise
     return outcomes

@@ -284,10 +284,17 @@ class SlotPool:
         self._idle: list[Slot] = []
         self._live: set[Slot] = set()
         self._lock = threading.Lock()
+        self._stopped = False
 
     def acquire(self) -> Slot:
+        """An idle slot, or a new one; ``SlotFailed`` once the pool is stopped."""
+        if self._stopped:
+            raise SlotFailed("the batch was stopped before it was graded")
         self._free.acquire()
         with self._lock:
+            if self._stopped:
+                self._free.release()
+                raise SlotFailed("the batch was stopped before it was graded")
             if self._idle:
                 return self._idle.pop()
             self.started += 1
@@ -319,6 +326,15 @@ class SlotPool:
             live, self._live, self._idle = list(self._live), set(), []
         for slot in live:
             slot.close()
+
+    def stop(self) -> None:
+        """Kill every slot now, busy or idle (the batch was interrupted): the
+        gradings under way end with ``SlotFailed``, and no slot starts again."""
+        with self._lock:
+            self._stopped = True
+            live = list(self._live)
+        for slot in live:
+            slot.kill()
 
     def __enter__(self) -> "SlotPool":
         return self
