@@ -201,3 +201,20 @@ def test_a_stopped_pool_ends_the_grading_under_way_and_starts_no_slot(tmp_path):
     with pytest.raises(SlotFailed, match="stopped"):
         pool.acquire()
     pool.close()
+
+
+@pytest.mark.slow
+def test_a_slot_is_renewed_after_its_share_of_gradings(tmp_path):
+    sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand"])
+    pool = SlotPool(1, gradings_per_slot=2)
+    used = []
+    try:
+        for i in range(3):
+            slot = pool.acquire()
+            used.append(slot)
+            assert slot.grade(sub, ONLY_A.argv(), tmp_path / f"r{i}.json", timeout=300) == (0, "")
+            pool.release(slot)
+    finally:
+        pool.close()
+    assert used[0] is used[1] and used[2] is not used[0] and pool.started == 2
+    assert used[0].proc.returncode == 0     # closed, not killed

@@ -44,6 +44,9 @@ from grader.sandbox.process import remove_stale_staging
 STARTS_ENV = "ATTN_GRADE_SLOT_STARTS"
 FAULT_ENV = "ATTN_GRADE_SLOT_FAULT"
 CLOSE_TIMEOUT = 30.0     # an idle slot asked to stop: it closes its fork server, then exits
+# A slot's process grows by about a megabyte a grading (pytest's and the
+# suites' bookkeeping): after this many it is closed, and a fresh one starts.
+GRADINGS_PER_SLOT = 100
 
 
 class SlotFailed(Exception):
@@ -191,6 +194,7 @@ class Slot:
                                      stderr=self._err, text=True, start_new_session=True)
         self._answers: queue.Queue = queue.Queue()
         self.answer: dict = {}    # the latest answer, whole
+        self.graded = 0           # requests answered
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name=f"attn-grade-slot-{self.proc.pid}")
         self._reader.start()
@@ -237,6 +241,7 @@ class Slot:
             raise SlotFailed(said if said and code != -signal.SIGKILL else
                              f"the grader exited with {code}")
         self.answer = json.loads(line)
+        self.graded += 1
         return int(self.answer["code"]), str(self.answer.get("error", ""))
 
     def kill(self) -> None:
@@ -274,11 +279,13 @@ class Slot:
 
 class SlotPool:
     """At most ``size`` slots, each started when first needed and reused by
-    the next request; one that failed is killed, and another starts in its
-    place when a request next needs one."""
+    the next request; one that failed is killed, and one that has graded
+    ``gradings_per_slot`` submissions closed: another starts in its place when
+    a request next needs one."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, gradings_per_slot: int = GRADINGS_PER_SLOT) -> None:
         self.size = max(1, size)
+        self.gradings_per_slot = gradings_per_slot
         self.started = 0
         self._free = threading.BoundedSemaphore(self.size)
         self._idle: list[Slot] = []
@@ -308,6 +315,15 @@ class SlotPool:
         return slot
 
     def release(self, slot: Slot) -> None:
+        """Back to the pool, or, after ``gradings_per_slot`` gradings, closed."""
+        if slot.graded >= self.gradings_per_slot:
+            with self._lock:
+                self._live.discard(slot)
+            try:
+                slot.close()
+            finally:
+                self._free.release()
+            return
         with self._lock:
             self._idle.append(slot)
         self._free.release()
