@@ -210,11 +210,19 @@ def _run(path: Path, options: Options):
         launch.drop_begun()
 
 
+# In an ``attn-grade slot`` process, the fork server kept from one grading to
+# the next (``grader.classroom.slots.KeptForkServer``); None elsewhere.
+_kept_fork_server = None
+
+
 def grade(folder: Path, options: Options):
     """``grader.core.grade``, imported on the first grading: the command line
-    starts without the core's imports (``_begin_fork_server``)."""
+    starts without the core's imports (``_begin_fork_server``).  In a slot,
+    the grading forks its workers from the slot's kept fork server."""
     from grader.core import grade as grade_folder
-    return grade_folder(folder, options)
+    kept = _kept_fork_server
+    return grade_folder(folder, options,
+                        fork_server=kept.lend(options) if kept is not None else None)
 
 
 def _begin_fork_server(options: Options) -> None:
@@ -226,6 +234,9 @@ def _begin_fork_server(options: Options) -> None:
     from grader.registry import fork_server_preloads
     from grader.sandbox import bwrap, forkserver
     if not options.fork_server:
+        return
+    if _kept_fork_server is not None:   # a slot's: kept where the options want the same
+        _kept_fork_server.begin(options)
         return
     try:
         names = exercises_of(options)
@@ -500,6 +511,21 @@ def batch(folder, options, fail_on_lost_points, out, results_dir, jobs, submissi
     if fail_on_lost_points and lost:
         click.echo(f"{_plural(len(lost), 'submission')} lost points or were not graded", err=True)
         sys.exit(1)
+
+
+@main.command(name="slot", hidden=True)
+def slot_cmd():
+    """Grade one submission per JSON line on standard input, answering one JSON
+    line each: ``batch``'s long-lived grading process per --jobs slot
+    (``grader.classroom.slots``)."""
+    global _kept_fork_server
+    from grader.classroom.slots import KeptForkServer, serve
+    _kept_fork_server = KeptForkServer()
+    try:
+        serve(grade_cmd, _kept_fork_server)
+    finally:
+        _kept_fork_server.close()
+        _kept_fork_server = None
 
 
 def _class_run(work):

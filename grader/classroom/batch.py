@@ -7,10 +7,12 @@ the files of one student in an LMS bulk download (Canvas names them
 ``login[_late]_userid_submissionid_file``), grouped into a folder.  What an
 archiver or editor leaves (``__MACOSX``, dotfiles, backups) is no student.
 ``--shard K/N`` grades a deterministic K-th part into a gradebook of its
-own, which ``merge`` joins (``grader.classroom.views.merge_parts``).  Each is graded by
-``attn-grade grade`` in a fresh process with an overall time limit, so one
-submission that breaks even the grader costs only its own row, and that row
-is out of the class's maximum (``class_maximum``), as every other is.  A rerun
+own, which ``merge`` joins (``grader.classroom.views.merge_parts``).  Each is graded as
+``attn-grade grade`` grades it, in one of ``--jobs`` long-lived grading
+processes (``grader.classroom.slots``), with an overall time limit: a
+submission that breaks even the grader has its process killed and replaced,
+is tried once more, and then costs only its own row, which is out of the
+class's maximum (``class_maximum``), as every other is.  A rerun
 keeps a submission whose current grading in the gradebook records the same
 validity key (the submission's content hash, the options that change
 scores, and ``grader.digest``'s version of the grader and its libraries),
@@ -36,8 +38,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -48,10 +48,10 @@ from typing import Callable
 from grader import digest, safetext
 from grader.artifacts import write_private
 from grader.classroom.gradebook import Gradebook
+from grader.classroom.slots import SlotFailed, SlotPool
 from grader.options import Options
 from grader.report import exercise_scores_of, manual_from_gradescope
 from grader.safetext import NAME_LIMIT, Entries, TextMap, clean, cleaner
-from grader.sandbox.process import remove_stale_staging
 from grader.submission import Budget, SubmissionError, ignored
 from grader.variants import BadStudentId, normalize
 
@@ -437,11 +437,12 @@ def artifacts_of(result_path: Path) -> Path:
 
 def grade_one(sub: Submission, results_dir: Path, options: Options | None = None, *,
               book: Gradebook, submission_timeout: float = 1800.0,
-              force: bool = False) -> Outcome:
-    """Grade ``sub`` with ``options`` in a fresh ``attn-grade grade`` process
-    (``Options.argv``) into ``book``, or keep its current grading where the
-    validity key matches (``grader.digest``: its content, the grader's files
-    and libraries, the options)."""
+              force: bool = False, slots: SlotPool | None = None) -> Outcome:
+    """Grade ``sub`` with ``options`` as ``attn-grade grade`` would
+    (``Options.argv``), in a grading process of ``slots`` (without: a slot of
+    its own), into ``book``, or keep its current grading where the validity
+    key matches (``grader.digest``: its content, the grader's files and
+    libraries, the options)."""
     options = dataclasses.replace(
         options or Options(),
         # Within the overall limit, so that a grading that runs long still ends
@@ -469,26 +470,36 @@ def grade_one(sub: Submission, results_dir: Path, options: Options | None = None
                        key, upload)
     # The files the grading makes (the ex04 plot) go beside its result, for its page.
     graded = dataclasses.replace(options, artifacts_dir=artifacts_of(result_path))
-    cmd = [sys.executable, "-m", "grader.cli", "grade", str(sub.path), *graded.argv(),
-           "--format", "json", "--out", str(result_path)]
     start, fault = time.monotonic(), "grader"
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          stdin=subprocess.DEVNULL) as proc:
-        try:
-            stdout, stderr = proc.communicate(timeout=submission_timeout)
+    own = slots is None
+    slots = SlotPool(1) if own else slots
+    try:
+        # A slot that dies or runs out of time is killed and replaced; its
+        # submission is tried once more in a fresh one, then it is a regrade.
+        for _ in range(2):
+            try:
+                slot = slots.acquire()
+            except SlotFailed as exc:   # the batch was stopped
+                outcome.error = str(exc)
+                break
+            try:
+                code, error = slot.grade(sub.path, graded.argv(), result_path,
+                                         timeout=submission_timeout)
+            except SlotFailed as exc:
+                slots.discard(slot)
+                outcome.error = str(exc)
+                continue
+            slots.release(slot)
+            outcome.error = ""
             # Exit 3: graded, but not in full (the result says what): not a lost row.
-            if proc.returncode not in (0, 3):
-                lines = (stderr or stdout).strip().splitlines()
-                last = lines[-1] if lines else f"the grader exited with {proc.returncode}"
-                outcome.error = last.removeprefix("Error: ")
+            if code not in (0, 3):
+                outcome.error = error or f"the grader exited with {code}"
                 # Exit 2: what was handed in cannot be graded (one sentence says why).
-                fault = "upload" if proc.returncode == 2 else "grader"
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            # Killed, it could not remove its workers' folders: they go now.
-            remove_stale_staging(pid=proc.pid)
-            outcome.error = f"grading took longer than {submission_timeout:g} s and was stopped"
+                fault = "upload" if code == 2 else "grader"
+            break
+    finally:
+        if own:
+            slots.close()
     outcome.seconds = time.monotonic() - start
     if outcome.error:
         return _record(book, _not_graded(outcome, _batch_info(sub, key), maxima, fault),
@@ -518,7 +529,8 @@ def run_batch(subs: list[Submission], results_dir: Path, options: Options | None
               book: Gradebook, jobs: int = 1, submission_timeout: float = 1800.0,
               force: bool = False, roster: dict[str, RosterRow] | None = None,
               on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-    """Grade ``subs`` with ``options``, ``jobs`` at a time, into ``book``;
+    """Grade ``subs`` with ``options``, ``jobs`` at a time (one grading
+    process per job: ``grader.classroom.slots``), into ``book``;
     exercise A of each submission on the roster for its student's identifier."""
     options = options or Options()
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -529,15 +541,25 @@ def run_batch(subs: list[Submission], results_dir: Path, options: Options | None
                             name=row.name if row else "", lms_user_id=s.lms_user_id,
                             lms_submission_id=s.lms_submission_id, late_flag=s.late)
     outcomes = []
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    # One grading process per job, each grading submission after submission.
+    with SlotPool(jobs) as slots, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = [pool.submit(grade_one, s, results_dir,
                                dataclasses.replace(options, student_id=roster[s.name].student_id
                                                    if s.name in roster else None),
-                               book=book, submission_timeout=submission_timeout, force=force)
+                               book=book, submission_timeout=submission_timeout, force=force,
+                               slots=slots)
                    for s in subs]
-        for future in as_completed(futures):
-            outcome = future.result()
-            outcomes.append(outcome)
-            if on_done:
-                on_done(outcome)
+        try:
+            for future in as_completed(futures):
+                outcome = future.result()
+                outcomes.append(outcome)
+                if on_done:
+                    on_done(outcome)
+        except BaseException:
+            # Interrupted (Ctrl-C): no further submission starts, and the
+            # gradings under way end now, with their slots.
+            for future in futures:
+                future.cancel()
+            slots.stop()
+            raise
     return outcomes

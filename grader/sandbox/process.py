@@ -213,7 +213,30 @@ def become_subreaper() -> bool:
     import ctypes
     PR_SET_CHILD_SUBREAPER = 36
     _subreaper = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
+    if _subreaper:
+        # Nothing started below a subreaper leaves its tree: a worker uid's
+        # processes are found there (``confine.processes_of``), not in all of /proc.
+        confine.own_tree = _own_tree
     return _subreaper
+
+
+def _own_tree() -> list[tuple[int, int]] | None:
+    """(pid, real uid) of every living process below this one, from the
+    kernel's children files; None where the kernel keeps none (then only a
+    scan of /proc finds them)."""
+    below = _descendants_by_children(os.getpid())
+    if below is None:
+        return None
+    out = []
+    for pid in below:
+        fields = confine.proc_status(pid)
+        if fields is None or fields.get("State", "").strip().startswith("Z"):
+            continue
+        try:
+            out.append((pid, int(fields["Uid"].split()[0])))
+        except (KeyError, ValueError, IndexError):
+            continue
+    return out
 
 
 def spawn(staging: Path, cfg: dict, *, namespaces: bool, uid: int | None, env: dict,

@@ -13,7 +13,7 @@ import pytest
 from grader.feedback import LONG_CHAIN, Feedback, accuracy, check_close, check_equal, expect_raises
 from grader.reference.ex03_checks import MISTAKES as SIZING
 from grader.reference.ex03_checks import NO_BYTES, NO_LAYERS, ONLY_K, exceeds_mistakes
-from grader.reference.secret import attention as ref
+from grader.reference.secret import attention_np as ref
 from grader.reference.cases import fixed_rng, mha_case, mha_data, on_case, rng_for
 
 pytestmark = [pytest.mark.exercise("ex03_gqa"), pytest.mark.hidden]

@@ -4,7 +4,7 @@ import pytest
 
 from grader.reference.cases import fixed_rng
 from grader.reference import heatmap_checks as hm
-from grader.reference.secret import attention as ref
+from grader.reference.secret import attention_np as ref
 
 # matplotlib's first figure in a fresh worker takes seconds on a busy machine:
 # a picture gets the time limit of a measurement, not of a formula.

@@ -4,7 +4,7 @@ import pytest
 
 from grader.feedback import LONG_CHAIN, Feedback, accuracy, check_close, expect_raises
 from grader.reference.mistakes import looks_like
-from grader.reference.secret import attention as ref
+from grader.reference.secret import attention_np as ref
 
 pytestmark = [pytest.mark.exercise("ex02_mha")]
 ATOL, RTOL = accuracy("float64")   # the precision rule

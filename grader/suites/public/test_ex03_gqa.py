@@ -5,7 +5,7 @@ import pytest
 from grader.feedback import LONG_CHAIN, Feedback, accuracy, check_close, check_equal
 from grader.reference.ex03_checks import (MISTAKES, NO_BYTES, NO_LAYERS, ONLY_K,
                                           exceeds_mistakes)
-from grader.reference.secret import attention as ref
+from grader.reference.secret import attention_np as ref
 
 pytestmark = [pytest.mark.exercise("ex03_gqa")]
 # The precision rule (grader.feedback.accuracy): a float64 input is held to
