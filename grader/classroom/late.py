@@ -88,28 +88,28 @@ def read_times(path: Path) -> dict[str, datetime]:
     with ``submission`` and ``submitted_at`` columns, as an LMS export has
     them.  Never read from a submission's own folder, which its student
     controls (a file there could claim any time)."""
-    try:
-        rows = list(csv.DictReader(io.StringIO(Path(path).read_text(encoding="utf-8-sig"))))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise LatePolicyError(f"{path} could not be read as a CSV: {exc}") from None
-    if rows and not {"submission", "submitted_at"} <= set(rows[0]):
-        raise LatePolicyError(f"{path} needs the columns submission and submitted_at")
-    return _times(path, rows, "submitted_at")
+    return _times(path, _sheet(path, "submitted_at"), "submitted_at")
 
 
 def read_extensions(path: Path) -> dict[str, tuple[datetime, str]]:
     """Per-student due times (``batch --extensions``): a CSV with
     ``submission`` and ``due`` columns, and an optional ``reason``."""
-    try:
-        rows = list(csv.DictReader(io.StringIO(Path(path).read_text(encoding="utf-8-sig"))))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise LatePolicyError(f"{path} could not be read as a CSV: {exc}") from None
-    if rows and not {"submission", "due"} <= set(rows[0]):
-        raise LatePolicyError(f"{path} needs the columns submission and due")
+    rows = _sheet(path, "due")
     due = _times(path, rows, "due")
     return {name: (when, clean(next((r.get("reason") or "" for r in rows
                                      if clean(r["submission"]) == name), ""), 1000))
             for name, when in due.items()}
+
+
+def _sheet(path: Path, column: str) -> list[dict]:
+    """The rows of a staff's CSV that has ``submission`` and ``column``."""
+    try:
+        rows = list(csv.DictReader(io.StringIO(Path(path).read_text(encoding="utf-8-sig"))))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise LatePolicyError(f"{path} could not be read as a CSV: {exc}") from None
+    if rows and not {"submission", column} <= set(rows[0]):
+        raise LatePolicyError(f"{path} needs the columns submission and {column}")
+    return rows
 
 
 def _times(path: Path, rows: list[dict], column: str) -> dict[str, datetime]:
