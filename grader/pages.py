@@ -69,7 +69,8 @@ def student_page(data: dict, name: str, pictures: dict[str, bytes] | None = None
     the page; ``linked`` ({name: relative href}) are linked instead, as a
     class report does.  Tests that passed without a word are a line each, or
     with ``list_passed`` false (a class's pages, read for what went wrong)
-    only counted."""
+    only counted, with those that passed with a note (but a kept follower's,
+    which says where the mistake is)."""
     by_exercise: dict[str, list[dict]] = {}
     for test in data.get("tests") or []:
         if test.get("visibility") == "hidden" and "staff" in (test.get("tags") or []):
@@ -90,7 +91,10 @@ def student_page(data: dict, name: str, pictures: dict[str, bytes] | None = None
         parts.append(f"<h2>{esc(exercise)} {num(got)}/{num(most)}</h2>")
         # What did not pass, in full; what passed, a line each (a class's
         # pages stay small, and the page reads from what to fix).
-        passed = [t for t in tests if t.get("status") == "passed" and not t.get("output")]
+        # Passed without a word; on a class's pages, passed with a note too,
+        # unless the note says where a mistake upstream is (a kept follower).
+        passed = [t for t in tests if t.get("status") == "passed" and (
+            not t.get("output") or not list_passed and "follows from" not in t["output"])]
         for t in tests:
             if any(t is p for p in passed):
                 continue
