@@ -47,6 +47,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=200)
     parser.add_argument("--graded", type=int, default=4, help="submissions graded for real")
+    parser.add_argument("--no-similarity", action="store_true",
+                        help="leave the similarity pass out (its pages are capped: a class of "
+                             "hundreds costs it time, not report size)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -83,7 +86,7 @@ def main() -> None:
         rows = views.class_mistakes(book.results())
         t_mistakes = time.perf_counter() - start
         start = time.perf_counter()
-        pairs = similarity.class_pairs(subs)
+        pairs = [] if args.no_similarity else similarity.class_pairs(subs)
         book.set_pairs(pairs)
         t_similarity = time.perf_counter() - start
         start = time.perf_counter()
