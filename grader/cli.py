@@ -1,4 +1,4 @@
-"""``attn-grade``: a thin click shell over ``grader.core``.
+"""``attn-grade``: a thin click shell over ``grader.core`` and ``grader.classroom.run``.
 
 Every expected mistake of the person at the keyboard (a missing path, an
 unknown exercise, a bad option, ``--isolation strict`` where namespaces
