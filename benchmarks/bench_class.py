@@ -53,7 +53,7 @@ def single(root: Path) -> None:
 
 
 def make_class(folder: Path, students: int, wrong: int) -> None:
-    from tests.mutants.ex02_mha import MUTANTS
+    from tests.data.mutants.ex02_mha import MUTANTS
     mutant = next(m for m in MUTANTS if m.name == "softmax_over_queries")
     for i in range(students):
         dest = folder / f"student{i:03d}"

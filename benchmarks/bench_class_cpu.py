@@ -18,7 +18,7 @@ run the same way on the same machine, in the same run):
 
 1. ``grade solutions`` (the hidden grading of the reference, all modules);
 2. ``batch --jobs 1`` of two independent correct submissions
-   (``tests/independent/plain``): the processor seconds of the second one,
+   (``tests/data/independent/plain``): the processor seconds of the second one,
    graded after the first in the same batch (what the tree had used when the
    second's result was written, less what it had when the first's was);
 3. ``batch --jobs 2`` of a class of ``--students`` copies of the reference:
@@ -166,7 +166,7 @@ def single(name: str, repo: Path, root: Path, exercises: list[str]) -> None:
 def second_in_batch(name: str, repo: Path, root: Path, exercises: list[str]) -> None:
     folder = root / f"{name}-pair"
     for who in ("a_first", "b_second"):
-        shutil.copytree(REPO / "tests" / "independent" / "plain", folder / who)
+        shutil.copytree(REPO / "tests" / "data" / "independent" / "plain", folder / who)
     results = root / f"{name}-pair-results"
     done: dict[str, float] = {}     # result written -> the tree's cpu-s then
 

@@ -34,10 +34,10 @@ from grader.registry import EXERCISES  # noqa: E402
 
 def variants(exercise: str) -> list[str]:
     base = [(REPO / "solutions" / f"{exercise}.py").read_text()]
-    base += [p.read_text() for p in sorted((REPO / "tests" / "independent").glob(
+    base += [p.read_text() for p in sorted((REPO / "tests" / "data" / "independent").glob(
         f"*/{exercise}.py"))]
     try:
-        mutants = importlib.import_module(f"tests.mutants.{exercise}").MUTANTS
+        mutants = importlib.import_module(f"tests.data.mutants.{exercise}").MUTANTS
     except Exception:   # noqa: BLE001 - a mutant module that does not load: no mutants
         mutants = []
     return base + [m.apply(base[0]) for m in mutants if base[0].count(m.find) == 1]

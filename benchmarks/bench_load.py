@@ -10,7 +10,7 @@ deserves full marks: any other verdict is false):
 * ``batch``: ``attn-grade batch --jobs 4`` over ``--runs`` copies of the
   reference, in one go;
 * ``mutants`` (``--mutants``): every known mistake of ex04-ex06
-  (``tests/mutants``) graded under the spells; each must lose points.
+  (``tests/data/mutants``) graded under the spells; each must lose points.
 
 Prints counts, wall times and false verdicts per 100 gradings, split into
 failures (points lost) and "not graded" (needs a regrade).  A benchmark, not
@@ -110,7 +110,7 @@ def run_batch(root: Path, runs: int, jobs: int) -> None:
 
 
 def run_mutants(root: Path, per_core: int, only_timing: bool) -> None:
-    from tests.mutants import all_mutants
+    from tests.data.mutants import all_mutants
 
     mutants = [m for m in all_mutants() if m.file in DF and (not only_timing or not m.only
                                                                 or "synchron" in m.only)]

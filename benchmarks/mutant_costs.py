@@ -1,4 +1,4 @@
-"""What each mutant of tests/mutants costs its exercise, and whether the public check fails it.
+"""What each mutant of tests/data/mutants costs its exercise, and whether the public check fails it.
 
 Grades the mutant corpus in rounds, as ``tests/test_mutants.py`` does (one
 mutant of each group of linked exercises per submission, the rest the
@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from grader.core import Options, grade  # noqa: E402
 from grader.registry import EXERCISES, by_letter  # noqa: E402
-from tests.mutants import all_mutants  # noqa: E402
+from tests.data.mutants import all_mutants  # noqa: E402
 from tests.test_mutants import _rounds  # noqa: E402
 
 SOLUTIONS = REPO / "solutions"

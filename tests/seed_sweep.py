@@ -51,7 +51,7 @@ from grader.reference import cases, secret
 from grader.sandbox.client import StudentError, StudentModule
 from grader.sandbox.runtime.codec import Func
 from tests.conftest import SOLUTIONS, launcher
-from tests.mutants import Mutant
+from tests.data.mutants import Mutant
 
 # Names through which a suite reads the run's seed (grader/reference/cases.py).
 SEED_READERS = {"rng_for", "case_seed", "current_seed", "random_only_note"}

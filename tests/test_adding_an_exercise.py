@@ -107,7 +107,7 @@ def test_scale_random(student, seed):
 
 MUTANTS = f'''\
 """Mistakes in scaling the scores ({EX})."""
-from tests.mutants import Mutant
+from tests.data.mutants import Mutant
 
 MUTANTS = [
     Mutant("scale_by_d_head", "return scores / d_head ** 0.5", "return scores / d_head",
@@ -199,7 +199,7 @@ def add_the_exercise(copy: Path) -> None:
     (copy / "grader" / "reference" / "secret" / f"{SECRET}.py").write_text(REFERENCE)
     (copy / "grader" / "suites" / "public" / f"test_{EX}.py").write_text(PUBLIC)
     (copy / "grader" / "suites" / "hidden" / f"test_{EX}_hidden.py").write_text(HIDDEN)
-    (copy / "tests" / "mutants" / f"{EX}.py").write_text(MUTANTS)
+    (copy / "tests" / "data" / "mutants" / f"{EX}.py").write_text(MUTANTS)
     registry = copy / "grader" / "registry.py"
     text = registry.read_text()
     assert text.count("\n]}\n") == 1, "the registry's list of entries no longer ends in ']}'"
@@ -256,7 +256,7 @@ def test_a_new_exercise_touches_the_files_the_section_names(tmp_path):
     assert graded.returncode == 0, graded.stdout + graded.stderr
     got, total = score(graded.stdout)
     assert got == total == 5, graded.stdout
-    [mutant] = runpy.run_path(str(copy / "tests" / "mutants" / f"{EX}.py"))["MUTANTS"]
+    [mutant] = runpy.run_path(str(copy / "tests" / "data" / "mutants" / f"{EX}.py"))["MUTANTS"]
     sub = tmp_path / "mutant"
     sub.mkdir()
     (sub / f"{EX}.py").write_text(mutant.apply(SOLUTION))

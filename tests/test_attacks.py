@@ -4,7 +4,7 @@ For every attack, grading completes with a valid result, the attack gains
 no credit (the twisted function's tests fail), and the untouched exercises
 (ex01, ex02) keep full marks.  The kernel exercise's attacks (PyTorch's
 attention inside the kernel, cached outputs) twist ex07 instead; its other
-cheats are among its mutants (tests/mutants/ex07_flash_attention.py).
+cheats are among its mutants (tests/data/mutants/ex07_flash_attention.py).
 """
 from __future__ import annotations
 
@@ -260,7 +260,7 @@ SECRET_READER = """\
     except Exception as exc:
         found.append("no cwd: %r" % exc)
     for root in roots:
-        for pattern in ("grader/suites/hidden/*.py", "solutions/*.py", "tests/mutants/*.py"):
+        for pattern in ("grader/suites/hidden/*.py", "solutions/*.py", "tests/data/mutants/*.py"):
             for path in glob.glob(os.path.join(root, pattern)):
                 try:
                     found.append(open(path).read())
@@ -386,7 +386,7 @@ def test_fifty_megabytes_of_output(sub):
 def test_kernel_exercise_cheats(tmp_path, cheat, phrase):
     """PyTorch's attention inside flash_attention, or outputs cached between
     calls: no credit for flash_attention, and the rest keeps its marks."""
-    from tests.mutants import ex07_flash_attention as cheats
+    from tests.data.mutants import ex07_flash_attention as cheats
     sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand", "ex07_flash_attention"])
     path = sub / "ex07_flash_attention.py"
     text = path.read_text()

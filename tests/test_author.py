@@ -78,7 +78,7 @@ def test_a_loop_selects_one_exercise_and_the_release_checks():
     ids = _loop("--exercise", "B")          # a letter names it too
     mutants = [i for i in ids if "test_mutant_loses_points_and_is_named" in i]
     assert mutants and all("[ex02_mha:" in i and "+" not in i for i in mutants), mutants
-    from tests.mutants import all_mutants
+    from tests.data.mutants import all_mutants
     assert len(mutants) == sum(m.file == "ex02_mha" for m in all_mutants())
     for wanted in ("test_author.py::test_the_solution_gets_full_marks_in_both_suites[ex02_mha]",
                    "test_author.py::test_the_stub_gets_nothing_and_says_why[ex02_mha]",

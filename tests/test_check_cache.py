@@ -18,7 +18,7 @@ import pytest
 from grader.feedback import Feedback
 from grader.reference import flash_judge
 from tests.conftest import copy_solutions
-from tests.mutants.ex07_flash_attention import MUTANTS
+from tests.data.mutants.ex07_flash_attention import MUTANTS
 
 triton = pytest.importorskip("triton")
 

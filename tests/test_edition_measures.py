@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tests.conftest import SOLUTIONS, copy_solutions
-from tests.mutants import all_mutants
+from tests.data.mutants import all_mutants
 from tests.test_release import edition  # noqa: F401  (the session's edition)
 
 pytestmark = pytest.mark.slow

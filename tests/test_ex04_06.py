@@ -590,7 +590,7 @@ def test_a_wrong_server_cost_names_its_slip_then_shows_how(tmp_path):
     """F's counts of what the cache costs (issue 29 item 2): each failing
     hidden check says which slip it looks like first, then the worked "How:"
     with the formula for that case (the method, not only the number)."""
-    from tests.mutants import all_mutants
+    from tests.data.mutants import all_mutants
 
     chosen = {"ratio_inverted": "kv_cache_over_weights_hidden",
               "saving_is_mha_cache": "gqa_bytes_saved_hidden",

@@ -31,7 +31,7 @@ from grader.reference.secret import flash
 from grader.sandbox.client import StudentModule
 from grader.sandbox.runtime.kernels import flash as kernel
 from tests.conftest import REPO, copy_solutions, grade_dir, launch, launcher
-from tests.mutants import all_mutants
+from tests.data.mutants import all_mutants
 
 EX = "ex07_flash_attention"
 needs_triton = pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)

@@ -1,6 +1,6 @@
 """Correct submissions written from the contract alone get full marks.
 
-``tests/independent/<variant>/`` holds complete submissions written from
+``tests/data/independent/<variant>/`` holds complete submissions written from
 CURRICULUM.md, contract.json and the stubs, by authors who never read
 ``solutions/``, ``grader/reference/`` or the suites, each in a style unlike
 the reference:
@@ -37,7 +37,7 @@ import pytest
 from grader.registry import EXERCISES as REGISTRY
 from tests.conftest import grade_dir
 
-HERE = Path(__file__).parent / "independent"
+HERE = Path(__file__).parent / "data" / "independent"
 # The contract's exercises (the variants are written against the contract alone).
 EXERCISES = [name for name, ex in REGISTRY.items() if ex.in_contract]
 
@@ -168,7 +168,7 @@ def test_adapted_real_code_gets_full_marks(name, tmp_path):
 # -- one documented contract (issue 50, items 5 and 6) ---------------------------
 # What an independent author reads (the stub's docstring, docs/CURRICULUM_NOTES.md
 # and grader/contract.json) says the same as what the grading enforces.
-REPO = HERE.parent.parent
+REPO = Path(__file__).resolve().parent.parent
 NOTES = REPO / "docs" / "CURRICULUM_NOTES.md"
 
 # The precision rule's factor for each function graded against a float64

@@ -14,8 +14,8 @@ from grader.reference.secret.attention import MISTAKES
 from grader.report import FAILED, PASSED, Report, to_gradescope
 from grader.report import TestResult as Result
 from tests.conftest import SOLUTIONS, copy_solutions, grade_dir
-from tests.mutants.ex01_by_hand import MUTANTS as EX01
-from tests.mutants.ex02_mha import MUTANTS as EX02
+from tests.data.mutants.ex01_by_hand import MUTANTS as EX01
+from tests.data.mutants.ex02_mha import MUTANTS as EX02
 
 
 def _test(name, output, status=FAILED, exercise="ex02_mha"):

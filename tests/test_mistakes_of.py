@@ -57,7 +57,7 @@ def test_a_mistake_that_cannot_apply_or_was_never_recorded_is_left_out(monkeypat
 # -- the precision rule's margin ------------------------------------------------
 # The precision rule (grader.feedback.accuracy) lets a float64 answer be as far
 # off as float32 arithmetic leaves it.  No known mistake may hide in that room:
-# each mutant of the corpus (tests/mutants/), run on the cases below, is either
+# each mutant of the corpus (tests/data/mutants/), run on the cases below, is either
 # exactly as right as the solution on a case (it does not apply there) or off
 # by at least MARGIN times the tolerance the suites use for that function (the
 # nearest, MLA's 1/sqrt(d_c) with d_c 12 against d_nope + d_rope 10, is 61
@@ -217,7 +217,7 @@ NUMERIC = ("ex02_mha", "ex03_gqa", "ex04_quadratic", "ex05_decode_prefill",
 @pytest.mark.parametrize("exercise", NUMERIC)
 def test_no_known_mistake_hides_within_the_precision_rule(exercise, tmp_path):
     from tests.conftest import SOLUTIONS
-    from tests.mutants import all_mutants
+    from tests.data.mutants import all_mutants
     calls = _calls()[exercise]
     source = (SOLUTIONS / f"{exercise}.py").read_text()
     right = _answers(_load(tmp_path, exercise, source), calls)
@@ -284,7 +284,7 @@ def test_every_mistake_named_on_a_mutant_fits_its_answer(exercise, tmp_path):
     from grader.feedback import (NO_KNOWN_MISTAKE, OR, Feedback, accuracy, check_close,
                                  fits, named_mistake)
     from tests.conftest import SOLUTIONS
-    from tests.mutants import all_mutants
+    from tests.data.mutants import all_mutants
     calls = [c for c in _calls()[exercise] if _reference_of(exercise, c[1])]
     source = (SOLUTIONS / f"{exercise}.py").read_text()
     checked, wrongs = 0, []

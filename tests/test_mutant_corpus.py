@@ -16,7 +16,7 @@ import pytest
 from grader.paths import TESTS_DIR
 from grader.registry import EXERCISES, contract
 from tests.conftest import SOLUTIONS
-from tests.mutants import all_mutants, covered
+from tests.data.mutants import all_mutants, covered
 
 # The quick tier (tests/conftest.py): no PyTorch import, no grading.
 pytestmark = pytest.mark.quick
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.quick
 MUTANTS = all_mutants()
 NAMED_SHARE = 0.95
 # Registered modules without a mutants file, and why: each other exercise has
-# tests/mutants/<exercise>.py, with at least one mutant (the questions have
+# tests/data/mutants/<exercise>.py, with at least one mutant (the questions have
 # theirs: a slip's wrong answer each).
 WITHOUT_MUTANTS: dict[str, str] = {}
 
@@ -40,14 +40,14 @@ def test_at_least_95_percent_of_the_corpus_is_named_by_a_diagnosis_line():
 @pytest.mark.author
 @pytest.mark.parametrize("name", list(EXERCISES))
 def test_every_registered_exercise_has_its_mutants_file(name):
-    path = TESTS_DIR / "mutants" / f"{name}.py"
+    path = TESTS_DIR / "data" / "mutants" / f"{name}.py"
     if name in WITHOUT_MUTANTS:
         assert not path.exists(), f"{path.name} exists: take {name} out of WITHOUT_MUTANTS"
         return
-    assert path.is_file(), (f"{name} has no tests/mutants/{name}.py: one realistic mistake "
+    assert path.is_file(), (f"{name} has no tests/data/mutants/{name}.py: one realistic mistake "
                             "per mutant, that its hidden suite must catch and name "
                             "(docs/AUTHORING.md, \"Mutants\")")
-    assert any(m.file == name for m in MUTANTS), f"tests/mutants/{name}.py holds no MUTANTS"
+    assert any(m.file == name for m in MUTANTS), f"tests/data/mutants/{name}.py holds no MUTANTS"
 
 
 def test_every_exception_is_registered():
@@ -67,7 +67,7 @@ def test_the_corpus_covers_every_function_of_the_contract(module):
         if m.file == module:
             seen |= covered(m, source)
     missing = sorted(wanted - seen)
-    assert not missing, f"no mutant in tests/mutants/{module}.py touches {missing}"
+    assert not missing, f"no mutant in tests/data/mutants/{module}.py touches {missing}"
 
 
 @pytest.mark.author

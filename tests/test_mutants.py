@@ -29,7 +29,7 @@ import pytest
 from grader import insight
 from grader.registry import EXERCISES
 from tests.conftest import SOLUTIONS, failures, grade_dir
-from tests.mutants import Mutant, all_mutants, diagnosis_lines
+from tests.data.mutants import Mutant, all_mutants, diagnosis_lines
 from tests.test_public_catches import MUTANTS as PUBLIC_MUTANTS
 from tests.test_public_catches import public_keyword, public_problems
 

@@ -1,6 +1,6 @@
 """The public check catches what the course teaches (issue 26, item 3).
 
-Every mutant of the corpus (``tests/mutants/``) is graded with the *public*
+Every mutant of the corpus (``tests/data/mutants/``) is graded with the *public*
 suites, as ``attn-grade check`` runs them (GPU-only tests left out): it must
 fail the check, and a failing test's diagnosis line must name the same
 mistake as the hidden suite does (the mutant's ``expect``).  The student
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from grader.release import STILL_NOT_CHECKED
 from tests.conftest import failures
-from tests.mutants import Mutant, all_mutants, diagnosis_lines
+from tests.data.mutants import Mutant, all_mutants, diagnosis_lines
 
 # The interview questions' mutants are wrong answers, graded by
 # tests/test_mutants.py; their public check (right or wrong from the sealed

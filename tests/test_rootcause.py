@@ -15,7 +15,7 @@ from grader import rootcause
 from grader.rootcause import Upstream, attribute
 from grader.sandbox import bwrap, confine, forkserver
 from tests.conftest import SOLUTIONS, failures, grade_dir
-from tests.mutants import all_mutants
+from tests.data.mutants import all_mutants
 
 AXIS = "the softmax ran over queries instead of keys"
 SCALE = "the scores were not scaled by 1/sqrt(d_head)"
@@ -179,7 +179,7 @@ def test_a_mistake_named_only_downstream_is_said_where_the_cause_is():
 
 
 def _mutant(tmp_path, name):
-    """The solutions, with one mutant of tests/mutants applied."""
+    """The solutions, with one mutant of tests/data/mutants applied."""
     (mutant,) = [m for m in all_mutants() if f"{m.file}:{m.name}" == name]
     sub = tmp_path / name.replace(":", "-")
     sub.mkdir()

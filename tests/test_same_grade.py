@@ -3,7 +3,7 @@
 Each grading draws a fresh secret seed for the hidden suites' random cases
 (``grader/reference/cases.py``).  The fixed cases, which every grading runs
 first, expose every known mistake (the curriculum's "Common mistakes" and
-``tests/mutants/``); the random ones only add coverage.  So:
+``tests/data/mutants/``); the random ones only add coverage.  So:
 
 * ``test_every_mutant_gets_one_score_under_20_seeds``: every mutant of the
   corpus, its exercise's seed-dependent tests under 20 seeds, one score and
@@ -34,7 +34,7 @@ from grader.paths import PACKAGE_DIR, SUITES_DIR
 from grader.reference import cases
 from tests import seed_sweep
 from tests.conftest import copy_solutions, failures, grade_dir
-from tests.mutants import all_mutants
+from tests.data.mutants import all_mutants
 from tests.test_mutants import IN_DEFAULT_RUN
 
 MUTANTS = all_mutants()

@@ -17,7 +17,7 @@ from tests.plant import disguise
 
 # Written from the contract alone; the "_"-folders are kept corpora of another
 # kind (adaptations of public code, some from the solutions' layout).
-INDEPENDENT = sorted(p for p in (REPO / "tests" / "independent").iterdir()
+INDEPENDENT = sorted(p for p in (REPO / "tests" / "data" / "independent").iterdir()
                      if not p.name.startswith("_"))
 CODE = [e for e in EXERCISES if e not in NOT_CODE]
 
@@ -69,7 +69,7 @@ def test_batch_writes_similarity_csv_and_no_points_depend_on_it(tmp_path):
     (copy_solutions(cls / "bob", []) / "ex02_mha.py").write_text(copy)
     (cls / "=carol").mkdir()
     (cls / "=carol" / "ex02_mha.py").write_text(
-        (REPO / "tests" / "independent" / "einsum" / "ex02_mha.py").read_text())
+        (REPO / "tests" / "data" / "independent" / "einsum" / "ex02_mha.py").read_text())
     out = tmp_path / "grades.csv"
     result = CliRunner().invoke(main, ["batch", str(cls), "--out", str(out), "-e", "B",
                                        "-j", "2"])

@@ -32,7 +32,7 @@ from grader.safetext import NAME_LIMIT, clean, csv_text
 NOISE_T = 25
 GUARANTEE_T = 30
 # Share of a module's fingerprinted tokens covered by the other's: calibrated
-# on the solutions and tests/independent/* (independent right answers reach
+# on the solutions and tests/data/independent/* (independent right answers reach
 # 0.55 at most, tests/test_similarity.py), and planted copies 0.72 at least.
 THRESHOLD = 0.65
 # A module with fewer fingerprinted characters than this (a stub with a line

@@ -5,7 +5,7 @@ Two kinds of case, in this order in every test that has both:
 * **Fixed cases** (``fixed_rng(*key)``, ``fixed_seed(*key)``, or literal
   data): the same in every grading, whatever the run's seed.  They are
   chosen to expose every known mistake (the curriculum's "Common mistakes"
-  and the mutant corpus, ``tests/mutants/``), so that a known mistake costs
+  and the mutant corpus, ``tests/data/mutants/``), so that a known mistake costs
   the same points under every seed: same work, same grade
   (``tests/test_same_grade.py`` grades every mutant under 20 seeds).
 * **Random cases** (``rng_for(*key)`` for NumPy, ``case_seed(*key)`` for

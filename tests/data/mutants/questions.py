@@ -7,7 +7,7 @@ its own sentence (no diagnosis line): ``diagnosis=False``.
 """
 import re
 
-from tests.mutants import Mutant
+from tests.data.mutants import Mutant
 
 
 def _answer(name, right, wrong, expect, diagnosis=True):

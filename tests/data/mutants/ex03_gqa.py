@@ -1,5 +1,5 @@
 """Mistakes in grouped-query attention and KV-cache sizing (exercise C)."""
-from tests.mutants import Mutant
+from tests.data.mutants import Mutant
 
 MUTANTS = [
     Mutant("kv_tile",

@@ -1,5 +1,5 @@
 """Slips in the hand-worked example (exercise A)."""
-from tests.mutants import Mutant
+from tests.data.mutants import Mutant
 
 MUTANTS = [
     Mutant("no_scale", "SCALED = [[0.707, 0.0, 0.707],\n          [0.0, 0.707, 0.707],\n"

@@ -1,7 +1,7 @@
 """Mistakes in the fused attention exercise (G): NumPy steps, the kernel, and cheats."""
 from pathlib import Path
 
-from tests.mutants import Mutant
+from tests.data.mutants import Mutant
 
 SCALE_DEFAULT = "sm_scale = 1.0 / math.sqrt(d_head) if sm_scale is None else float(sm_scale)"
 ALLOC = "    out = torch.empty_like(q)                                  # (B, h, S_q, d_head)\n"
@@ -105,7 +105,7 @@ ONLY = {name: "step or blockwise" for name in (
 # -- kernels that run in Triton's interpreter but do not compile for a GPU
 # 8-wide key tiles in the GPU configs only, without the solution's check of
 # BLOCK_N: one snippet from the config list down to that check.
-_SOLUTION = (Path(__file__).resolve().parents[2] / "solutions"
+_SOLUTION = (Path(__file__).resolve().parents[3] / "solutions"
              / "ex07_flash_attention.py").read_text()
 DOT8_ASSERT = "        tl.static_assert(BLOCK_N >= 16)\n"   # in the kernel, under "if triton"
 DOT8_FIND = _SOLUTION[_SOLUTION.index("for bm, w, bn in ((64, 4, 32),"):

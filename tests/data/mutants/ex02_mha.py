@@ -1,5 +1,5 @@
 """Mistakes in multi-head attention (exercise B)."""
-from tests.mutants import Mutant
+from tests.data.mutants import Mutant
 
 SCORES = "scores = q @ np.swapaxes(k, -1, -2) / d_head ** 0.5"
 MASK_TEST = "np.where(j <= s_k - s_q + i, 0.0, -np.inf)"

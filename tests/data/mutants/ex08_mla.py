@@ -1,6 +1,6 @@
-"""Known mistakes in ex08_mla (see tests/mutants/__init__.py): one per MLA
+"""Known mistakes in ex08_mla (see tests/data/mutants/__init__.py): one per MLA
 mistake of the curriculum's list."""
-from tests.mutants import Mutant
+from tests.data.mutants import Mutant
 
 _ABSORBED = """    w_uk_heads = w_uk.view(n_heads, d_nope, d_c)                         # W_uk_i: (dn, d_c)
     q_lat = torch.einsum("bhn,hnc->bhc", q_nope, w_uk_heads)              # (B, h, d_c)

@@ -1,6 +1,6 @@
 """Mutants: copies of a solution with one realistic mistake each.
 
-Each ``tests/mutants/<exercise>.py`` defines ``MUTANTS``, a list of
+Each ``tests/data/mutants/<exercise>.py`` defines ``MUTANTS``, a list of
 ``Mutant``.  ``tests/test_mutants.py`` grades each with the hidden suite and
 checks that it loses points and that some failing test's feedback contains
 ``expect`` (case-insensitive): the grader must name the mistake.  By default

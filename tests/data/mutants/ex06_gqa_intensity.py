@@ -1,5 +1,5 @@
-"""Known mistakes in ex06_gqa_intensity (see tests/mutants/__init__.py)."""
-from tests.mutants import Mutant
+"""Known mistakes in ex06_gqa_intensity (see tests/data/mutants/__init__.py)."""
+from tests.data.mutants import Mutant
 
 _GROUPED = """    qg = q.reshape(b, h_kv, h // h_kv, d_head) * (1.0 / math.sqrt(d_head))   # (B, h_kv, g, d)
     scores = qg @ k_cache.transpose(-2, -1)                                  # (B, h_kv, g, S)

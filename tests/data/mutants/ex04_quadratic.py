@@ -1,5 +1,5 @@
-"""Known mistakes in ex04_quadratic (see tests/mutants/__init__.py)."""
-from tests.mutants import Mutant
+"""Known mistakes in ex04_quadratic (see tests/data/mutants/__init__.py)."""
+from tests.data.mutants import Mutant
 
 MUTANTS = [
     Mutant("no_scale",
