@@ -549,7 +549,10 @@ def _candidates(found: Path, budget: Budget | None = None
     helper modules beside them; with ``budget``, what is read counts in it."""
     roots = repository_roots(found)
     if roots:   # a repository: its own top level, exercises/ and notebooks/
-        folders = [f for r in roots for f in (r, *(r / n for n in REPO_FOLDERS)) if f.is_dir()]
+        # never through a link: a repository's exercises/ that is a link to a
+        # folder elsewhere on the grading machine is no part of the upload
+        folders = [f for r in roots for f in (r, *(r / n for n in REPO_FOLDERS))
+                   if f.is_dir() and not f.is_symlink()]
         modules = [p for f in folders for p in _files(f, "*.py", False, budget)]
         notebooks = [p for f in folders for p in _files(f, "*.ipynb", False, budget)]
     else:

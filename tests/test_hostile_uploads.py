@@ -231,3 +231,17 @@ def test_a_notebook_is_read_within_a_time_and_a_memory_bound(tmp_path):
             submission.read_notebook(path)
     finally:
         submission.NOTEBOOK_READ_S = bound
+
+
+@pytest.mark.parametrize("linked", ["exercises", "notebooks"])
+def test_a_repository_folder_that_is_a_link_is_not_followed(linked, tmp_path):
+    """The red team's r_link_repo_*: an upload with a real notebooks/ (or
+    exercises/) and the other a link to a folder elsewhere on the grading
+    machine (here: the solutions) is graded on what it holds, which is nothing."""
+    outside = copy_solutions(tmp_path / "outside", ["ex01_by_hand"])
+    upload = tmp_path / "upload"
+    (upload / ("notebooks" if linked == "exercises" else "exercises")).mkdir(parents=True)
+    (upload / linked).symlink_to(outside, target_is_directory=True)
+    result = CliRunner().invoke(main, ["grade", str(upload), "-e", "A"])
+    assert result.exit_code == 2, result.output
+    assert "no exercise modules" in result.output

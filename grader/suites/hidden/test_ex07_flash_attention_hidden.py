@@ -232,8 +232,11 @@ def _flash_check(student, key, shape, *, sm_scale=None, pass_sm_scale=True, pass
                  machine=None):
     b, h, h_kv, s_q, s_k, d, causal = shape
     q, k, v = _heads(key, b, h, h_kv, s_q, s_k, d)
+    # The same shapes with other values, for the grader's replay of the launches.
+    later = _heads(("replay", key), b, h, h_kv, s_q, s_k, d)
     res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=causal,
-                        sm_scale=sm_scale, pass_sm_scale=pass_sm_scale, pass_causal=pass_causal)
+                        sm_scale=sm_scale, pass_sm_scale=pass_sm_scale, pass_causal=pass_causal,
+                        replay=later)
     if machine is not None:
         machine.setdefault("ex07 kernels ran on", res["gpu"] or
                            "the CPU, in Triton's interpreter (float32; GPU tests not run)")
@@ -250,6 +253,10 @@ def _flash_check(student, key, shape, *, sm_scale=None, pass_sm_scale=True, pass
         res, q, flash.reference(q, k, v, causal, sm_scale), what=what,
         mistakes=lambda: flash.flash_mistakes(q, k, v, causal, sm_scale, names=names)))
     on_case(text, lambda: flash.check_authentic(res, q, k, v, what=what, causal=causal))
+    # Every case, not one: a kernel that reads q, k and v and does the FLOPs
+    # but stores numbers made elsewhere passes the count, never the replay.
+    on_case(text, lambda: flash_judge.check_replay(
+        res, later[0], flash.reference(*later, causal, sm_scale), what=what))
     return q, k, v, res
 
 
@@ -284,12 +291,15 @@ def test_flash_no_score_matrix(student):
     """flash_attention (S=96, not causal) allocates no (S_q, S_k) buffer, and is right"""
     b, h, s, d = 1, 1, 96, 16          # S*S = 9216 elements > q, k, v (1536 each)
     q, k, v = _heads(("scores",), b, h, h, s, s, d)
-    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=False)
+    later = _heads(("replay", "scores"), b, h, h, s, s, d)
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=False, replay=later)
     flash.check_authentic(res, q, k, v, what="flash_attention(q, k, v, causal=False)",
                           causal=False)
     flash.check_output(res, q, flash.reference(q, k, v, False),
                        what="flash_attention(q, k, v, causal=False)",
                        mistakes=lambda: flash.flash_mistakes(q, k, v, False))
+    flash_judge.check_replay(res, later[0], flash.reference(*later, False),
+                             what="flash_attention(q, k, v, causal=False)")
 
 
 @pytest.mark.points(1)
@@ -297,12 +307,14 @@ def test_flash_no_score_matrix(student):
 def test_flash_gqa_without_copies(student):
     """flash_attention, h=4 over h_kv=1: right, with no copy of K or V per query head"""
     q, k, v = _heads(("gqa-copy",), 1, 4, 1, 16, 96, 32)
+    later = _heads(("replay", "gqa-copy"), 1, 4, 1, 16, 96, 32)
     what = "flash_attention(q, k, v) with h=4, h_kv=1"
-    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True)
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True, replay=later)
     flash.check_output(res, q, flash.reference(q, k, v, True), what=what,
                        mistakes=lambda: flash.flash_mistakes(q, k, v, True))
     flash.check_no_kv_copy(res, q, k, what=what)
     flash_judge.check_work(res, q, k, v, what=what, causal=True)
+    flash_judge.check_replay(res, later[0], flash.reference(*later, True), what=what)
 
 
 @pytest.mark.points(1)
@@ -310,13 +322,17 @@ def test_flash_gqa_without_copies(student):
 def test_flash_inputs_unchanged(student):
     """flash_attention leaves q, k and v as they were, and is right"""
     q, k, v = _heads(("inputs",), 1, 2, 2, 21, 21, 32)
-    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True, sm_scale=0.5)
+    later = _heads(("replay", "inputs"), 1, 2, 2, 21, 21, 32)
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True, sm_scale=0.5,
+                        replay=later)
     flash.check_inputs_unchanged(res, q, k, v, what="flash_attention(q, k, v, sm_scale=0.5)")
     flash.check_output(res, q, flash.reference(q, k, v, True, 0.5),
                        what="flash_attention(q, k, v, sm_scale=0.5)",
                        mistakes=lambda: flash.flash_mistakes(q, k, v, True, 0.5))
     flash_judge.check_work(res, q, k, v, what="flash_attention(q, k, v, sm_scale=0.5)",
                            causal=True)
+    flash_judge.check_replay(res, later[0], flash.reference(*later, True, 0.5),
+                             what="flash_attention(q, k, v, sm_scale=0.5)")
 
 
 @pytest.mark.points(1)

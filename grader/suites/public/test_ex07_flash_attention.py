@@ -96,8 +96,9 @@ def test_flash_attention_small(student, case):
     """flash_attention on a small case (B=1): right, and computed in your Triton kernel"""
     b, h, h_kv, s_q, s_k, d_head, causal, sm_scale = KERNEL_CASES[case]
     q, k, v = _heads((case,), b, h, h_kv, s_q, s_k, d_head)
+    later = _heads((case, "replay"), b, h, h_kv, s_q, s_k, d_head)   # other values, same shapes
     res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=causal,
-                        sm_scale=sm_scale)
+                        sm_scale=sm_scale, replay=later)
     what = f"flash_attention(q, k, v, causal={causal}" + \
         (f", sm_scale={sm_scale})" if sm_scale is not None else ")")
     names = KERNEL_MISTAKES + (["sm_scale_ignored"] if sm_scale is not None else [])
@@ -107,6 +108,9 @@ def test_flash_attention_small(student, case):
     flash_judge.check_inputs_unchanged(res, q, k, v, what=what)
     if h != h_kv:
         flash_judge.check_no_kv_copy(res, q, k, what=what)
+    # the call's launches made again on the other values: the output was their work
+    flash_judge.check_replay(res, later[0], flash.reference(*later, causal, sm_scale),
+                             what=what)
 
 
 @needs_triton
@@ -118,8 +122,9 @@ def test_flash_attention_in_your_kernel(student):
     # The second call's inputs are new values in the same buffers (copied in place):
     # an earlier call's output, kept by buffer address, must not come back.
     calls = [_heads(("kernel", i), 1, 1, 1, 64, 64, 16) for i in range(2)]
+    later = _heads(("kernel", "replay"), 1, 1, 1, 64, 64, 16)
     first = student.probe("ex07_flash_attention.run_checked", *calls[0], pass_sm_scale=False,
-                          pass_causal=False, again=calls[1:])
+                          pass_causal=False, again=calls[1:], replay=later)
     for i, ((q, k, v), res) in enumerate(zip(calls, [first, *first["again"]])):
         what = "flash_attention(q, k, v)" + (" (a second call, new inputs)" if i else "")
         if not i:
@@ -132,6 +137,9 @@ def test_flash_attention_in_your_kernel(student):
                            if i else None)
         if i:
             flash.check_authentic(res, q, k, v, what=what)
+    # the first call's launches made again on other values: its output was their work
+    flash_judge.check_replay(first, later[0], flash.reference(*later, True),
+                             what="flash_attention(q, k, v)")
 
 
 @needs_triton
@@ -229,10 +237,12 @@ def test_flash_attention_rescales_across_key_tiles(student):
     q = (1.0 + noise(1, 1, s_q, d_head)).contiguous()
     k = (lean + noise(1, 1, s_k, d_head)).contiguous()
     v = torch.from_numpy(rng.standard_normal((1, 1, s_k, d_head)).astype(np.float32))
-    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True)
+    later = _heads(("rising", "replay"), 1, 1, 1, s_q, s_k, d_head)
+    res = student.probe("ex07_flash_attention.run_checked", q, k, v, causal=True, replay=later)
     what = "flash_attention(q, k, v, causal=True) with S_q=16, S_k=512, rising scores"
     flash.check_output(res, q, flash.reference(q, k, v, True), what=what,
                        mistakes=flash.flash_mistakes(q, k, v, True,
                                                      names=["no_rescale", "no_scale"]),
                        hint="When a key tile raises a row's maximum from m to m_new, multiply "
                             "that row's acc and l by exp(m - m_new) before adding the tile.")
+    flash_judge.check_replay(res, later[0], flash.reference(*later, True), what=what)
