@@ -244,3 +244,38 @@ def test_a_browser_reads_the_final_grade_column_of_the_class_page(tmp_path):
              for r in re.findall(r"<tr>(.*?)</tr>", table)]
     final = {row[0]: row[1] for row in cells if row}
     assert final == {"ann": "8", "bob": "5.4"}     # bob: late (a flag is one day): 10% off
+
+
+def _result(points: float) -> dict:
+    return {"score": points, "tests": [], "extra_data": {
+        "exercise_scores": {"ex01_by_hand": {"score": points, "max_score": 8.0}},
+        "manual_grading": [{"exercise": "questions", "question": "Q01", "points": 3,
+                            "answer": "an answer", "rubric": "a rubric"}]}}
+
+
+def test_merging_the_shards_again_keeps_what_staff_gave_the_joined_gradebook(tmp_path):
+    """Shards merged, staff points given to the joined gradebook, the shards
+    merged again (a resubmission regraded in its shard): the staff's points
+    stay, an unchanged grading is not recorded twice, a changed one replaces."""
+    import json
+
+    from grader.classroom.views import merge_parts
+    parts = []
+    for k, name in ((1, "ann"), (2, "ben")):
+        with Gradebook(tmp_path / f"p{k}.sqlite") as book:
+            book.set_meta("shard", f"{k}/2")
+            book.set_meta("everyone", json.dumps(["ann", "ben"]))
+            book.record_student(name)
+            book.record_grading(name, _result(5.0))
+        parts.append(tmp_path / f"p{k}.sqlite")
+    with Gradebook(tmp_path / "joined.sqlite") as joined:
+        assert merge_parts(parts, joined) == 2
+        joined.set_staff_points([{"submission": "ann", "question": "Q01", "points": 2.0}], "ta")
+        with Gradebook(parts[1]) as shard:       # ben resubmitted: his shard regraded him
+            shard.record_grading("ben", _result(8.0))
+        assert merge_parts(parts, joined) == 2
+        rows = {r.submission: r for r in joined.rows()}
+        gradings = joined.db.execute("SELECT COUNT(*) FROM gradings").fetchone()[0]
+    assert rows["ann"].final.staff == 2.0 and rows["ann"].final.points == 7.0
+    assert rows["ben"].total == 8.0
+    assert gradings == 3          # ann's once, ben's twice (his first, then his new one)

@@ -280,6 +280,7 @@ class Gradebook:
             raise GradebookError(f"{self.path} is a link: a gradebook is a file of its own.")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fresh = not self.path.exists()
+        self._lock = threading.RLock()
         try:
             self.db = sqlite3.connect(self.path, timeout=BUSY_MS / 1000,
                                       check_same_thread=False, isolation_level=None)
@@ -296,7 +297,6 @@ class Gradebook:
         if fresh:
             with contextlib.suppress(OSError):
                 os.chmod(self.path, 0o600)   # grades are private, as every result file is
-        self._lock = threading.RLock()
 
     # -- plumbing ------------------------------------------------------------
 
@@ -304,8 +304,7 @@ class Gradebook:
     def _write(self):
         """One transaction, taken at once (``BEGIN IMMEDIATE``), so that two
         writers queue on the busy time-out rather than fail on an upgrade."""
-        lock = getattr(self, "_lock", None) or threading.RLock()
-        with lock:
+        with self._lock:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 yield self.db
@@ -706,13 +705,14 @@ class Gradebook:
     def rows(self) -> list[Row]:
         """Every student, in name order, with their final grade."""
         policy = self.policy()
-        staff_max = self.staff_maximum()
+        staff_max, max_total = self.staff_maximum(), self.class_max_total()
         out = []
         for (sid, submission, key, status, roster_id, name, uid, subid, flag) in self.db.execute(
                 "SELECT id, submission, result_key, status, roster_id, name, lms_user_id, "
                 "lms_submission_id, late_flag FROM students ORDER BY submission").fetchall():
             row = Row(submission, key, status, roster_id, name, uid, subid,
-                      None if flag is None else bool(flag), staff_max=staff_max)
+                      None if flag is None else bool(flag), max_total=max_total,
+                      staff_max=staff_max)
             grading = self.db.execute(
                 "SELECT id, error, isolation, needs_regrade, fault FROM gradings "
                 "WHERE student = ? AND current = 1", (sid,)).fetchone()
@@ -725,7 +725,6 @@ class Gradebook:
                     (grading[0],))}
             elif status == MISSING:
                 row.error = "no submission"
-            row.max_total = self.class_max_total()
             row.staff = [{"question": q, "points": p, "comment": c, "grader": g, "at": at}
                          for q, p, c, g, at in self.db.execute(
                              "SELECT question, points, comment, grader, at FROM staff_points "
@@ -778,14 +777,13 @@ class Gradebook:
 
     def absorb(self, other: "Gradebook", who: str = "") -> int:
         """Copy another gradebook's students and current gradings in (a
-        shard's, or an earlier folder's); staff points, times, extensions and
-        overrides come along where this one has none.  Returns the students
-        added; a student both hold is refused (``GradebookError``)."""
-        mine = set(self.submissions())
+        shard's, or an earlier folder's), a student this one holds already
+        updated, and a grading it holds already left as it is; staff points,
+        times, extensions and overrides come along where this one has none, so
+        that what staff gave the joined gradebook survives a merge again.
+        Returns the number of students copied.  (Parts overlapping one
+        another are refused by ``views.merge_parts``.)"""
         theirs = other.rows()
-        clash = sorted(mine & {r.submission for r in theirs})
-        if clash:
-            raise GradebookError(f"{clash[0]} is in two parts ({other.path} and another).")
         results = {label: data for label, _, data in other.results()}
         keys = {s: json.loads(k) for s, k in other.db.execute(
             "SELECT s.submission, g.valid_key FROM gradings g JOIN students s "
@@ -795,8 +793,9 @@ class Gradebook:
                                 roster_id=r.roster_id, name=r.name, lms_user_id=r.lms_user_id,
                                 lms_submission_id=r.lms_submission_id, late_flag=r.late_flag)
             if r.submission in results:
-                self.record_grading(r.submission, results[r.submission],
-                                    key=keys.get(r.submission))
+                grading = (keys.get(r.submission) or {}, results[r.submission])
+                if self.current_result(r.submission) != grading:
+                    self.record_grading(r.submission, grading[1], key=grading[0])
             if r.staff:
                 with self._write() as db:
                     sid = self.student_id(r.submission)
@@ -806,7 +805,9 @@ class Gradebook:
                                     e["grader"], e["at"]))
             if r.submitted_at:
                 self.set_submitted_times({r.submission: late_rules.parse_time(r.submitted_at)})
-            if r.override:
+            mine = self.db.execute("SELECT 1 FROM overrides o JOIN students s ON s.id = o.student "
+                                   "WHERE s.submission = ?", (r.submission,)).fetchone()
+            if r.override and mine is None:
                 self.set_override(r.submission, r.override["points"], r.override["reason"],
                                   r.override["grader"])
         ext = other.db.execute("SELECT s.submission, e.due, e.reason FROM extensions e "
