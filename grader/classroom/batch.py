@@ -319,16 +319,19 @@ def _extra(data: dict) -> dict:
     return extra if isinstance(extra, dict) else {}
 
 
-def _not_graded(outcome: Outcome, batch: dict, maxima: Callable[[], dict],
-                fault: str) -> Outcome:
-    """The zero result of a submission that could not be graded, saying why:
-    out of the class's maximum, as every row is.  ``fault``: ``upload`` (what
-    was handed in cannot be graded: the student's zero) or ``grader`` (the
-    grading did not finish: a regrade)."""
+def _not_graded(outcome: Outcome, maxima: Callable[[], dict], fault: str, *,
+                book: Gradebook, key: dict, upload: int) -> Outcome:
+    """The zero result of a submission that could not be graded, saying why,
+    written and kept in ``book`` as any grading: out of the class's maximum, as
+    every row is.  ``fault``: ``upload`` (what was handed in cannot be graded:
+    the student's zero) or ``grader`` (the grading did not finish: a regrade)."""
     data = _failed_result(f"not graded: {outcome.error}", maxima())
-    data["extra_data"].update(batch_error=outcome.error, batch=batch, batch_fault=fault)
+    data["extra_data"].update(batch_error=outcome.error, batch_fault=fault,
+                              batch=_batch_info(outcome.submission, key))
     outcome.scores = exercise_scores_of(data)
     _write_json(outcome.result_path, data)
+    book.record_grading(outcome.submission.label, data, key=key, upload=upload,
+                        seconds=outcome.seconds)
     return outcome
 
 
@@ -466,8 +469,7 @@ def grade_one(sub: Submission, results_dir: Path, options: Options | None = None
             return outcome
     if sub.error:   # refused at intake: its zero row, and nothing to grade
         outcome.error = sub.error
-        return _record(book, _not_graded(outcome, _batch_info(sub, key), maxima, "upload"),
-                       key, upload)
+        return _not_graded(outcome, maxima, "upload", book=book, key=key, upload=upload)
     # The files the grading makes (the ex04 plot) go beside its result, for its page.
     graded = dataclasses.replace(options, artifacts_dir=artifacts_of(result_path))
     start, fault = time.monotonic(), "grader"
@@ -502,8 +504,7 @@ def grade_one(sub: Submission, results_dir: Path, options: Options | None = None
             slots.close()
     outcome.seconds = time.monotonic() - start
     if outcome.error:
-        return _record(book, _not_graded(outcome, _batch_info(sub, key), maxima, fault),
-                       key, upload)
+        return _not_graded(outcome, maxima, fault, book=book, key=key, upload=upload)
     try:
         data = json.loads(result_path.read_text())
         _read_extra(outcome, data)
@@ -511,17 +512,8 @@ def grade_one(sub: Submission, results_dir: Path, options: Options | None = None
         _write_json(result_path, data)
     except (OSError, ValueError) as exc:
         outcome.error = f"the result could not be read: {exc}"
-        return _record(book, _not_graded(outcome, _batch_info(sub, key), maxima, "grader"),
-                       key, upload)
+        return _not_graded(outcome, maxima, "grader", book=book, key=key, upload=upload)
     book.record_grading(sub.label, data, key=key, upload=upload, seconds=outcome.seconds)
-    return outcome
-
-
-def _record(book: Gradebook, outcome: Outcome, key: dict, upload: int) -> Outcome:
-    """A zero result (``_not_graded``) into the gradebook, as any grading."""
-    data = json.loads(outcome.result_path.read_text())
-    book.record_grading(outcome.submission.label, data, key=key, upload=upload,
-                        seconds=outcome.seconds)
     return outcome
 
 

@@ -95,10 +95,9 @@ def read_extensions(path: Path) -> dict[str, tuple[datetime, str]]:
     """Per-student due times (``batch --extensions``): a CSV with
     ``submission`` and ``due`` columns, and an optional ``reason``."""
     rows = _sheet(path, "due")
-    due = _times(path, rows, "due")
-    return {name: (when, clean(next((r.get("reason") or "" for r in rows
-                                     if clean(r["submission"]) == name), ""), 1000))
-            for name, when in due.items()}
+    reasons = {clean(r.get("submission") or "").strip(): r.get("reason") or "" for r in rows}
+    return {name: (when, clean(reasons.get(name, ""), 1000))
+            for name, when in _times(path, rows, "due").items()}
 
 
 def _sheet(path: Path, column: str) -> list[dict]:

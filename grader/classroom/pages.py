@@ -26,6 +26,7 @@ from grader.classroom.gradebook import Gradebook, Row
 from grader.classroom.batch import artifacts_of
 from grader.pages import esc, num, page, png_files, student_page
 from grader.artifacts import write_private
+from grader.safetext import clean
 
 TOP_PAIRS = 20       # on the class page
 PAIR_PAGES = 50      # side-by-side pages made
@@ -151,7 +152,6 @@ def similar_page(pairs: list, pair_pages: int) -> str:
 
 
 def _marked(source: str, spans: list[tuple[int, int]]) -> str:
-    from grader.safetext import clean
     lines = clean(source).split("\n")
     inside = {n for a, b in spans for n in range(a, b + 1)}
     return "\n".join(f"<mark>{html.escape(line)}</mark>" if i + 1 in inside

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,7 +209,6 @@ def run_merge(parts: list[Path], out: Path, results_dir: Path | None, who: str) 
 def _copy_results(parts: list[Path], results_dir: Path) -> None:
     """The shards' results JSON and pictures beside the merged gradebook, for
     the students' pages (Slurm's shards share one results folder already)."""
-    import shutil
     results_dir.mkdir(parents=True, exist_ok=True)
     for part in parts:
         folder = Path(part).parent / "results"
