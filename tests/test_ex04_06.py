@@ -22,17 +22,19 @@ DF = ["ex04_quadratic", "ex05_decode_prefill", "ex06_gqa_intensity"]
 # -- the measurement kit --------------------------------------------------------
 
 def test_time_call_warms_up_and_takes_the_median():
+    # A clock the calls advance themselves: what is timed is told by the
+    # numbers, never by how long a busy machine took.
+    now = [0.0]
     calls = []
 
-    def f(delay):
-        calls.append(delay)
-        time.sleep(0.03 if len(calls) <= 2 else delay)
+    def f(cost):
+        calls.append(cost)
+        now[0] += 30.0 if len(calls) <= 2 else cost + len(calls)
 
-    t = measure.time_call(f, 0.005, warmup=2, repeats=3)
+    t = measure.time_call(f, 5.0, warmup=2, repeats=3, clock=lambda: now[0])
     assert len(calls) == 5
-    assert len(t.times) == 3
-    assert t.median == statistics.median(t.times)
-    assert 0.005 <= t.median < 0.03      # the slow first calls were not timed
+    assert t.times == (8.0, 9.0, 10.0)          # the two slow warm-up calls were not timed
+    assert t.median == statistics.median(t.times) == 9.0
 
 
 def test_one_thread_restores_the_thread_count():
