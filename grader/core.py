@@ -33,7 +33,7 @@ import pytest
 
 from grader import fault, rootcause
 from grader.registry import EXERCISES, fork_server_preloads, suite_files
-from grader.feedback import Feedback
+from grader.feedback import Feedback, take_passed
 from grader.options import GraderConfigError, Options, exercises_of as _exercises
 from grader.paths import SUITES_DIR
 from grader.report import FAILED, NEEDS_REGRADE, NOT_RUN, PASSED, Report, TestResult
@@ -161,6 +161,7 @@ class GradingPlugin:
         self.report = report
         self.workers: dict[str, Worker] = {}
         self.called: dict[int, list[str]] = {}   # id(TestResult) -> functions it called
+        self.passed_checks: dict[int, list] = {}  # id(TestResult) -> its checks that passed
         self.plan: dict[str, Planned] = {}       # nodeid -> its points here (``plan``)
         self.results: dict[str, TestResult] = {}   # nodeid -> its result, once recorded
         self.unrecordable: dict[str, str] = {}   # nodeid -> why its result could not be
@@ -313,6 +314,7 @@ class GradingPlugin:
         """A test outside this grading (``plan``) is not run.  A module that
         is missing, or that failed to import, fails each of its tests at once,
         before any fixture (a reference measurement, say) runs."""
+        take_passed()            # what an earlier test left is not this test's
         planned = self.plan.get(item.nodeid)
         if planned is not None and not planned.counted:
             pytest.skip(GPU_TIER_OFF)
@@ -367,6 +369,7 @@ class GradingPlugin:
                 result.output = (f"the grader failed here: {fault.what(call.excinfo)}; "
                                  f"a person regrades this (0/{planned.max_score:g} until then)")
                 self.report.errors.append(f"{item.nodeid}: {fault.what(call.excinfo)}")
+        self.passed_checks[id(result)] = take_passed()
         student = item.funcargs.get("student") if hasattr(item, "funcargs") else None
         if isinstance(student, StudentModule):
             self.called[id(result)] = list(student.called)
@@ -523,6 +526,7 @@ def grade(submission: Path | str, options: Options | None = None, *,
             if upstream:
                 report.phase_seconds["root causes"] = time.perf_counter() - began
             report.deduct_each = options.deduct_each
+            rootcause.uncontradicted(report, plugin.passed_checks, plugin.called)
             rootcause.attribute(report, plugin.called, upstream=upstream,
                                 deduct_each=options.deduct_each)
         except Exception as exc:

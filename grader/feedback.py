@@ -19,6 +19,7 @@ recorded.
 from __future__ import annotations
 
 import math
+import types
 from typing import Callable, Mapping, Union
 
 import numpy as np
@@ -76,6 +77,59 @@ LOOKS_LIKE = "This looks like: "
 OR = " (or: "
 # The line for a wrong answer that none of the known mistakes explains.
 NO_KNOWN_MISTAKE = "No known mistake gives this answer: look where the values first differ."
+
+
+# -- what the checks a submission passed rule out ------------------------------
+# A known mistake whose own answer fails a check the submission passed is not
+# the submission's mistake: a diagnosis naming it would contradict a test that
+# passed in the same report.  Each passing check is kept here (its mistakes
+# unevaluated: a function is called only if some failure names a mistake), and
+# ``grader.rootcause.uncontradicted`` takes back what they rule out.
+_PASSED: list[tuple] = []
+
+
+def _as_now(mistakes: Mistakes) -> Mistakes:
+    """``mistakes`` as it stands now: a function's closure is copied cell by
+    cell, so that one made in a loop (``lambda: ref.mistakes_of(..., case)``)
+    still works out this check's case when it is called after the loop has
+    moved on (Python's closures see a variable's latest value)."""
+    if not isinstance(mistakes, types.FunctionType) or not mistakes.__closure__:
+        return mistakes
+    cells = []
+    for cell in mistakes.__closure__:
+        try:
+            cells.append(types.CellType(cell.cell_contents))
+        except ValueError:          # not bound yet: nothing to keep
+            cells.append(cell)
+    return types.FunctionType(mistakes.__code__, mistakes.__globals__, mistakes.__name__,
+                              mistakes.__defaults__, tuple(cells))
+
+
+def take_passed() -> list[tuple]:
+    """The checks that passed since the last call (the test just run), in order."""
+    out = list(_PASSED)
+    _PASSED.clear()
+    return out
+
+
+def ruled_out(passed: list[tuple]) -> set[str]:
+    """The known mistakes that checks in ``passed`` rule out: those whose own
+    answer would have failed one of them (off its expected answer at that
+    check's tolerance, or another shape), although the submission passed it."""
+    out: set[str] = set()
+    for kind, mistakes, expected, atol, rtol in passed:
+        for description, candidate in known_mistakes(mistakes).items():
+            if kind == "equal":
+                wrong = not _same(candidate, expected)
+            else:
+                try:
+                    cand = to_numpy(candidate, "mistake").astype(np.float64)
+                except (Feedback, TypeError, ValueError):
+                    continue
+                wrong = cand.shape != expected.shape or _excess(cand, expected, atol, rtol) > 1
+            if wrong:
+                out.add(description)
+    return out
 
 
 class Feedback(AssertionError):
@@ -202,6 +256,8 @@ def check_close(got, expected, *, what: str, atol: float, rtol: float,
         raise _explained(lines, got, mistakes, atol, rtol, hint, exp)
     close = np.isclose(got, exp, atol=atol, rtol=rtol, equal_nan=True)
     if close.all():
+        if mistakes is not None:
+            _PASSED.append(("close", _as_now(mistakes), exp, atol, rtol))
         return
     first = tuple(int(i) for i in np.argwhere(~close)[0])
     lines.append(f"{what} is wrong: {int((~close).sum())} of {close.size} values differ.")
@@ -305,6 +361,8 @@ def check_equal(got, expected, *, what: str, mistakes: Mistakes = None,
     known mistake is named when its answer passes the same test against
     ``got`` and fails it against ``expected``."""
     if _same(got, expected):
+        if mistakes is not None:
+            _PASSED.append(("equal", _as_now(mistakes), expected, 0, 0))
         return
     exp_text, got_text = _fmt_pair(expected, got)
     lines = [f"{what}: expected {exp_text}, got {got_text}"]

@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grader.feedback import LOOKS_LIKE, diagnosis_first, named_mistake
+from grader.feedback import LOOKS_LIKE, NO_KNOWN_MISTAKE, OR, diagnosis_first, named_mistake, \
+    ruled_out
 from grader.options import Options
 from grader.paths import SOLUTIONS_DIR
 from grader.reference.cases import RANDOM_ONLY
@@ -279,6 +280,61 @@ def _said_once(failures: list[_Failure]) -> None:
         # went wrong): the sentence then stays, for this failure says nothing else.
         if any(x.strip() and not x.rstrip().endswith(":") for x in kept):
             f.test.output = "\n".join(kept)
+
+
+def _tested(test: TestResult, called: dict[int, list[str]], order: list[str]) -> str | None:
+    """The contract function a test checks: the one it is named after, else
+    the latest one it called (``depth_of``)."""
+    at = depth_of(test, called, order)
+    return order[at] if at is not None else None
+
+
+def uncontradicted(report: Report, passed_checks: dict[int, list],
+                   called: dict[int, list[str]]) -> int:
+    """Take back every diagnosis that a check the submission passed rules out
+    (``feedback.ruled_out``: the named mistake's own answer fails a check of
+    the same function that this submission passed), so that no "This looks
+    like" line contradicts a passed test in the same report.  Only checks of
+    the same function count: a plot drawn from the student's own weights
+    passes whatever their ``attention`` does.  Where two mistakes were
+    named, the one still possible stays; where none is left, the failure
+    says no known mistake gives its answer, and why the one it first looked
+    like is not it.  ``passed_checks`` maps ``id(test_result)`` to that
+    test's passing checks, ``called`` to the functions it called.  Returns
+    how many diagnoses were taken back."""
+    taken = 0
+    for exercise in report.by_exercise():
+        order = function_order(exercise)
+        tests = [t for t in report.tests if t.exercise == exercise]
+        ruled: dict[object, set[str]] = {}     # per function, only where needed
+        for t in tests:
+            said = named_mistake(t.output or "") if t.status == FAILED else None
+            if not said:
+                continue
+            function = _tested(t, called, order)
+            key = function if function is not None else id(t)   # unknown: its own checks
+            if key not in ruled:
+                ruled[key] = ruled_out([c for u in tests if u is t or (
+                    function is not None and _tested(u, called, order) == function)
+                    for c in passed_checks.get(id(u), [])])
+            out = ruled[key]
+            names = [said] if said in out else \
+                [n for n in (said.partition(OR)[0], said.partition(OR)[2].removesuffix(")"))
+                 if n]
+            left = [n for n in names if n not in out]
+            if left == names:
+                continue
+            taken += 1
+            gone = [n for n in names if n in out]
+            if left:
+                line = f"{LOOKS_LIKE}{left[0]}."
+            else:
+                line = (f"{NO_KNOWN_MISTAKE}\n(It is not \"{gone[0]}\": that mistake would "
+                        "also fail a check your code passed.)")
+            lines = t.output.splitlines()
+            at = next(i for i, x in enumerate(lines) if x.startswith(LOOKS_LIKE))
+            t.output = "\n".join(lines[:at] + [line] + lines[at + 1:])
+    return taken
 
 
 def attribute(report: Report, called: dict[int, list[str]], *,

@@ -420,3 +420,92 @@ def test_a_test_is_placed_by_the_function_it_is_named_after():
     assert tests[0].kept and tests[0].output == ("This follows from the time_fn mistake named "
                                                  "above (test 2 of 3 that show it): it keeps "
                                                  "its points.")
+
+
+# -- no diagnosis contradicts a check the submission passed --------------------------
+
+def _said(call) -> str:
+    from grader.feedback import Feedback
+    with pytest.raises(Feedback) as caught:
+        call()
+    return str(caught.value)
+
+
+def test_no_diagnosis_contradicts_a_check_the_same_submission_passed():
+    """A mistake whose own answer fails a check the submission passed is not
+    its mistake: of two named, the other stays; named alone, the failure says
+    no known mistake gives it, and why not that one (issue 50/51)."""
+    import numpy as np
+
+    from grader.feedback import NO_KNOWN_MISTAKE, check_close, named_mistake, take_passed
+    take_passed()
+    zeros, ones = np.zeros(3), np.ones(3)
+    # the submission passes a case where AXIS's answer is wrong (ones) and SCALE's right
+    check_close(zeros, zeros, what="y", atol=1e-6, rtol=0,
+                mistakes={AXIS: ones, SCALE: zeros})
+    passed = take_passed()
+    both = _said(lambda: check_close(ones, zeros, what="y", atol=1e-6, rtol=0,
+                                     mistakes={AXIS: ones, SCALE: ones}))
+    alone = _said(lambda: check_close(ones, zeros, what="y", atol=1e-6, rtol=0,
+                                      mistakes={AXIS: ones}))
+    assert named_mistake(both) == f"{AXIS} (or: {SCALE})" and named_mistake(alone) == AXIS
+    take_passed()
+    tests = [_result("test_attention_passed", "", PASSED), _result("test_attention_both", both),
+             _result("test_attention_alone", alone),
+             _result("test_plot_attention_heads", alone),
+             _result("test_other_exercise", alone, exercise="ex03_gqa")]
+    called = {id(tests[3]): ["attention", "plot_attention_heads"]}
+    report = Report(submission="s", suite="hidden", tests=tests,
+                    exercises=["ex02_mha", "ex03_gqa"])
+    assert rootcause.uncontradicted(report, {id(tests[0]): passed}, called) == 2
+    assert named_mistake(tests[1].output) == SCALE
+    assert named_mistake(tests[2].output) is None
+    assert NO_KNOWN_MISTAKE in tests[2].output and f'It is not "{AXIS}"' in tests[2].output
+    assert "first mismatch at index (0,)" in tests[2].output      # what differs stays
+    # a check of another function (a plot drawn from the student's own
+    # weights) or of another exercise rules out nothing here
+    assert named_mistake(tests[3].output) == AXIS
+    assert named_mistake(tests[4].output) == AXIS
+
+
+def test_a_passed_checks_mistakes_are_worked_out_only_when_a_failure_names_one():
+    import numpy as np
+
+    from grader.feedback import check_close, take_passed
+    take_passed()
+    asked = []
+
+    def mistakes():
+        asked.append(1)
+        return {AXIS: np.ones(2)}
+
+    check_close(np.zeros(2), np.zeros(2), what="y", atol=1e-6, rtol=0, mistakes=mistakes)
+    passed = take_passed()
+    quiet = [_result("test_attention_passed", "", PASSED),
+             _result("test_attention_failed", "y is wrong")]
+    report = Report(submission="s", suite="hidden", tests=quiet, exercises=["ex02_mha"])
+    assert rootcause.uncontradicted(report, {id(quiet[0]): passed}, {}) == 0 and not asked
+    named = [quiet[0], _result("test_attention_named",
+                               f"y is wrong\nThis looks like: {SCALE}.")]
+    report = Report(submission="s", suite="hidden", tests=named, exercises=["ex02_mha"])
+    assert rootcause.uncontradicted(report, {id(named[0]): passed}, {}) == 0 and asked == [1]
+
+
+def test_a_check_passed_in_a_loop_is_judged_on_its_own_case():
+    """A suite's ``mistakes=lambda: ...`` made in a loop sees the loop's
+    latest case when called later (Python's closures): each passed check
+    keeps its own, so the first case (where the mistake changes nothing)
+    rules nothing out."""
+    import numpy as np
+
+    from grader.feedback import check_close, ruled_out, take_passed
+    take_passed()
+    for scale in (1.0, 2.0):      # the mistake is off only where the scale is not 1
+        want = np.ones(2)
+        got = want if scale == 1.0 else want      # the submission is right both times
+        check_close(got, want, what="y", atol=1e-9, rtol=0,
+                    mistakes=lambda: {SCALE: want * scale})
+        if scale == 1.0:
+            first = take_passed()
+    assert ruled_out(first) == set()
+    assert ruled_out(take_passed()) == {SCALE}
