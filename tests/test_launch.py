@@ -25,7 +25,7 @@ import pytest
 
 from grader.paths import HIDDEN_SUITES_DIR, PACKAGE_DIR, REPO_DIR, SOLUTIONS_DIR
 from grader.sandbox import bwrap, confine, memcg, process
-from grader.sandbox.client import StudentModule
+from grader.sandbox.client import StudentCrash, StudentModule
 from tests.conftest import REPO, copy_solutions, grade_dir, launch, launcher
 
 NAMESPACES, WHY = bwrap.usable()
@@ -590,6 +590,34 @@ def test_a_worker_s_writes_end_in_enospc_not_on_the_disk(tmp_path, mode):
     assert _free_bytes() > free - (256 << 20)
     assert not [m for m in Path("/proc/self/mounts").read_text().splitlines()
                 if f"{process.STAGING_PREFIX}{os.getpid()}-" in m and "fork_server" not in m]
+
+
+@pytest.mark.parametrize("kind", ["bytes", "files"])
+def test_the_fallback_stops_a_worker_filling_the_machines_tmp(tmp_path, monkeypatch, kind):
+    """Without namespaces the machine's /tmp is the worker's too and no file
+    system bounds it there (nor, without root, its own folder): the grader
+    watches the file systems' counts while it waits, and stops the worker
+    past the bound, with a sentence that says so (issue 49's disk and inode
+    fillers, at a bound made small here)."""
+    monkeypatch.setattr(process, "WORKER_DISK_BYTES", 24 << 20)
+    monkeypatch.setattr(process, "WORKER_FILES", 300)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "ex02_mha.py").write_text(FILL)
+    where = Path("/tmp") / f"attn-grade-test-fill-{os.getpid()}-{kind}"
+    worker = launch(sub, "ex02_mha", namespaces=False, call_timeout=120.0)
+    try:
+        with pytest.raises(StudentCrash) as stopped:
+            StudentModule(worker).fill(str(where), kind, 100_000)
+        said = str(stopped.value)
+        assert ("wrote more than 24 MB" if kind == "bytes" else "made more than 300 files") \
+            in said, said
+        # stopped within a few polls of the bound, not at the filler's end
+        made = len(os.listdir(where))
+        assert made < (2_000 if kind == "bytes" else 20_000), made
+    finally:
+        worker.close()
+        shutil.rmtree(where, ignore_errors=True)
 
 
 # -- graded as an instructor grades: a filler and a peeker ---------------------------

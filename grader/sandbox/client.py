@@ -25,6 +25,7 @@ import select
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -202,6 +203,7 @@ class Worker:
         self.failures = 0
         self.uid: int | None = None
         self.cgroup: memcg.MemoryCgroup | None = None
+        self.disk: process.DiskWatch | None = None   # the fallback's bound on writes
 
     @property
     def namespaces(self) -> bool:
@@ -301,6 +303,12 @@ class Worker:
             if not self.namespaces and not (self._dir / "runtime").is_dir():
                 process.copy_runtime(self._dir, self.trusted)  # prepared for a fork server that is gone
             self.proc = self._spawn(rlimits)
+        if not (self.namespaces and confine.is_root()) and self.disk is None:
+            # no file system of its own for the machine's /tmp (the fallback),
+            # nor, without root, for its folder: its writes are watched
+            # instead, from its first start (a restart is no new allowance)
+            self.disk = process.DiskWatch([self._dir, *process.SHARED_WRITABLE,
+                                           tempfile.gettempdir()])
         self.output = _OutputTail(self.proc.stderr, self.limits.max_output_bytes)
         try:
             self._request({"op": "load", "module": self.module},
@@ -447,8 +455,11 @@ class Worker:
             chunks, got = [], 0
             while got < n:
                 left = deadline - time.monotonic()
-                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                if left <= 0:
                     raise TimeoutError
+                if not select.select([fd], [], [], min(left, self._poll_s()))[0]:
+                    self._check_disk(what)
+                    continue
                 chunk = os.read(fd, min(n - got, 1 << 20))
                 if not chunk:
                     raise EOFError
@@ -485,6 +496,19 @@ class Worker:
         if "ok" not in answer:
             raise StudentBadValue(f"{what} sent back a malformed answer")
         return answer["ok"]
+
+    def _poll_s(self) -> float:
+        return process.DiskWatch.INTERVAL_S if self.disk is not None else 3600.0
+
+    def _check_disk(self, what: str) -> None:
+        """Stop the worker whose writes went past the fallback's bound (``process.DiskWatch``)."""
+        over = self.disk.over() if self.disk is not None else None
+        if over is None:
+            return
+        self.kill()
+        self.failures += 1
+        raise StudentCrash(f"the process running your code was stopped during {what}: it "
+                           f"{over}")
 
     def _died(self, what: str):
         code = None

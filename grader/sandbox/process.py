@@ -54,6 +54,58 @@ TEMP_FOLDERS = tuple(bwrap.TEMP_FROM.values())   # in each worker's staging fold
 _bounded: set[str] = set()    # staging folders with a file system of their own
 
 
+# The machine's folders a fallback worker can write (no namespace gives it
+# its own): ``DiskWatch`` watches the file systems they lie on.
+SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+class DiskWatch:
+    """How much a worker without namespaces has added to the file systems it
+    can write, from the file systems' own counts (``statvfs``: one call each,
+    whatever the files), against ``WORKER_DISK_BYTES`` and ``WORKER_FILES``.
+
+    The fallback has no file system of its own to give a worker for the
+    machine's ``/tmp`` (and, without root, none for its folder either): the
+    grader watches instead while it waits for an answer, and stops the worker
+    that went past the bound (``over``), so a grading can never fill the
+    machine's disk, only come within a polling interval of the bound.  What
+    the machine's other programs write meanwhile counts too; the bound is far
+    above what the exercises write (a plot, Triton's cache)."""
+
+    INTERVAL_S = 0.05    # how often the grader looks while a call runs (a statvfs each)
+
+    def __init__(self, folders):
+        self.max_bytes, self.max_files = WORKER_DISK_BYTES, WORKER_FILES
+        self.start: dict[int, tuple[str, int, int]] = {}
+        for folder in folders:
+            try:
+                device = os.stat(folder).st_dev
+                if device not in self.start:
+                    self.start[device] = (str(folder), *self._used(folder))
+            except OSError:
+                continue
+
+    @staticmethod
+    def _used(folder) -> tuple[int, int]:
+        info = os.statvfs(folder)
+        return ((info.f_blocks - info.f_bfree) * info.f_frsize,
+                max(info.f_files - info.f_ffree, 0))
+
+    def over(self) -> str | None:
+        """What went past the bound since the worker started, in words; None if nothing."""
+        for folder, used_bytes, used_files in self.start.values():
+            try:
+                now_bytes, now_files = self._used(folder)
+            except OSError:
+                continue
+            if now_bytes - used_bytes > self.max_bytes:
+                return (f"wrote more than {self.max_bytes >> 20} MB of files (the limit) "
+                        f"on the file system of {folder}")
+            if now_files - used_files > self.max_files:
+                return f"made more than {self.max_files} files (the limit) on that of {folder}"
+        return None
+
+
 def staging_folder(kind: str = "") -> Path:
     """A private folder for workers (0700), named after this process:
     ``attn-grade-<pid>-<kind>...`` in the temp folder, on a file system of
