@@ -109,6 +109,15 @@ def look():
     seen = {{"interpret": os.environ.get("TRITON_INTERPRET")}}
     seen["grader"] = importlib.util.find_spec("grader") is not None
     seen["paths"] = [p for p in {paths!r} if os.path.exists(p)]
+    readable = []
+    for p in {paths!r}:
+        try:
+            os.listdir(p)
+            readable.append(p)
+        except OSError:
+            pass
+    seen["readable"] = readable
+    seen["uid"] = os.getuid()
     host = []
     for pid in os.listdir("/proc"):
         try:
@@ -170,9 +179,16 @@ def _seen(text: str) -> list[dict]:
     return out
 
 
-def _assert_blind(seen: dict) -> None:
-    assert seen == {**seen, "grader": False, "paths": [], "host_processes": [],
-                    "network": False}, seen
+def _assert_blind(seen: dict, namespaces: bool = True) -> None:
+    """Under namespaces the worker sees nothing; the fallback promises less
+    (THREAT_MODEL's table: its own uid and the secret folders 0700, the
+    machine's network and /proc shared): no secret folder it can read."""
+    if namespaces:
+        assert seen == {**seen, "grader": False, "paths": [], "host_processes": [],
+                        "network": False}, seen
+        return
+    secret = {str(p) for p in confine.secret_paths()}
+    assert seen["uid"] != 0 and not secret & set(seen["readable"]), seen
 
 
 @pytest.mark.parametrize("namespaces", MODES)
@@ -191,7 +207,7 @@ def test_an_exercise_worker_and_the_compile_worker_see_nothing(tmp_path, namespa
     interpreters = {s["interpret"] for s in seen}
     assert interpreters == {"1", None}, seen    # both kinds of worker reported
     for s in seen:
-        _assert_blind(s)
+        _assert_blind(s, namespaces)
 
 
 @pytest.mark.parametrize("namespaces", MODES)
@@ -204,6 +220,8 @@ def test_the_speed_worker_and_a_forked_worker_see_nothing(tmp_path, namespaces, 
     sub.mkdir()
     (sub / "ex05_decode_prefill.py").write_text(_look(listener))
     mode = "strict" if namespaces else "fallback"
+    if not namespaces:
+        confine.protect_secrets()      # a grading's first step there
     zyg = None
     if kind == "forked":
         zyg = launcher(mode).fork_server({"NumPy", "PyTorch"})
@@ -220,7 +238,7 @@ def test_the_speed_worker_and_a_forked_worker_see_nothing(tmp_path, namespaces, 
             zyg.close()
     assert forked == (kind == "forked")
     (seen,) = _seen(str(worker.load_error))
-    _assert_blind(seen)
+    _assert_blind(seen, namespaces)
 
 
 # -- nothing outlives its exercise ---------------------------------------------------
