@@ -79,13 +79,15 @@ OR = " (or: "
 NO_KNOWN_MISTAKE = "No known mistake gives this answer: look where the values first differ."
 
 
-# -- what the checks a submission passed rule out ------------------------------
-# A known mistake whose own answer fails a check the submission passed is not
-# the submission's mistake: a diagnosis naming it would contradict a test that
-# passed in the same report.  Each passing check is kept here (its mistakes
-# unevaluated: a function is called only if some failure names a mistake), and
-# ``grader.rootcause.uncontradicted`` takes back what they rule out.
-_PASSED: list[tuple] = []
+# -- what a submission's checks rule out -------------------------------------------
+# A known mistake whose own answer fails a check the submission passed, or
+# does not give the answer it returned on another case of the same function,
+# is not the submission's mistake: a diagnosis naming it would contradict
+# another test of the same report.  Every check is kept here as evidence (a
+# passed check's mistakes unevaluated: a function is called only if some
+# failure names a mistake), and ``grader.rootcause.uncontradicted`` takes
+# back what the evidence rules out.
+_SEEN: list[tuple] = []      # (kind, mistakes, expected, atol, rtol, got or None if passed)
 
 
 def _as_now(mistakes: Mistakes) -> Mistakes:
@@ -105,30 +107,66 @@ def _as_now(mistakes: Mistakes) -> Mistakes:
                               mistakes.__defaults__, tuple(cells))
 
 
+def _seen(kind: str, mistakes: Mistakes, expected, atol: float, rtol: float, got=None) -> None:
+    if mistakes is not None:
+        _SEEN.append((kind, _as_now(mistakes), expected, atol, rtol, got))
+
+
 def take_passed() -> list[tuple]:
-    """The checks that passed since the last call (the test just run), in order."""
-    out = list(_PASSED)
-    _PASSED.clear()
+    """The checks made since the last call (the test just run), passed or
+    failed, in order: the evidence ``ruled_out`` reads."""
+    out = list(_SEEN)
+    _SEEN.clear()
     return out
 
 
-def ruled_out(passed: list[tuple]) -> set[str]:
-    """The known mistakes that checks in ``passed`` rule out: those whose own
-    answer would have failed one of them (off its expected answer at that
-    check's tolerance, or another shape), although the submission passed it."""
+def _reproduces(kind: str, candidate, target, atol: float, rtol: float) -> bool:
+    """Does a known mistake's answer equal ``target`` at the check's tolerance?"""
+    if kind == "equal":
+        return _same(target, candidate)
+    try:
+        cand = to_numpy(candidate, "mistake").astype(np.float64)
+    except (Feedback, TypeError, ValueError):
+        return False
+    target = np.asarray(target, dtype=np.float64)
+    return cand.shape == target.shape and _excess(target, cand, atol, rtol) <= 1
+
+
+def ruled_out(checks: list[tuple]) -> set[str]:
+    """The known mistakes that ``checks`` (``take_passed``'s) rule out: those
+    whose own answer would have failed a check the submission passed, or
+    differs from what the submission returned where it failed.  A check that
+    could not be judged (an answer of another type) rules nothing out."""
     out: set[str] = set()
-    for kind, mistakes, expected, atol, rtol in passed:
+    for kind, mistakes, expected, atol, rtol, got in checks:
+        target = expected if got is None else got
+        if kind == "close" and got is not None and \
+                np.shape(got) != np.shape(expected):
+            continue                   # a wrong shape: no case to compare on
         for description, candidate in known_mistakes(mistakes).items():
-            if kind == "equal":
-                wrong = not _same(candidate, expected)
-            else:
-                try:
-                    cand = to_numpy(candidate, "mistake").astype(np.float64)
-                except (Feedback, TypeError, ValueError):
-                    continue
-                wrong = cand.shape != expected.shape or _excess(cand, expected, atol, rtol) > 1
-            if wrong:
+            if candidate is None:       # no answer for this case: rules nothing out
+                continue
+            if not _reproduces(kind, candidate, target, atol, rtol):
                 out.add(description)
+    return out
+
+
+def still_possible(checks: list[tuple], ruled: set[str]) -> list[str]:
+    """The known mistakes that give the answer of the last failed check in
+    ``checks`` (wrong there, as ``fits`` asks) and that ``ruled`` leaves."""
+    failed = [c for c in checks if c[5] is not None]
+    if not failed:
+        return []
+    kind, mistakes, expected, atol, rtol, got = failed[-1]
+    out = []
+    for description, candidate in known_mistakes(mistakes).items():
+        if description in ruled or candidate is None:
+            continue
+        if kind == "equal":
+            if _same(got, candidate) and not _same(candidate, expected):
+                out.append(description)
+        elif fits(np.asarray(got, dtype=np.float64), candidate, expected, atol, rtol):
+            out.append(description)
     return out
 
 
@@ -256,8 +294,7 @@ def check_close(got, expected, *, what: str, atol: float, rtol: float,
         raise _explained(lines, got, mistakes, atol, rtol, hint, exp)
     close = np.isclose(got, exp, atol=atol, rtol=rtol, equal_nan=True)
     if close.all():
-        if mistakes is not None:
-            _PASSED.append(("close", _as_now(mistakes), exp, atol, rtol))
+        _seen("close", mistakes, exp, atol, rtol)
         return
     first = tuple(int(i) for i in np.argwhere(~close)[0])
     lines.append(f"{what} is wrong: {int((~close).sum())} of {close.size} values differ.")
@@ -275,6 +312,46 @@ def check_close(got, expected, *, what: str, atol: float, rtol: float,
         where = np.broadcast_to(np.asarray(hint_where, dtype=bool), got.shape)
         hint = hint if where[first] else None
     raise _explained(lines, got, mistakes, atol, rtol, hint, exp)
+
+
+class every_case:
+    """Judge every case of a loop, then fail with the first failure: a count
+    that fails at its first case is still tried on the rest, whose answers are
+    the evidence that tells two slips apart (``ruled_out``: a missing element
+    size and a missing V give the same answer in 2-byte elements, not in 4).
+    ::
+
+        with every_case() as case:
+            for args in cases:
+                with case:
+                    check_equal(...)
+    """
+
+    def __init__(self):
+        self.first: Feedback | None = None
+
+    def __enter__(self):
+        return _Case(self)
+
+    def __exit__(self, kind, exc, tb):
+        if exc is None and self.first is not None:
+            raise self.first
+        return False
+
+
+class _Case:
+    def __init__(self, cases: every_case):
+        self.cases = cases
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if isinstance(exc, Feedback):
+            if self.cases.first is None:
+                self.cases.first = exc
+            return True          # the next case is judged too
+        return False
 
 
 def check_responds(before, after, *, what: str, changed: str) -> None:
@@ -334,6 +411,7 @@ def _explained(lines, got, mistakes, atol, rtol, hint, expected) -> Feedback:
     known mistakes were offered and none fits, a line saying so (then the
     hint)."""
     known = known_mistakes(mistakes)
+    _seen("close", known if mistakes is not None else None, expected, atol, rtol, got)
     mistake = matching_mistake(got, known, atol, rtol, expected)
     if mistake:
         lines.append(f"{LOOKS_LIKE}{mistake}.")
@@ -361,14 +439,14 @@ def check_equal(got, expected, *, what: str, mistakes: Mistakes = None,
     known mistake is named when its answer passes the same test against
     ``got`` and fails it against ``expected``."""
     if _same(got, expected):
-        if mistakes is not None:
-            _PASSED.append(("equal", _as_now(mistakes), expected, 0, 0))
+        _seen("equal", mistakes, expected, 0, 0)
         return
     exp_text, got_text = _fmt_pair(expected, got)
     lines = [f"{what}: expected {exp_text}, got {got_text}"]
     if isinstance(got, float) and not math.isfinite(got):
         lines.append(f"  the answer is {'NaN' if math.isnan(got) else 'infinite'}")
     known = known_mistakes(mistakes)
+    _seen("equal", known if mistakes is not None else None, expected, 0, 0, got)
     found = [description for description, candidate in known.items()
              if _same(got, candidate) and not _same(candidate, expected)]
     if found:

@@ -27,11 +27,12 @@ def exceeds_mistakes(want: int, weights: float, per_token: int, n_layers: int,
                      bpe: int) -> dict:
     """``{description: wrong answer}`` of ``kv_exceeds_weights_at`` for a case
     whose right answer is ``want`` (``per_token``: the cache's bytes per
-    token; -1 where a slip changes nothing on this case)."""
+    token).  A slip that changes nothing on this case gives ``want`` (it
+    names nothing, and a passed check rules nothing out with it)."""
     return {MISTAKES["one_token_short"]: want - 1,
             MISTAKES["one_token_long"]: want + 1,
             ONLY_K: int(weights // (per_token // 2)) + 1,
             NO_LAYERS: int(weights // (per_token // n_layers)) + 1,
-            NO_BYTES: int(weights // (per_token // bpe)) + 1 if bpe > 1 else -1,
+            NO_BYTES: int(weights // (per_token // bpe)) + 1 if bpe > 1 else want,
             MISTAKES["bytes_not_passed"]: int(weights // (per_token // bpe * 2)) + 1
-            if bpe != 2 else -1}
+            if bpe != 2 else want}

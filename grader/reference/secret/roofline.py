@@ -93,6 +93,8 @@ MISTAKES = {
                     "n_layers)",
     "kv_fixed_2_bytes": "bytes_per_elem was ignored: the count always used 2 bytes per "
                         "element (multiply by the bytes_per_elem given)",
+    "kv_in_elements": "the cache was counted in elements, not bytes: multiply by "
+                      "bytes_per_elem (2 for fp16, 4 for fp32)",
     "kv_no_batch": "the batch was left out (each sequence keeps its own cache)",
     "kv_gib": "the cache was taken in GiB (2^30 bytes) against weights in bytes: keep both "
               "in bytes",
@@ -323,7 +325,7 @@ def attention_mistakes(names, q, k, v, *, causal=True) -> dict:
 def kv_bytes_per_token(n_layers, n_kv_heads, d_head, bytes_per_elem=2, mistake=None) -> int:
     kv = 1 if mistake == "kv_one_of_k_v" else 2
     layers = 1 if mistake == "kv_no_layers" else n_layers
-    width = 2 if mistake == "kv_fixed_2_bytes" else bytes_per_elem
+    width = {"kv_fixed_2_bytes": 2, "kv_in_elements": 1}.get(mistake, bytes_per_elem)
     return kv * layers * n_kv_heads * d_head * width
 
 
@@ -385,7 +387,7 @@ def attention_ffn_crossover(d_model, d_ff, n_heads, n_kv_heads, d_head, mistake=
     return lo - 1 if mistake == "crossover_last_below" else lo
 
 
-KV_SLIPS = ["kv_one_of_k_v", "kv_no_layers", "kv_fixed_2_bytes"]
+KV_SLIPS = ["kv_one_of_k_v", "kv_no_layers", "kv_fixed_2_bytes", "kv_in_elements"]
 RATIO_SLIPS = KV_SLIPS + ["kv_no_batch", "kv_gib", "ratio_inverted"]
 SAVING_SLIPS = KV_SLIPS + ["kv_no_batch", "saving_is_gqa_cache", "saving_is_mha_cache",
                            "saving_is_ratio"]

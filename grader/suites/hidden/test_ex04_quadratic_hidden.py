@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
+from grader.feedback import TOLERANCES, Feedback, check_close, check_equal, every_case
 from grader.reference.secret import attention as ref
 from grader.reference.secret import roofline as rl
 from grader.reference import timing
@@ -221,13 +221,15 @@ def test_loglog_slope_hidden(student):
 @pytest.mark.points(1)
 def test_score_matrix_bytes_hidden(student):
     """score_matrix_bytes on hidden sizes and element widths"""
-    for args in [(1, 1, 1000), (4, 16, 3000, 4), (2, 64, 131072, 2), (3, 40, 5000, 1)]:
-        check_equal(student.score_matrix_bytes(*args), rl.score_matrix_bytes(*args),
-                    what=f"score_matrix_bytes{args}",
-                    mistakes=lambda: rl.mistakes_of(rl.score_matrix_bytes,
-                                                    ["scores_no_batch", "scores_linear",
-                                                     "scores_double", "scores_no_elem_size"],
-                                                    *args))
+    with every_case() as case:
+        for args in [(1, 1, 1000), (4, 16, 3000, 4), (2, 64, 131072, 2), (3, 40, 5000, 1)]:
+            with case:
+                check_equal(student.score_matrix_bytes(*args), rl.score_matrix_bytes(*args),
+                            what=f"score_matrix_bytes{args}",
+                            mistakes=lambda: rl.mistakes_of(rl.score_matrix_bytes,
+                                                            ["scores_no_batch", "scores_linear",
+                                                             "scores_double",
+                                                             "scores_no_elem_size"], *args))
 
 
 @pytest.mark.points(1)
@@ -241,15 +243,18 @@ def test_max_naive_seq_len_hidden(student):
         (2 * 4096 * 4096 * 8 * 2 - 1, 2, 8, 2),  # one byte short
         (10, 1, 1, 2),
     ]
-    for args in cases:
-        got = student.max_naive_seq_len(*args)
-        if isinstance(got, float) and not isinstance(got, bool):
-            raise Feedback(f"max_naive_seq_len{args} returned the float {got!r}; a length is "
-                           "an int (the largest whole S that fits)")
-        check_equal(got, rl.max_naive_seq_len(*args), what=f"max_naive_seq_len{args}",
-                    mistakes=lambda: rl.mistakes_of(rl.max_naive_seq_len,
-                                                    ["max_len_off_by_one", "max_len_one_short",
-                                                     "max_len_no_elem_size"], *args))
+    with every_case() as case:
+        for args in cases:
+            with case:
+                got = student.max_naive_seq_len(*args)
+                if isinstance(got, float) and not isinstance(got, bool):
+                    raise Feedback(f"max_naive_seq_len{args} returned the float {got!r}; a "
+                                   "length is an int (the largest whole S that fits)")
+                check_equal(got, rl.max_naive_seq_len(*args), what=f"max_naive_seq_len{args}",
+                            mistakes=lambda: rl.mistakes_of(rl.max_naive_seq_len,
+                                                            ["max_len_off_by_one",
+                                                             "max_len_one_short",
+                                                             "max_len_no_elem_size"], *args))
 
 
 @pytest.mark.points(1)

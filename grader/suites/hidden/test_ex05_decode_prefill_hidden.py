@@ -7,7 +7,7 @@ known mistake fails on it under every seed), then random shapes
 import pytest
 import torch
 
-from grader.feedback import TOLERANCES, Feedback, check_close, check_equal
+from grader.feedback import TOLERANCES, Feedback, check_close, check_equal, every_case
 from grader.reference.secret import roofline as rl
 from grader.reference.cases import case_seed, fixed_seed, on_case, rng_for
 from grader.reference.ex05_checks import check_decode_with_cache
@@ -33,12 +33,14 @@ def test_attention_flops_hidden(student):
         ((1, 64, 37, 37, 96), True),
         ((8, 40, 1, 131072, 128), False),
     ]
-    for args, causal in cases:
-        check_equal(student.attention_flops(*args, causal=causal),
-                    rl.attention_flops(*args, causal=causal),
-                    what=f"attention_flops{args[:5]}, causal={causal})".replace("),", ","),
-                    mistakes=lambda: rl.mistakes_of(rl.attention_flops, FLOP_MISTAKES, *args,
-                                                    causal=causal))
+    with every_case() as case:
+        for args, causal in cases:
+            with case:
+                check_equal(student.attention_flops(*args, causal=causal),
+                            rl.attention_flops(*args, causal=causal),
+                            what=f"attention_flops{args[:5]}, causal={causal})".replace("),", ","),
+                            mistakes=lambda: rl.mistakes_of(rl.attention_flops, FLOP_MISTAKES,
+                                                            *args, causal=causal))
 
 
 @pytest.mark.points(1)
@@ -71,10 +73,13 @@ def test_attention_bytes_hidden(student):
         (2, 12, 12, 512, 512, 64, 4),
         (3, 16, 4, 100, 900, 64, 2),
     ]
-    for args in cases:
-        check_equal(student.attention_bytes(*args), rl.attention_bytes(*args),
-                    what=f"attention_bytes{args}",
-                    mistakes=lambda: rl.mistakes_of(rl.attention_bytes, BYTE_MISTAKES, *args))
+    with every_case() as case:
+        for args in cases:
+            with case:
+                check_equal(student.attention_bytes(*args), rl.attention_bytes(*args),
+                            what=f"attention_bytes{args}",
+                            mistakes=lambda: rl.mistakes_of(rl.attention_bytes, BYTE_MISTAKES,
+                                                            *args))
 
 
 @pytest.mark.points(1)

@@ -6,7 +6,8 @@ grading; a known mistake fails on it under every seed), then on a random
 one (``grader/reference/cases.py``)."""
 import pytest
 
-from grader.feedback import Feedback, check_close, check_equal, expect_raises
+from grader.feedback import Feedback, check_close, check_equal, every_case, \
+    expect_raises
 from grader.reference.secret import roofline as rl
 from grader.reference.cases import case_seed, fixed_seed, on_case, rng_for
 from grader.reference.ex06_checks import MISTAKES, check_gqa_decode, check_not_repeated, \
@@ -89,15 +90,18 @@ def test_intensity_table_hidden(student):
 @pytest.mark.points(1)
 def test_decode_intensity_hidden(student):
     """decode_intensity on hidden parameters (batch, element width, short contexts)"""
-    for args in [(32, 8, 8192, 128, 1, 2), (64, 8, 100, 128, 4, 2), (16, 1, 65536, 64, 2, 1),
-                 (8, 8, 1, 64, 1, 4)]:
-        check_close(student.decode_intensity(*args), rl.decode_intensity(*args),
-                    what=f"decode_intensity{args}", atol=0, rtol=1e-9,
-                    mistakes=lambda: rl.mistakes_of(rl.decode_intensity,
-                                                    ["flops_half", "flops_double",
-                                                     "bytes_kv_all_heads",
-                                                     "intensity_float_bytes", "intensity_no_q_o",
-                                                     "bytes_half", "bytes_no_output"], *args))
+    with every_case() as case:
+        for args in [(32, 8, 8192, 128, 1, 2), (64, 8, 100, 128, 4, 2), (16, 1, 65536, 64, 2, 1),
+                     (8, 8, 1, 64, 1, 4)]:
+            with case:
+                check_close(student.decode_intensity(*args), rl.decode_intensity(*args),
+                            what=f"decode_intensity{args}", atol=0, rtol=1e-9,
+                            mistakes=lambda: rl.mistakes_of(rl.decode_intensity,
+                                                            ["flops_half", "flops_double",
+                                                             "bytes_kv_all_heads",
+                                                             "intensity_float_bytes",
+                                                             "intensity_no_q_o",
+                                                             "bytes_half", "bytes_no_output"], *args))
 
 
 # -- what the cache costs a server (issue 29): hidden models, element widths, batches ----
@@ -110,11 +114,13 @@ def _count_check(got, want, *, what, mistakes, how):
 
 
 def _counts(student, name, cases, slips):
-    for args in cases:
-        _count_check(getattr(student, name)(*args), getattr(rl, name)(*args),
-                     what=f"{name}{args}",
-                     mistakes=lambda: rl.mistakes_of(getattr(rl, name), slips, *args),
-                     how=rl.how(name, *args))
+    with every_case() as case:
+        for args in cases:
+            with case:
+                _count_check(getattr(student, name)(*args), getattr(rl, name)(*args),
+                             what=f"{name}{args}",
+                             mistakes=lambda: rl.mistakes_of(getattr(rl, name), slips, *args),
+                             how=rl.how(name, *args))
 
 
 @pytest.mark.points(1)

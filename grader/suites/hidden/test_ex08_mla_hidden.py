@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from grader.feedback import LONG_CHAIN, Feedback, accuracy, check_close, check_equal, \
-    check_responds, expect_raises, fits
+    every_case, check_responds, expect_raises, fits
 from grader.reference.mistakes import looks_like
 from grader.reference.secret import mla as ref
 from grader.reference import mla_trace
@@ -242,12 +242,14 @@ def test_value_errors(student, problem):
 @pytest.mark.points(1)
 def test_mla_cache_bytes_hidden(student):
     """mla_cache_bytes on other models, batches and precisions"""
-    for args in [(61, 512, 64, 4096, 1, 2), (27, 512, 64, 32768, 4, 2), (2, 8, 2, 7, 3, 4),
-                 (60, 512, 64, 1, 1, 1)]:
-        check_equal(student.mla_cache_bytes(*args), ref.cache_bytes(*args),
-                    what=f"mla_cache_bytes{args}",
-                    mistakes=lambda: ref.mistakes_of(ref.cache_bytes, CACHE_BYTES_MISTAKES,
-                                                     *args))
+    with every_case() as case:
+        for args in [(61, 512, 64, 4096, 1, 2), (27, 512, 64, 32768, 4, 2), (2, 8, 2, 7, 3, 4),
+                     (60, 512, 64, 1, 1, 1)]:
+            with case:
+                check_equal(student.mla_cache_bytes(*args), ref.cache_bytes(*args),
+                            what=f"mla_cache_bytes{args}",
+                            mistakes=lambda: ref.mistakes_of(ref.cache_bytes, CACHE_BYTES_MISTAKES,
+                                                             *args))
     check_equal(student.mla_cache_bytes(61, 512, 64, 4096), ref.cache_bytes(61, 512, 64, 4096),
                 what="mla_cache_bytes(61, 512, 64, 4096) with default batch and bytes")
 
@@ -255,25 +257,31 @@ def test_mla_cache_bytes_hidden(student):
 @pytest.mark.points(1)
 def test_mla_cache_saving_hidden(student):
     """mla_cache_saving for MHA, GQA and MQA caches of the same model"""
-    for args in [(128, 128, 64, 128, 512), (8, 128, 64, 128, 512), (1, 128, 64, 128, 512),
-                 (16, 64, 32, 64, 256)]:
-        check_close(float(student.mla_cache_saving(*args)), ref.cache_saving(*args),
-                    what=f"mla_cache_saving{args}", atol=0, rtol=1e-9,
-                    mistakes=lambda: ref.mistakes_of(ref.cache_saving, SAVING_MISTAKES, *args))
+    with every_case() as case:
+        for args in [(128, 128, 64, 128, 512), (8, 128, 64, 128, 512), (1, 128, 64, 128, 512),
+                     (16, 64, 32, 64, 256)]:
+            with case:
+                check_close(float(student.mla_cache_saving(*args)), ref.cache_saving(*args),
+                            what=f"mla_cache_saving{args}", atol=0, rtol=1e-9,
+                            mistakes=lambda: ref.mistakes_of(ref.cache_saving,
+                                                             SAVING_MISTAKES, *args))
 
 
 @pytest.mark.points(2)
 def test_mla_decode_intensity_hidden(student):
     """mla_decode_intensity on hidden heads, lengths, batches and widths"""
-    for args in [(128, 4096, 512, 64, 1, 2), (16, 100, 512, 64, 4, 2), (8, 1, 64, 16, 1, 4),
-                 (128, 131072, 512, 64, 2, 1), (32, 2048, 256, 32, 1, 2)]:
-        check_close(student.mla_decode_intensity(*args), ref.decode_intensity(*args),
-                    what=f"mla_decode_intensity{args}", atol=0, rtol=1e-9,
-                    mistakes=lambda: ref.mistakes_of(ref.decode_intensity,
-                                                     ["rope_key_per_head", "latent_per_head",
-                                                      "flops_scores_only", "flops_double",
-                                                      "intensity_no_q_o", "no_rope_key",
-                                                      "bytes_per_elem_ignored"], *args))
+    with every_case() as case:
+        for args in [(128, 4096, 512, 64, 1, 2), (16, 100, 512, 64, 4, 2), (8, 1, 64, 16, 1, 4),
+                     (128, 131072, 512, 64, 2, 1), (32, 2048, 256, 32, 1, 2)]:
+            with case:
+                check_close(student.mla_decode_intensity(*args), ref.decode_intensity(*args),
+                            what=f"mla_decode_intensity{args}", atol=0, rtol=1e-9,
+                            mistakes=lambda: ref.mistakes_of(ref.decode_intensity,
+                                                             ["rope_key_per_head",
+                                                              "latent_per_head",
+                                                              "flops_scores_only", "flops_double",
+                                                              "intensity_no_q_o", "no_rope_key",
+                                                              "bytes_per_elem_ignored"], *args))
 
 
 TRACED = [dict(batch=1, n_heads=16, d=32, d_c=48, d_rope=4, d_nope=20, d_v=12),

@@ -111,6 +111,10 @@ MUTANTS += [
            "one layer was counted"),
     Mutant("kv_fixed_2_bytes", _KV, "return 2 * n_layers * n_kv_heads * d_head * 2",
            "bytes_per_elem was ignored"),
+    # An outside corpus's slip (issue 51): in 2-byte elements it gives what
+    # counting only K gives; a 4-byte case tells them apart.
+    Mutant("kv_in_elements", _KV, "return 2 * n_layers * n_kv_heads * d_head",
+           "counted in elements, not bytes"),
     Mutant("ratio_inverted", _RATIO, "return weight_bytes / cache", "inverted"),
     Mutant("ratio_gib", _RATIO, "return cache / 2**30 / weight_bytes", "GiB"),
     Mutant("ratio_no_batch",
@@ -137,7 +141,7 @@ MUTANTS += [
 ]
 ONLY.update({name: "kv_cache_costs or kv_bytes_per_token or kv_cache_over_weights or "
                    "gqa_bytes_saved or crossover"
-             for name in ("kv_one_of_k_v", "kv_no_layers", "kv_fixed_2_bytes",
+             for name in ("kv_one_of_k_v", "kv_no_layers", "kv_fixed_2_bytes", "kv_in_elements",
                           "ratio_inverted", "ratio_gib", "ratio_no_batch",
                           "saving_is_gqa_cache", "saving_is_mha_cache",
                           "crossover_no_projections", "crossover_two_ffn_matrices",
