@@ -51,6 +51,10 @@ MISTAKES = {
                            "(multiply the element count by bytes_per_elem)",
     "max_len_no_elem_size": "the element size was left out: the score tensor of length S "
                             "takes S*S*B*h*bytes_per_elem bytes",
+    "max_len_no_batch": "the batch was left out: B sequences each keep their own "
+                        "S*S*h score tensor (S*S*B*h*bytes <= memory)",
+    "max_len_no_heads": "the heads were left out: each of the h heads keeps its own S*S "
+                        "score matrix (S*S*B*h*bytes <= memory)",
     "max_len_one_short": "the largest length is one short (S itself still fits: "
                          "S*S*B*h*bytes <= memory)",
     "slope_endpoints": "the slope came from the first and last points only, not from a "
@@ -204,7 +208,9 @@ def score_matrix_bytes(batch, n_heads, seq_len, bytes_per_elem=2, mistake=None) 
 
 
 def max_naive_seq_len(memory_bytes, batch, n_heads, bytes_per_elem=2, mistake=None) -> int:
-    per = batch * n_heads * (1 if mistake == "max_len_no_elem_size" else bytes_per_elem)
+    per = ((1 if mistake == "max_len_no_batch" else batch)
+           * (1 if mistake == "max_len_no_heads" else n_heads)
+           * (1 if mistake == "max_len_no_elem_size" else bytes_per_elem))
     # Exact integer search (no float square root): largest s with s*s*per <= memory.
     lo, hi = 0, 1
     while hi * hi * per <= memory_bytes:

@@ -254,7 +254,9 @@ def test_max_naive_seq_len_hidden(student):
                             mistakes=lambda: rl.mistakes_of(rl.max_naive_seq_len,
                                                             ["max_len_off_by_one",
                                                              "max_len_one_short",
-                                                             "max_len_no_elem_size"], *args))
+                                                             "max_len_no_elem_size",
+                                                             "max_len_no_batch",
+                                                             "max_len_no_heads"], *args))
 
 
 @pytest.mark.points(1)

@@ -92,7 +92,8 @@ def test_max_naive_seq_len_exact_fit(student):
                     what=f"max_naive_seq_len{args}",
                     mistakes=rl.mistakes_of(rl.max_naive_seq_len,
                                             ["max_len_off_by_one", "max_len_one_short",
-                                             "max_len_no_elem_size", "max_len_float"], *args))
+                                             "max_len_no_elem_size", "max_len_float",
+                                             "max_len_no_batch", "max_len_no_heads"], *args))
 
 
 def save_plot(student, artifacts_dir, pairs) -> str:

@@ -83,6 +83,11 @@ MUTANTS = [
            "return math.isqrt(int(memory_bytes) // (batch * n_heads * bytes_per_elem))",
            "return math.isqrt(int(memory_bytes) // (batch * n_heads * bytes_per_elem)) - 1",
            "one short"),
+    # An outside corpus's slip (issue 51): one sequence's scores sized, not B of them.
+    Mutant("max_len_no_batch",
+           "return math.isqrt(int(memory_bytes) // (batch * n_heads * bytes_per_elem))",
+           "return math.isqrt(int(memory_bytes) // (n_heads * bytes_per_elem))",
+           "the batch was left out: B sequences"),
 ]
 
 # -- found by the outside review (same work, same grade): the causal mask aligned to
@@ -105,4 +110,5 @@ ONLY.update({"slope_from_endpoints": "loglog_slope", "slope_inverted": "loglog_s
              "scores_without_batch": "score_matrix_bytes", "scores_linear": "score_matrix_bytes"})
 # The sizes need nothing but their own tests.
 ONLY.update({name: "score_matrix_bytes or max_naive" for name in (
-    "scores_without_element_size", "max_len_without_element_size", "max_len_one_short")})
+    "scores_without_element_size", "max_len_without_element_size", "max_len_one_short",
+    "max_len_no_batch")})
