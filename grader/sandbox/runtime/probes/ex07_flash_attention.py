@@ -495,7 +495,9 @@ def _variant(module, q) -> str:
 def speed_prepare(module, case, seed=0, warmup=2, on=None):
     """Warm-up calls (compilation, autotuning) outside any timing.
 
-    Returns ``{"variant": ...}`` (the reference's kernel variant, else "")."""
+    Returns ``{"variant", "gpu", "device_id"}``: the reference's kernel
+    variant (else ""), the device's name, and on a GPU its UUID (what the
+    grading process's lock on the device is named by; "" on the CPU)."""
     dev = torch.device(on) if on else device()
     draw = _case_inputs(case, seed, dev)
     variant = ""
@@ -506,7 +508,17 @@ def speed_prepare(module, case, seed=0, warmup=2, on=None):
             variant = _variant(module, q)
     sync()
     gpu = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu (interpreter)"
-    return {"variant": variant, "gpu": gpu}
+    return {"variant": variant, "gpu": gpu, "device_id": _device_id(dev)}
+
+
+def _device_id(dev) -> str:
+    """The GPU's UUID (the same for every process that uses it, whatever
+    ``CUDA_VISIBLE_DEVICES`` numbers it), else its index; "" on the CPU."""
+    if dev.type != "cuda":
+        return ""
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    return str(uuid) if uuid else f"index-{index}"
 
 
 def speed_run(module, case, n, seed, run_kernel=True, on=None):
