@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections import Counter
 
@@ -605,6 +606,14 @@ def source_key(fn) -> str | None:
     would make it another kernel.  A compile's answer that is kept (registers,
     shared memory: never a line, failures are not kept) does not depend on
     where the code sits.  None where this Triton keys its kernels otherwise."""
+    with _SOURCE_KEY_LOCK:     # the class is patched while it runs: one thread at a time
+        return _source_key(fn)
+
+
+_SOURCE_KEY_LOCK = threading.Lock()
+
+
+def _source_key(fn) -> str | None:
     owner = next((c for c in type(fn).__mro__ if "cache_key" in c.__dict__), None)
     original = owner.__dict__["cache_key"] if owner is not None else None
     if not isinstance(original, property) or not hasattr(fn, "starting_line_number"):
