@@ -369,9 +369,10 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, gpu_tier, dedu
                    "it, and a different STUDENT_ID in the module earns nothing.")
 @click.option("--compile-cache", type=click.Path(path_type=Path, file_okay=False),
               default=None,
-              help="Folder for exercise G's GPU compiles, shared by the gradings that use "
-                   "it: a kernel launch compiled once is not compiled again [default: "
-                   "attn-grade/compile in your user cache; batch: NAME_compile beside --out].")
+              help="Folder for exercise G's GPU compiles, shared by the gradings given it: "
+                   "a kernel launch compiled once is not compiled again (batch keeps one "
+                   "beside its gradebook, NAME_compile) [default: none, every launch "
+                   "compiled].")
 @click.option("--exercise-budget", type=click.FloatRange(min=1), default=None,
               help="Seconds all workers of one exercise may spend (starting, answering); "
                    "once spent, its remaining tests fail at once [default: 300, ex07 900].")
@@ -389,8 +390,6 @@ def grade_cmd(path, options, fail_on_lost_points, out_format, out):
     exercise whose versions are unsupported here)."""
     if not path.exists():
         raise click.BadParameter(f"{path} does not exist.", param_hint="SUBMISSION")
-    if options.compile_cache is None:
-        options = dataclasses.replace(options, compile_cache=_user_cache() / "compile")
     report, _ = _run(path, options)
     _emit(report, out_format, out, public_only=options.suite == "public",
           artifacts=options.artifacts_dir)

@@ -210,9 +210,10 @@ def test_kernel_text_ignores_comments_layout_and_decorators(tmp_path):
 
 
 def test_grade_and_batch_own_a_shared_compile_cache(tmp_path, monkeypatch):
-    """`grade` uses attn-grade/compile in the user's cache unless
-    --compile-cache says where; `batch` one beside the class's gradebook,
-    which its grading slots are given; `check` none (it keeps its own)."""
+    """`grade` shares compiles where --compile-cache says (none without it:
+    its default options are an empty command line); `batch` keeps one beside
+    the class's gradebook, which its grading slots are given; `check` none
+    (it keeps its own)."""
     from click.testing import CliRunner
 
     from grader import cli
@@ -231,8 +232,7 @@ def test_grade_and_batch_own_a_shared_compile_cache(tmp_path, monkeypatch):
         assert result.exit_code == 0, result.output
     result = CliRunner().invoke(cli.main, ["check", "G", "--path", str(sub)])
     assert result.exit_code == 0, result.output
-    assert [o.compile_cache for o in seen] == \
-        [tmp_path / "xdg" / "attn-grade" / "compile", tmp_path / "mine", None]
+    assert [o.compile_cache for o in seen] == [None, tmp_path / "mine", None]
     assert "--compile-cache" in seen[1].argv()      # what a batch slot's grade is given
 
     def fake_batch(subs, results, options, **kwargs):

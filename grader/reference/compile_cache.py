@@ -5,7 +5,7 @@ two seconds of CPU each).  Students of one class often launch the same
 kernel (the tutorial's, a kernel passed around, a resubmission with only
 the host code changed); ``SharedCompiles`` keeps each launch that compiled
 and fitted, in a folder the grading run owns (``Options.compile_cache``:
-beside the class gradebook for ``batch``, the user's cache for ``grade``),
+beside the class gradebook for ``batch``, ``--compile-cache`` for ``grade``),
 and a later grading with the same launch takes the answer instead of
 compiling it.
 

@@ -113,8 +113,8 @@ def check_cache_dir(request) -> Path | None:
 @pytest.fixture(scope="session")
 def compile_cache_dir(request) -> Path | None:
     """The grading run's shared cache of ex07's GPU compiles
-    (``Options.compile_cache``: beside a class's gradebook, or the user's
-    cache for `grade`), or None (`check`, which keeps its own)."""
+    (``Options.compile_cache``: beside a class's gradebook, or `grade`'s
+    ``--compile-cache``), or None (`check` keeps its own; a grading without one)."""
     folder = _plugin(request.config).options.compile_cache
     return Path(folder) if folder else None
 
