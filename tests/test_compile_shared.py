@@ -157,7 +157,9 @@ def test_a_batch_compiles_a_shared_kernel_once(tmp_path, monkeypatch, counted):
     answer = ("ok", "registers", "shared_bytes", "fits", "num_stages")
     assert [[r[k] for k in answer] for r in _rows(second)] == \
         [[r[k] for k in answer] for r in _rows(first)]
-    assert "does not compile" not in flash_judge.judge_compile(second)
+    said = flash_judge.judge_compile(second)
+    assert "12 of 12 answered from this grading run's compile cache" in said
+    assert "compile cache" not in flash_judge.judge_compile(first)
 
     third = _grade(_variant(tmp_path / "s3", kernel_edit=True), "ex07_s3", shared, monkeypatch)
     assert len(counted) == 24 and not any(r.get("kept") for r in _rows(third))

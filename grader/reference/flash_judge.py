@@ -875,6 +875,10 @@ def judge_compile(result: dict) -> str:
                          f"{r['shared_bytes'] / 1024:.0f} KB shared")
     text = "compiled for real GPUs:\n" + "\n".join(lines)
     total = len(lines) + len(front) + len(pending)
+    shared = sum(bool(r.get("shared")) for t in result["targets"] for r in t["rows"])
+    if shared:
+        text += (f"\n({shared} of {total} answered from this grading run's compile cache: "
+                 "the same kernel, launched alike, compiled for an earlier submission)")
     if front:
         text += (f"\nchecked by Triton's front end only, not yet compiled fully ({len(front)} "
                  f"of {total}): {FRONT_END_TEXT}.  {CHECK_FIRST_TEXT}; your grade compiles "
