@@ -139,6 +139,12 @@ GRADING_OPTIONS = (
                       "result records its seed; batch: one for every submission) [default: "
                       "a fresh secret one per submission]."),
     _deduct_option(),
+    click.option("--compile-cache", type=click.Path(path_type=Path, file_okay=False),
+                 default=None,
+                 help="Folder for exercise G's GPU compiles, shared by the gradings given "
+                      "it: a kernel launch compiled once is not compiled again [default: "
+                      "grade: none, every launch compiled; batch: NAME_compile beside "
+                      "--out].  Remove it to compile everything again."),
     click.option("--fail-on-lost-points", is_flag=True,
                  help="Exit with status 1 when any point was lost, a test errored or a "
                       "submission could not be graded (for CI jobs that grade the reference "
@@ -367,12 +373,6 @@ def check(exercise, path, timeout, no_fail, artifacts, isolation, gpu_tier, dedu
 @click.option("--student-id", default=None,
               help="The roster's identifier for this submission: exercise A is graded for "
                    "it, and a different STUDENT_ID in the module earns nothing.")
-@click.option("--compile-cache", type=click.Path(path_type=Path, file_okay=False),
-              default=None,
-              help="Folder for exercise G's GPU compiles, shared by the gradings given it: "
-                   "a kernel launch compiled once is not compiled again (batch keeps one "
-                   "beside its gradebook, NAME_compile) [default: none, every launch "
-                   "compiled].")
 @click.option("--exercise-budget", type=click.FloatRange(min=1), default=None,
               help="Seconds all workers of one exercise may spend (starting, answering); "
                    "once spent, its remaining tests fail at once [default: 300, ex07 900].")

@@ -246,3 +246,7 @@ def test_grade_and_batch_own_a_shared_compile_cache(tmp_path, monkeypatch):
     out = tmp_path / "book" / "grades.csv"
     CliRunner().invoke(cli.main, ["batch", str(folder), "--out", str(out)])
     assert seen[-1].compile_cache == tmp_path / "book" / "grades_compile"
+    # shards of one class on many machines: one folder for all (the Slurm script's)
+    CliRunner().invoke(cli.main, ["batch", str(folder), "--out", str(out),
+                                  "--compile-cache", str(tmp_path / "all")])
+    assert seen[-1].compile_cache == tmp_path / "all"
