@@ -37,6 +37,7 @@ import ast
 import hashlib
 import json
 import os
+import uuid
 from pathlib import Path
 
 # What a kept row may hold, and of which type: nothing else is read back.
@@ -131,7 +132,8 @@ class SharedCompiles:
         path = self._path(key)
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp = path.with_name(f".{key}.{os.getpid()}.{id(row)}.tmp")
+            # a fresh name: the shards of a class may write one folder from many machines
+            tmp = path.with_name(f".{key}.{uuid.uuid4().hex}.tmp")
             tmp.write_text(json.dumps(answer))
             os.replace(tmp, path)
             self.stats["kept"] += 1
