@@ -32,8 +32,9 @@ KERNEL_LINE = "    def _flash_fwd("
 
 
 def _variant(folder: Path, *, line_above=False, host_edit=False, kernel_edit=False) -> Path:
-    """The solution's ex07 in ``folder``, with a module line added above the
-    imports, a line added to the host function, or the kernel renamed... as asked."""
+    """The solution's ex07 in ``folder``, with what is asked: a module line
+    added above the imports, a line added to the host function, a statement
+    added to the kernel."""
     sub = copy_solutions(folder, ["ex07_flash_attention"])
     text = (sub / FILE).read_text()
     assert HOST_LINE in text and KERNEL_LINE in text
