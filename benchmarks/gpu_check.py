@@ -29,11 +29,13 @@ the verdicts) start each part only when its own estimate fits:
 The JSON (``--out``) is written whole (a temporary file, then a rename)
 before and after each section: a run cut at any moment keeps every section
 it finished.  One Triton cache (``--cache``) serves the check: a pool of
-processes compiles the main-process sections' launches for this GPU's
-target while the first sections run, and workers get the cache through the
-launcher's ``env`` where they can see it (not inside a bubblewrap sandbox,
-which shows no host folder: there each worker compiles into its own /tmp,
-counted in the estimates).  ``--smoke`` runs every section on the CPU under
+processes compiles the main-process sections' launches (and the verdicts')
+for this GPU's target while the first sections run, and every worker
+finds them: through the launcher's ``env`` (``TRITON_CACHE_DIR``) where it
+sees host folders, and inside a bubblewrap sandbox (which shows none but
+the Python's and the worker runtime's) from a copy in the runtime's folder
+for the verdicts' run, read first by a cache manager of its own
+(``shared_cache``); what a worker compiles beyond it stays in its own /tmp.  ``--smoke`` runs every section on the CPU under
 Triton's interpreter with tiny float32 shapes and warms one launch for
 sm_90a: it proves the script, not the GPU.  Exit status 1 when a section
 failed, 124 when a SIGTERM cut the run.
@@ -41,6 +43,7 @@ failed, 124 when a SIGTERM cut the run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
 import json
@@ -119,15 +122,16 @@ ESTIMATES = {
     "calibration": Estimate(30, 10),
     # 6 rows x 5 contenders, 4 + 6 configs tuned per row.
     "speed": Estimate(40, 8),
-    # A trusted reference worker and one student worker per submission: each
-    # starts, compiles its kernel's configs (in its own cache under
-    # namespaces) and is timed 7 rounds.
-    "grader_verdict": Estimate(90, 40),
+    # Copying the check's cache where sandboxed workers see it (a few s);
+    # a trusted reference worker and one student worker per submission
+    # (three): each starts (5-10 s), finds its kernel's configs in the
+    # check's cache (every worker, sandboxed or not: ``shared_cache``) and
+    # is timed 7 rounds.  Was 90 with 35 s a worker compiling alone.
+    "grader_verdict": Estimate(70, 40),
 }
 PART = {"correctness": Estimate(4, 0.5), "speed": Estimate(5, 1),
-        # one student worker: 35 s compiling into a private cache, 20 s sharing ours
-        "grader_verdict": Estimate(35, 12)}
-SHARED_VERDICT_PART = 20.0
+        # one student worker, its compiles found in the check's cache
+        "grader_verdict": Estimate(20, 12)}
 SECTION_SLACK = 1.5     # a list's parts run until 1.5 times its section's estimate
 FINAL_S = 5.0           # kept back at the end: the last write, closing workers
 
@@ -357,6 +361,77 @@ def cache_note(namespaces: bool) -> str:
         "shared: the check's --cache, given to each worker as TRITON_CACHE_DIR"
 
 
+# Inside a bubblewrap sandbox a worker sees the worker runtime's folder
+# (read-only) and no other of the host's: for the verdicts' run, a copy of
+# the check's Triton cache and a cache manager that reads it first are put
+# there, and removed after.  What a worker compiles beyond it goes to its
+# own private cache.
+SHARED_FOLDER = "_gpu_check_triton"
+MANAGER_MODULE = "_gpu_check_cache"
+MANAGER_SOURCE = '''"""Triton's cache for benchmarks/gpu_check.py's workers (written by it, removed after).
+
+Reads the check's compiles first, from the copy beside this file (read-only
+in a sandbox); writes what it compiles itself to the worker's own cache."""
+import json
+import os
+
+from triton.runtime.cache import FileCacheManager
+
+SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_gpu_check_triton")
+
+
+class SharedFirst(FileCacheManager):
+    def __init__(self, key, override=False, dump=False):
+        super().__init__(key, override=override, dump=dump)
+        self.shared = None if override or dump else os.path.join(SHARED, key)
+
+    def get_file(self, filename):
+        path = os.path.join(self.shared, filename) if self.shared else ""
+        return path if path and os.path.exists(path) else super().get_file(filename)
+
+    def get_group(self, filename):
+        # a group names its files by the absolute paths they were written at:
+        # here they are beside it
+        try:
+            with open(os.path.join(self.shared, "__grp__" + filename)) as f:
+                children = json.load(f)["child_paths"]
+            paths = {c: os.path.join(self.shared, os.path.basename(p))
+                     for c, p in children.items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return super().get_group(filename)
+        if all(os.path.exists(p) for p in paths.values()):
+            return paths
+        return super().get_group(filename)
+'''
+
+
+@contextlib.contextmanager
+def shared_cache(check: Check, namespaces: bool, runtime: Path | None = None):
+    """``(env, note)`` for every worker of the verdicts: the check's Triton
+    cache given as ``TRITON_CACHE_DIR`` where workers see host folders, else
+    copied into the worker runtime's folder (``runtime``) with
+    ``MANAGER_SOURCE`` as ``TRITON_CACHE_MANAGER``, both removed after."""
+    env = worker_env(check, namespaces)
+    if not namespaces or check.smoke:        # the interpreter compiles nothing
+        yield env, cache_note(namespaces)
+        return
+    from grader.paths import RUNTIME_DIR, RUNTIME_PACKAGE
+    runtime = Path(runtime or RUNTIME_DIR)
+    folder, module = runtime / SHARED_FOLDER, runtime / f"{MANAGER_MODULE}.py"
+    try:
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.copytree(check.cache, folder, ignore=shutil.ignore_patterns("tmp.*", "lock"))
+        for path in [folder, *folder.rglob("*")]:    # readable by workers of other uids
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        module.write_text(MANAGER_SOURCE)
+        yield ({**env, "TRITON_CACHE_MANAGER": f"{RUNTIME_PACKAGE}.{MANAGER_MODULE}:SharedFirst"},
+               "shared: a copy of the check's --cache in the worker runtime's folder, read "
+               "first by every sandboxed worker (TRITON_CACHE_MANAGER)")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        module.unlink(missing_ok=True)
+
+
 def prepare_cache(folder: Path) -> None:
     """The check's Triton cache; as root, workers switch to uids of their own
     and must add entries too (sticky, like /tmp: none can remove another's)."""
@@ -522,6 +597,10 @@ def warm_plan(smoke: bool, capability: int) -> list:
             for host in ("reference", "solution"):
                 plan.append(("speed", (host, (), "float32" if smoke else "bfloat16",
                                        (b, h, h, s, s, d), causal)))
+    case = SMOKE_CASE if smoke else VERDICT_CASE    # what the verdicts' workers launch
+    shape = tuple(case[k] for k in ("batch", "heads", "kv_heads", "s_q", "s_k", "d_head"))
+    for host in ("reference", "solution"):
+        plan.append(("grader_verdict", (host, (), case["dtype"], shape, case["causal"])))
     return plan
 
 
@@ -907,17 +986,17 @@ def grader_verdict(check: Check) -> dict:
     from grader.reference import flash_speed
     from grader.sandbox.launch import Launcher
     launcher = Launcher.here("auto")
-    env = worker_env(check, launcher.namespaces)
     trusted = launcher.binder(Path(tempfile.gettempdir()))
-    out = {"triton_cache": cache_note(launcher.namespaces), "verdicts": {}}
+    out = {"verdicts": {}}
     subs = {"solution": "", "calls another kernel": OTHER_KERNEL_CHEAT}
     if not check.smoke:                      # nothing runs asynchronously on the CPU
         subs["skips synchronization"] = NO_SYNC_CHEAT
     part = PART["grader_verdict"].of(check.smoke)
-    if not check.smoke and not launcher.namespaces:
-        part = SHARED_VERDICT_PART               # the workers find our compiles
-    with flash_speed.reference_side(lambda module, **kw: trusted(module, **kw, env=env),
-                                    600) as reference:
+    out["compile_cache"] = wait_warm(check, "grader_verdict")
+    with shared_cache(check, launcher.namespaces) as (env, note), \
+            flash_speed.reference_side(lambda module, **kw: trusted(module, **kw, env=env),
+                                       600) as reference:
+        out["triton_cache"] = note
         for name in check.parts("grader_verdict", subs, lambda _: part):
             out["verdicts"][name] = _judge_one(launcher, reference, env, subs[name],
                                                check.smoke)
@@ -939,7 +1018,7 @@ def _check_verdicts(verdicts: dict) -> None:
 
 
 # -- the run -----------------------------------------------------------------------------
-WARMED = ("correctness", "calibration", "speed")     # the sections the warm-up serves
+WARMED = ("correctness", "calibration", "speed", "grader_verdict")   # the warm-up serves
 SECTIONS = {"environment": environment, "worker_launch": worker_launch,
             "correctness": correctness, "calibration": calibration, "speed": speed,
             "grader_verdict": grader_verdict}

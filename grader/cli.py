@@ -139,6 +139,12 @@ GRADING_OPTIONS = (
                       "result records its seed; batch: one for every submission) [default: "
                       "a fresh secret one per submission]."),
     _deduct_option(),
+    click.option("--compile-cache", type=click.Path(path_type=Path, file_okay=False),
+                 default=None,
+                 help="Folder for exercise G's GPU compiles, shared by the gradings given "
+                      "it: a kernel launch compiled once is not compiled again [default: "
+                      "grade: none, every launch compiled; batch: NAME_compile beside "
+                      "--out].  Remove it to compile everything again."),
     click.option("--fail-on-lost-points", is_flag=True,
                  help="Exit with status 1 when any point was lost, a test errored or a "
                       "submission could not be graded (for CI jobs that grade the reference "

@@ -54,6 +54,9 @@ class Options:
     artifacts_dir: Path | None = _option(None, "--artifacts", scores=False)
     # `check` only: answers kept for unchanged files.
     check_cache: Path | None = _option(None, scores=False)
+    # A grading run's shared cache of exercise G's GPU compiles
+    # (``grader.reference.compile_cache``): grader-owned, never in a submission.
+    compile_cache: Path | None = _option(None, "--compile-cache", scores=False)
     # `check` only, --no-cache too: where matplotlib's font list is kept
     # (``grader.sandbox.fonts``), a fact of this machine, not of the files.
     font_cache: Path | None = _option(None, scores=False)

@@ -211,3 +211,51 @@ def test_a_warmed_launch_is_a_cache_hit(tmp_path, monkeypatch):
     finally:
         driver._active = saved
     assert set(os.listdir(cache)) == entries, "the launch compiled again instead of loading"
+
+
+@pytest.mark.slow
+@needs_triton
+def test_a_sandboxed_worker_finds_the_checks_compiles(tmp_path, monkeypatch):
+    """Inside a sandbox a worker sees only the worker runtime's folder of the
+    host's: ``shared_cache`` copies the check's cache there with a cache
+    manager that reads it first; a launch made with that manager and an
+    empty private cache loads the warm-up's compile (nothing compiled
+    again), and both are removed after."""
+    from triton.runtime import driver
+
+    from grader.sandbox.runtime.probes import gpu_compile
+    gpu_check = _module()
+    cache, runtime, private = tmp_path / "cache", tmp_path / "runtime", tmp_path / "private"
+    runtime.mkdir()
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    spec = ("reference", (("variant", "pointers"),), "float16", (1, 2, 1, 64, 64, 16), True)
+    warm = gpu_check.Warmer([("grader_verdict", spec)], ("cuda", 90, 32), procs=1, limit=1)
+    try:
+        assert warm.wait("grader_verdict", 300)["not_done"] == 0
+        assert warm.summary()["failed"] == 0, warm.summary()
+    finally:
+        warm.close()
+    _, args = gpu_check._parse(["--cache", str(cache), "--out", str(tmp_path / "x")])
+    check = gpu_check.Check(args)
+    with gpu_check.shared_cache(check, True, runtime) as (env, note):
+        assert "shared" in note
+        assert env["TRITON_CACHE_MANAGER"] == "runtime._gpu_check_cache:SharedFirst"
+        # as a worker would: its own empty cache, the manager (here imported
+        # from the runtime's folder by its own name)
+        monkeypatch.syspath_prepend(str(runtime))
+        monkeypatch.setenv("TRITON_CACHE_MANAGER", "_gpu_check_cache:SharedFirst")
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(private))
+        module = gpu_compile.load_for_gpu(str(gpu_check.KERNEL), "_sandboxed_reference_copy")
+        saved = driver._active
+        driver.set_active(gpu_check._Target("cuda", 90, 32))
+        try:
+            gpu_check._host.cache_clear()
+            monkeypatch.setattr(gpu_check, "_host", lambda name: module.flash_attention)
+            fn, args_, kwargs, _ = gpu_check.launches_of(spec, 90)[0]
+            fn.run(*args_, grid=(1,), warmup=True, **kwargs)
+        finally:
+            driver._active = saved
+    compiled = [p.name for p in private.rglob("*") if p.suffix in (".cubin", ".ptx")]
+    assert not compiled, f"compiled again instead of loading the check's: {compiled}"
+    assert list(runtime.iterdir()) == []

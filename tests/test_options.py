@@ -25,7 +25,8 @@ from grader.report import TestResult as Result
 CHANGED = {"suite": "public", "exercises": ["ex02_mha", "ex01_by_hand"], "call_timeout": 2.5,
            "gpu_tier": True, "keyword": "softmax and not causal", "seed": 12345,
            "student_id": "s1234567", "deduct_each": True, "isolation": "strict",
-           "artifacts_dir": Path("out dir"), "exercise_budget": 77.25, "grading_budget": 600.5}
+           "artifacts_dir": Path("out dir"), "exercise_budget": 77.25, "grading_budget": 600.5,
+           "compile_cache": Path("compiles dir")}
 
 
 def _flagged() -> list[dataclasses.Field]:
@@ -78,12 +79,14 @@ def test_the_cache_key_holds_what_changes_a_grade_and_nothing_else():
     assert {"artifacts_dir", "check_cache", "fork_server"}.isdisjoint(key)
     assert key["exercises"] == "all"
     assert Options(exercises=["b", "a"]).cache_key()["exercises"] == ["a", "b"]
-    json.dumps(Options(**{k: v for k, v in CHANGED.items() if k != "artifacts_dir"})
+    unscored = ("artifacts_dir", "compile_cache")     # where files go, not what is graded
+    json.dumps(Options(**{k: v for k, v in CHANGED.items() if k not in unscored})
                .cache_key())   # stored in the result as JSON
     for name, value in CHANGED.items():
-        if name != "artifacts_dir":
+        if name not in unscored:
             assert Options(**{name: value}).cache_key() != key, name
     assert Options(artifacts_dir=Path("x")).cache_key() == key
+    assert Options(compile_cache=Path("x")).cache_key() == key
 
 
 def _params(command: str) -> dict[str, tuple]:
@@ -120,8 +123,10 @@ def test_batch_hands_its_options_to_run_batch(monkeypatch, tmp_path):
             "--gpu-tier", "--isolation", "fallback"]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
+    # and the class's compile cache, beside its gradebook (a batch's own choice)
     assert seen == [Options(suite="public", exercises=["ex02_mha"], call_timeout=3.0, seed=9,
-                            deduct_each=True, gpu_tier=True, isolation="fallback")]
+                            deduct_each=True, gpu_tier=True, isolation="fallback",
+                            compile_cache=tmp_path / "g_compile")]
 
 
 def test_a_result_carries_its_exercise_scores_and_the_batch_reads_them():

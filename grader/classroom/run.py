@@ -10,6 +10,7 @@ the row, and nothing already in the gradebook is lost.
 """
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import shutil
@@ -56,6 +57,14 @@ class ClassOptions:
     @property
     def results(self) -> Path:
         return self.results_dir or self.out.parent / "results"
+
+
+def compile_cache_for(out: Path) -> Path:
+    """The class's shared cache of exercise G's GPU compiles, beside its
+    gradebook: ``grades.csv`` -> ``grades_compile/`` (remove it to compile
+    everything again)."""
+    out = Path(out).absolute()
+    return out.with_name(f"{out.stem}_compile")
 
 
 def _user() -> str:
@@ -132,6 +141,8 @@ def run_batch(folder: Path, options: Options, opts: ClassOptions,
     if not folder.is_dir():
         raise ClassInputError(f"{folder} is not a folder of submissions.", "FOLDER")
     policy = _policy(opts)
+    if options.compile_cache is None:     # one for the class, shared by every slot
+        options = dataclasses.replace(options, compile_cache=compile_cache_for(opts.out))
     roster_rows = None
     if opts.roster is not None:
         try:

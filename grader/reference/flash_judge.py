@@ -530,12 +530,14 @@ class CompileEarly:
     ``result`` waits for ``first_launches`` compiled fully and every other
     launch through the front end; their full compiles follow, each answer
     given to ``keep`` (check's cache), until the check ends (``close``).
-    ``known``: `check`'s kept answers, never compiled again.  The thread that
+    ``known``: `check`'s kept answers, never compiled again.  ``shared``: the
+    grading run's ``compile_cache.SharedCompiles``, read where ``known`` has
+    no answer and given every launch that compiled.  The thread that
     starts a worker lives until it is closed (a worker's parent-death signal
     follows the thread that started it)."""
 
-    def __init__(self, launch_worker, known=None, *, quick=False, keep=None):
-        self.quick, self._keep = quick, keep
+    def __init__(self, launch_worker, known=None, *, quick=False, keep=None, shared=None):
+        self.quick, self._keep, self._shared = quick, keep, shared
         self._known = known or {}
         self._cond = threading.Condition()
         self._plan = self._error = None
@@ -606,6 +608,9 @@ class CompileEarly:
                 if isinstance(kept, dict):
                     answers[(t, i)] = {**{k: kept[k] for k in ROW_ANSWER if k in kept},
                                        "kept": True}
+                elif self._shared is not None and \
+                        (kept := self._shared.get(target.get("capability"), row)):
+                    answers[(t, i)] = {**kept, "kept": True, "shared": True}
                 else:
                     launches.append((t, i))
         capped = set(launches[MAX_COMPILES:])
@@ -663,6 +668,8 @@ class CompileEarly:
             capability = self._plan["targets"][t].get("capability")
         if self._keep is not None and kind == FULL:
             self._keep([(capability, {**plan_row, **row})])
+        if self._shared is not None and kind == FULL:
+            self._shared.put(capability, {**plan_row, **row})
 
     # -- the grading's side
     def _ready(self) -> bool:
@@ -737,22 +744,38 @@ class CompileEarly:
 _early: dict[str, CompileEarly] = {}   # submission folder -> the compile begun for it
 
 
-def _begin(launch_worker, cache_dir) -> CompileEarly:
-    """A grading's compile (every launch), or with ``cache_dir`` `check`'s
-    (``quick``; what compiles is kept there)."""
+def _begin(launch_worker, cache_dir, shared=None) -> CompileEarly:
+    """A grading's compile (every launch; with ``shared``, the grading run's
+    cache, launches compiled for another submission are taken from it), or
+    with ``cache_dir`` `check`'s (``quick``; what compiles is kept there)."""
     if cache_dir is None:
-        return CompileEarly(launch_worker)
+        return CompileEarly(launch_worker, shared=shared)
     return CompileEarly(launch_worker, _known(cache_dir), quick=True,
                         keep=lambda rows: _keep_known(cache_dir, rows))
 
 
-def compile_early(submission_dir, launch_worker, cache_dir=None) -> CompileEarly | None:
+def compile_early(submission_dir, launch_worker, cache_dir=None,
+                  shared_dir=None) -> CompileEarly | None:
     """Begin ``compile_results``'s compile now, in the background, unless its
     answer is kept in ``cache_dir``; ``compile_results`` takes it up."""
     if cache_dir is not None and _cache_path(submission_dir, cache_dir).is_file():
         return None
-    early = _early[str(submission_dir)] = _begin(launch_worker, cache_dir)
+    early = _early[str(submission_dir)] = _begin(launch_worker, cache_dir,
+                                                 shared_compiles(submission_dir, shared_dir))
     return early
+
+
+def shared_compiles(submission_dir, shared_dir):
+    """The grading run's shared compile cache (``compile_cache.SharedCompiles``)
+    for this submission, or None without one (`check`; a grading without a
+    ``compile_cache``)."""
+    if shared_dir is None:
+        return None
+    from grader.reference.compile_cache import SharedCompiles
+    files = compile_inputs(submission_dir)
+    if files is None:       # imports that cannot be read: every module of it
+        files = sorted(Path(submission_dir).glob("*.py"))
+    return SharedCompiles(shared_dir, files)
 
 
 def wait_early(submission_dir) -> None:
@@ -776,7 +799,8 @@ def _cache_path(submission_dir, cache_dir) -> Path:
     return Path(cache_dir) / f"compile-{_compile_key(submission_dir)}.json"
 
 
-def compile_results(submission_dir, launch_worker, cache_dir=None) -> tuple[dict, bool]:
+def compile_results(submission_dir, launch_worker, cache_dir=None,
+                    shared_dir=None) -> tuple[dict, bool]:
     """``CompileEarly.result`` for this submission, and whether it came from
     ``cache_dir``.
 
@@ -787,7 +811,9 @@ def compile_results(submission_dir, launch_worker, cache_dir=None) -> tuple[dict
     has compiled ``first_launches`` and keeps every answer; a student who
     runs it again without changing what the code means (a comment is not a
     change: ``_compile_key``) gets the answer kept from the last time, and a
-    launch that compiled before is not compiled again (``known``)."""
+    launch that compiled before is not compiled again (``known``).
+    ``shared_dir``: a grading run's shared compile cache (``compile_cache``):
+    a launch compiled for another submission of the run is not compiled again."""
     path = None
     if cache_dir is not None:
         path = _cache_path(submission_dir, cache_dir)
@@ -798,7 +824,7 @@ def compile_results(submission_dir, launch_worker, cache_dir=None) -> tuple[dict
     early = _early.get(str(submission_dir))
     own = early is None
     if own:
-        early = _begin(launch_worker, cache_dir)
+        early = _begin(launch_worker, cache_dir, shared_compiles(submission_dir, shared_dir))
     try:
         res = early.result()
     finally:
@@ -849,6 +875,10 @@ def judge_compile(result: dict) -> str:
                          f"{r['shared_bytes'] / 1024:.0f} KB shared")
     text = "compiled for real GPUs:\n" + "\n".join(lines)
     total = len(lines) + len(front) + len(pending)
+    shared = sum(bool(r.get("shared")) for t in result["targets"] for r in t["rows"])
+    if shared:
+        text += (f"\n({shared} of {total} answered from this grading run's compile cache: "
+                 "the same kernel, launched alike, compiled for an earlier submission)")
     if front:
         text += (f"\nchecked by Triton's front end only, not yet compiled fully ({len(front)} "
                  f"of {total}): {FRONT_END_TEXT}.  {CHECK_FIRST_TEXT}; your grade compiles "

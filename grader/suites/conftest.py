@@ -9,7 +9,7 @@ measured once per run and shown at the top of the report;
 ``machine_peaks``: its measured peaks (kept there).  ``run_seed``
 (automatic): the run's secret seed, from which every random hidden case is
 drawn (``grader.reference.cases``).  ``roster_student_id``,
-``artifacts_dir``, ``check_cache_dir``, ``for_staff``, ``self_check``,
+``artifacts_dir``, ``check_cache_dir``, ``compile_cache_dir``, ``for_staff``, ``self_check``,
 ``submission_dir`` and ``launch_worker``: what a few suites need of the run.
 """
 from __future__ import annotations
@@ -107,6 +107,15 @@ def check_cache_dir(request) -> Path | None:
     """``attn-grade check``'s cache on the student's machine, for answers that
     depend only on the files (ex07's compile check); None when grading."""
     folder = _plugin(request.config).options.check_cache
+    return Path(folder) if folder else None
+
+
+@pytest.fixture(scope="session")
+def compile_cache_dir(request) -> Path | None:
+    """The grading run's shared cache of ex07's GPU compiles
+    (``Options.compile_cache``: beside a class's gradebook, or `grade`'s
+    ``--compile-cache``), or None (`check` keeps its own; a grading without one)."""
+    folder = _plugin(request.config).options.compile_cache
     return Path(folder) if folder else None
 
 
@@ -211,7 +220,7 @@ def compile_early(request):
     plugin.wait_serving()   # its workers forked, beside the other workers' starts
     submission = plugin.folder(COMPILE_EXERCISE)
     flash_judge.compile_early(submission, plugin.binder(COMPILE_EXERCISE),
-                              plugin.options.check_cache)
+                              plugin.options.check_cache, plugin.options.compile_cache)
     try:
         yield
     finally:

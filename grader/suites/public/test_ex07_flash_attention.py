@@ -168,13 +168,16 @@ def test_flash_attention_gpu_fp16(student):
 @pytest.mark.timeout_s(600)
 @pytest.mark.nothing_to_record
 def test_kernel_compiles_for_sm80_and_sm90(request, submission_dir, launch_worker,
-                                           check_cache_dir):
+                                           check_cache_dir, compile_cache_dir):
     """your kernel compiles for real GPUs (sm_80 and sm_90), with every config it launches"""
     # flash_judge, not flash: judging code ships as is in the student edition.
     # A grading compiles every config fully; `check` (its cache given) answers
     # once the config likeliest to need the most shared memory compiled per
     # GPU and the others passed Triton's front end, and its output says so.
-    res, cached = flash_judge.compile_results(submission_dir, launch_worker, check_cache_dir)
+    # A grading takes a launch compiled for another submission of its run
+    # from the run's shared cache (compile_cache_dir).
+    res, cached = flash_judge.compile_results(submission_dir, launch_worker, check_cache_dir,
+                                              compile_cache_dir)
     kept = "\n(kept from an earlier check of these same files)" if cached else ""
     try:
         request.node.feedback_on_pass = flash_judge.judge_compile(res) + kept

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections import Counter
 
@@ -495,7 +496,9 @@ def _variant(module, q) -> str:
 def speed_prepare(module, case, seed=0, warmup=2, on=None):
     """Warm-up calls (compilation, autotuning) outside any timing.
 
-    Returns ``{"variant": ...}`` (the reference's kernel variant, else "")."""
+    Returns ``{"variant", "gpu", "device_id"}``: the reference's kernel
+    variant (else ""), the device's name, and on a GPU its UUID (what the
+    grading process's lock on the device is named by; "" on the CPU)."""
     dev = torch.device(on) if on else device()
     draw = _case_inputs(case, seed, dev)
     variant = ""
@@ -506,7 +509,17 @@ def speed_prepare(module, case, seed=0, warmup=2, on=None):
             variant = _variant(module, q)
     sync()
     gpu = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu (interpreter)"
-    return {"variant": variant, "gpu": gpu}
+    return {"variant": variant, "gpu": gpu, "device_id": _device_id(dev)}
+
+
+def _device_id(dev) -> str:
+    """The GPU's UUID (the same for every process that uses it, whatever
+    ``CUDA_VISIBLE_DEVICES`` numbers it), else its index; "" on the CPU."""
+    if dev.type != "cuda":
+        return ""
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    return str(uuid) if uuid else f"index-{index}"
 
 
 def speed_run(module, case, n, seed, run_kernel=True, on=None):
@@ -561,26 +574,69 @@ MAX_COMPILES = 40          # per compile check (flash_judge): a long config list
 
 
 def _launch_key(fn, args, kwargs, capability) -> str | None:
-    """What one launch's compile depends on, as Triton's own cache of
-    compiled kernels has it: Triton's key of the kernel (its source and the
-    kernels and constexpr globals it uses), the launch's arguments as a
+    """What one launch's compile depends on: the kernel's code without
+    where it sits in its file (``source_key``), the launch's arguments as a
     compile specializes on them (``gpu_compile.specialization``: a tensor's
     dtype and alignment, an int's divisibility, a float's type, never its
-    value), the constexprs and options, and the target.  None where this
-    Triton cannot tell (nothing is kept)."""
+    value), the constexprs and options, the target and Triton's version.
+    A line added above the kernel, or an edit of the host code, keeps it.
+    None where this Triton cannot tell (nothing is kept)."""
     import hashlib
 
     import triton
 
     from . import gpu_compile
     try:
-        kernel = fn.cache_key
+        kernel = source_key(fn)
         spec = gpu_compile.specialization(fn, args, kwargs, capability)
     except Exception:  # noqa: BLE001 - a Triton without them: nothing is kept
+        return None
+    if kernel is None:
         return None
     text = repr((getattr(triton, "__version__", "?"), capability, kernel, spec,
                  sorted((k, repr(v)) for k, v in kwargs.items())))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def source_key(fn) -> str | None:
+    """Triton's own key of a kernel's code (its source from ``def`` on, the
+    ``@triton.jit`` functions it calls and the constexpr globals it reads,
+    each as Triton finds them) with every line number left out: Triton adds
+    each function's first line to its key, so a line added above a kernel
+    would make it another kernel.  A compile's answer that is kept (registers,
+    shared memory: never a line, failures are not kept) does not depend on
+    where the code sits.  None where this Triton keys its kernels otherwise."""
+    with _SOURCE_KEY_LOCK:     # the class is patched while it runs: one thread at a time
+        return _source_key(fn)
+
+
+_SOURCE_KEY_LOCK = threading.Lock()
+
+
+def _source_key(fn) -> str | None:
+    owner = next((c for c in type(fn).__mro__ if "cache_key" in c.__dict__), None)
+    original = owner.__dict__["cache_key"] if owner is not None else None
+    if not isinstance(original, property) or not hasattr(fn, "starting_line_number"):
+        return None
+    keys: dict = {}
+
+    def without_lines(this):
+        if id(this) in keys:           # known, or being made (a recursive helper)
+            return keys[id(this)]
+        keys[id(this)] = f"recursion:{getattr(this, '__name__', '?')}"
+        saved = (this.hash, this.starting_line_number, this.used_global_vals)
+        this.hash, this.starting_line_number = None, 0
+        try:
+            keys[id(this)] = original.fget(this)
+        finally:                       # Triton's own key and checks, as they were
+            this.hash, this.starting_line_number, this.used_global_vals = saved
+        return keys[id(this)]
+
+    owner.cache_key = property(without_lines)
+    try:
+        return without_lines(fn)
+    finally:
+        owner.cache_key = original
 
 
 # Launch options of a config, not tile sizes (``_tiles``).
