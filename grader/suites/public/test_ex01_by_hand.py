@@ -159,9 +159,11 @@ def _softmax_rows(x: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
 
 
 def _two_decimals(w: np.ndarray, want: np.ndarray) -> bool:
-    """A row of weights written with two decimals where the third matters
-    (the contract asks for three: two move an output by about 0.01)."""
-    short = np.all(np.abs(w - np.round(w, 2)) <= 1e-9, axis=1)
+    """A row of weights that is the right row rounded to two decimals where the
+    third matters (the contract asks for three: two move an output by about
+    0.01).  Any other row of two-decimal numbers (a row of zeros, a one-hot
+    row) is another slip, told by its own words."""
+    short = np.all(np.abs(w - np.round(want, 2)) <= 1e-9, axis=1)
     return bool(np.any(short & (np.max(np.abs(w - want), axis=1) > 0.002)))
 
 
