@@ -54,6 +54,10 @@ FLASH_MISTAKES = {
     "ragged_tail_dropped": "the last, shorter tile of keys was skipped: when S_k is not a "
                            "multiple of block_size, the last tile holds the S_k % block_size "
                            "keys that remain",
+    "loop_bound_top_left": "the causal loop over key tiles stopped at the top-left bound "
+                           "(start_m + 1) * BLOCK_M: when S_q < S_k a query sits at "
+                           "S_k - S_q + i, so the loop must run to S_k - S_q + (start_m + 1) "
+                           "* BLOCK_M; the keys past the top-left bound were never visited",
     "no_final_divide": "the output was never normalized: after the last tile, divide acc by "
                        "l (acc / l is the attention output; acc alone is a sum of "
                        "exp(score - m) * v)",
@@ -120,6 +124,9 @@ def reference(q, k, v, causal: bool = True, sm_scale=None, mistake=None,
         return _no_rescale(q, k, v, causal, sm_scale, mistake[1])
     if isinstance(mistake, tuple) and mistake[0] == "ragged_keys_unmasked":
         return _padded_keys(q, k, v, causal, sm_scale, mistake[1])
+    bound = None           # the top-left loop bound's query tile (``loop_bound_top_left``)
+    if isinstance(mistake, tuple) and mistake[0] == "loop_bound_top_left":
+        mistake, bound = mistake
     dev = device or (q.device if isinstance(q, torch.Tensor) else "cpu")
     q, k, v = (_t64(x).to(dev) for x in (q, k, v))
     d_head, s_q, s_k = q.shape[-1], q.shape[-2], k.shape[-2]
@@ -131,6 +138,9 @@ def reference(q, k, v, causal: bool = True, sm_scale=None, mistake=None,
         scale = 1.0 / d_head
     k, v = _kv_heads(k, q.shape[1], mistake), _kv_heads(v, q.shape[1], mistake)
     ok = allowed(s_q, s_k, causal, mistake, dev)                     # (S_q, S_k)
+    if bound is not None:    # key tiles past (query tile + 1) * bound never visited
+        rows = torch.arange(s_q, device=dev)[:, None] // bound
+        ok = ok & (torch.arange(s_k, device=dev)[None, :] < (rows + 1) * bound)
     out = torch.empty_like(q)                                        # (B, h, S_q, d)
     for r0 in range(0, s_q, chunk):
         r1 = min(r0 + chunk, s_q)
@@ -142,6 +152,8 @@ def reference(q, k, v, causal: bool = True, sm_scale=None, mistake=None,
         e = torch.exp2(s - m) if mistake == "exp2_no_log2e" else torch.exp(s - m)
         den = e.sum(-1, keepdim=True)
         w = e / torch.where(den > 0, den, torch.ones_like(den))      # no key: weights 0
+        if mistake == "no_final_divide":                             # acc, never acc / l
+            w = e
         if mistake == "nan_masked_tile":
             w = torch.where(den > 0, w, torch.full_like(w, math.nan))
         out[:, :, r0:r1] = torch.einsum("bhqk,bhkd->bhqd", w, v)
@@ -186,7 +198,8 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
     """``{description: wrong answer}`` for ``check_close(mistakes=...)``."""
     names = names or ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked",
                       "mask_wrong_triangle", "no_mask", "kv_tile", "nan_masked_tile",
-                      "no_rescale", "exp2_no_log2e", "ragged_keys_unmasked"]
+                      "no_rescale", "exp2_no_log2e", "ragged_keys_unmasked",
+                      "no_final_divide", "loop_bound_top_left"]
     out = {}
     for name in names:
         if name in ("top_left_mask", "diagonal_masked", "mask_wrong_triangle",
@@ -203,6 +216,12 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
                 if k.shape[-2] % bn:
                     out[f"{describe(name)} (seen with tiles of {bn} keys)"] = \
                         reference(q, k, v, causal, sm_scale, ("ragged_keys_unmasked", bn))
+            continue
+        if name == "loop_bound_top_left":
+            if causal and q.shape[-2] < k.shape[-2]:   # no difference where S_q >= S_k
+                for bm in CANDIDATE_TILES:
+                    out[f"{describe(name)} (seen with query tiles of {bm} rows)"] = \
+                        reference(q, k, v, causal, sm_scale, (name, bm))
             continue
         if name == "no_rescale":
             for bn in CANDIDATE_TILES:

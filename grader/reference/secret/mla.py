@@ -67,6 +67,12 @@ MISTAKES = {
     "k_width_no_rope": "the K/V cache's K width left out d_rope: each cached K is "
                        "d_nope + d_rope wide (with MHA or GQA its RoPE part is cached per "
                        "head), so a K/V head holds d_nope + d_rope + d_v values per token",
+    "k_rope_unrotated": "the cached RoPE key was not rotated: k_rope = RoPE(W_kr x_j, p_j) is "
+                        "rotated at its token's position before it is cached (a decode step "
+                        "reads it as it is)",
+    "no_rope_score": "the RoPE part of the scores was left out: each score is q_nope . k_nope "
+                     "+ q_rope . k_rope (absorbed: q_lat . c_kv + q_rope . k_rope), both "
+                     "under the one scale 1/sqrt(d_nope + d_rope)",
     "plotted_no_rope": "the weights were drawn from the latent part of the scores only "
                        "(q_lat . c_kv): the RoPE part q_rope . k_rope is missing",
     "plotted_no_mask": "the weights were drawn without the causal mask (a causal pattern is "
@@ -89,7 +95,7 @@ def cache(x, w_dkv, w_kr, *, positions=None, rope_base=10000.0, mistake=None):
     x = ref.t64(x)
     s = x.shape[1]
     pos = _pos(positions, s)
-    if mistake == "rope_positions_unused":
+    if mistake in ("rope_positions_unused", "k_rope_unrotated"):   # position 0: no turn
         pos = torch.zeros(s, dtype=torch.float64)
     c_kv = torch.einsum("bsd,cd->bsc", x, ref.t64(w_dkv))
     k_rope = ref.rope(torch.einsum("bsd,rd->bsr", x, ref.t64(w_kr)), pos, rope_base)
@@ -124,6 +130,8 @@ def _attend(q_nope, q_rope, c_kv, k_rope, w_uk, w_uv, w_o, n_heads, *, causal, m
     uv = ref.t64(w_uv).reshape(n_heads, -1, d_c)                           # (h, dv, d_c)
     k_nope = torch.einsum("bsc,hnc->bhsn", c_kv, uk)                       # (B, h, S_k, dn)
     v = torch.einsum("bsc,hvc->bhsv", c_kv, uv)                            # (B, h, S_k, dv)
+    if mistake == "no_rope_score":        # q_rope . k_rope left out of every score
+        q_rope = torch.zeros_like(q_rope)
     k = torch.cat([k_nope, k_rope[:, None].expand(b, n_heads, s_k, d_rope)], dim=-1)
     q = torch.cat([q_nope, q_rope], dim=-1)
     out = ref.attention(q, k, v, causal=causal, scale=_scale(d_nope, d_rope, d_c, mistake),

@@ -89,7 +89,8 @@ def test_mla_cache_random(student, dtype):
             raise Feedback(f"mla_cache must return (c_kv, k_rope); got {type(got).__name__}")
         want = ref.cache(x, w_dkv, w_kr, **kwargs)
         wrong = functools.cache(lambda: ref.mistakes_of(
-            ref.cache, ["rope_on_latent", "rope_positions_unused"], x, w_dkv, w_kr, **kwargs))
+            ref.cache, ["rope_on_latent", "k_rope_unrotated", "rope_positions_unused"], x,
+            w_dkv, w_kr, **kwargs))
         for j, part in enumerate(("c_kv", "k_rope")):
             on_case(text, lambda: (check_dtype(got[j], x.dtype, f"mla_cache ({part})"),
                                    check_close(got[j], want[j], what=f"mla_cache(...)[{j}], "

@@ -85,7 +85,8 @@ KERNEL_CASES = {
     "causal, h=4 over h_kv=2, S_q=24, S_k=40, d_head=32": (1, 4, 2, 24, 40, 32, True, None),
 }
 KERNEL_MISTAKES = ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked",
-                   "mask_wrong_triangle", "no_mask", "kv_tile", "nan_masked_tile", "no_rescale"]
+                   "mask_wrong_triangle", "no_mask", "kv_tile", "nan_masked_tile", "no_rescale",
+                   "no_final_divide", "loop_bound_top_left"]
 
 
 @needs_triton

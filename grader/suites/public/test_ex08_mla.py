@@ -29,14 +29,14 @@ def test_mla_cache_small(student):
         raise Feedback(f"mla_cache must return (c_kv, k_rope); got {type(got).__name__}")
     want = ref.cache(x, w_dkv, w_kr)
     wrong = {n: ref.cache(x, w_dkv, w_kr, mistake=n)
-             for n in ("rope_on_latent", "rope_positions_unused")}
+             for n in ("rope_on_latent", "k_rope_unrotated", "rope_positions_unused")}
     what = "mla_cache(x (1, 5, 12), w_dkv (8, 12), w_kr (4, 12))"
     check_close(got[0], want[0], what=what + "[0], the latent c_kv", atol=ATOL_LONG,
                 rtol=RTOL_LONG,
                 mistakes={ref.MISTAKES["rope_on_latent"]: wrong["rope_on_latent"][0]})
     check_close(got[1], want[1], what=what + "[1], the RoPE key", atol=ATOL_LONG, rtol=RTOL_LONG,
-                mistakes={ref.MISTAKES["rope_positions_unused"]:
-                          wrong["rope_positions_unused"][1]})
+                mistakes={ref.MISTAKES[n]: wrong[n][1]
+                          for n in ("k_rope_unrotated", "rope_positions_unused")})
 
 
 @pytest.mark.points(2)

@@ -72,6 +72,12 @@ MUTANTS = [
     Mutant("kernel_nan_masked_rows", 'shift = tl.where(m_new == float("-inf"), 0.0, m_new)',
            "shift = m_new", "fully masked tile"),
     Mutant("kernel_top_left_mask", "pos_m = S_K - S_Q + offs_m", "pos_m = offs_m", "top-left"),
+    # An outside corpus's slips (issue 51): the loop's top-left bound, and acc never divided
+    Mutant("kernel_loop_bound_top_left",
+           "hi = tl.minimum(S_K, tl.maximum(S_K - S_Q + (pid_m + 1) * BLOCK_M, 0))",
+           "hi = tl.minimum(S_K, (pid_m + 1) * BLOCK_M)", "top-left bound"),
+    Mutant("kernel_no_final_divide", "out = acc / l_safe[:, None]", "out = acc",
+           "never normalized"),
     Mutant("kernel_diagonal_masked", "(cols[None, :] <= pos_m[:, None])",
            "(cols[None, :] < pos_m[:, None])", "also hides the diagonal"),
     Mutant("kernel_kv_tile", "kv_head = head // GROUP", "kv_head = head % (H // GROUP)",

@@ -103,6 +103,21 @@ MUTANTS += [
            "return q[..., :d_nope], _rope(q[..., d_nope:], positions * 0, rope_base)",
            "rotated at position 0"),
 ]
+# An outside corpus's slip (issue 51): absorbed decode scores from the latent only.
+MUTANTS += [
+    Mutant("decode_no_rope_score",
+           "scores = (q_lat @ c_kv.transpose(1, 2) + q_rope @ k_rope.transpose(1, 2)) \\",
+           "scores = (q_lat @ c_kv.transpose(1, 2)) \\",
+           "RoPE part of the scores was left out"),
+]
+MUTANTS += [
+    Mutant("cache_k_rope_unrotated",
+           "k_rope = _rope(x @ w_kr.T, pos, rope_base)                    # (B, S, d_rope)",
+           "k_rope = x @ w_kr.T                                           # (B, S, d_rope)",
+           "cached RoPE key was not rotated"),
+]
+ONLY["cache_k_rope_unrotated"] = "mla_cache"
+ONLY["decode_no_rope_score"] = "mla_decode"
 ONLY.update({"decode_default_position_s": "mla_decode_is_the_last_row",
              "cache_bytes_doubled": "cache_bytes",
              "cache_saving_k_without_rope": "cache_saving",
