@@ -1,0 +1,294 @@
+"""Point a wrong value at the line of the student's file where it went wrong.
+
+On a failed value check (``feedback.check_close``, or a suite's own check
+that says what it compared with ``feedback.with_values``), the grading
+process asks the worker to run the failing call again under a tracer
+(``grader/sandbox/runtime/probes/linetrace.py``: the values each line of the
+student's own file made, as data), traces the reference on the same inputs
+the same way here (it is trusted), and names the first line whose value
+leaves the reference's steps:
+
+    line 42, `scores = q @ k.T`: your scores differ from the reference's (first at (0, 1, 0): 2.69 vs 3.3)
+
+The reference's steps are its own local names and return values, in the
+order it makes them (``STEP_WORDS`` gives the words a student reads for
+each); a suite may give explicit steps instead (exercise A's constants).
+
+The rule, conservative because a wrong pointer is worse than none: a step
+is reproduced when some value of the student's has its shape (dimensions of
+size 1 aside; never a transpose) and is close to it at the check's own
+tolerance.  Steps the student never forms on their own (a scale folded into
+the scores) are skipped when a later step is reproduced: the pointer looks
+only past the last reproduced step, at the first student value made after
+the last line that reproduced one, whose shape is that of a step not
+reproduced.  Where none has, the feedback says that no line could be
+matched.  Everything here is best effort: a failure of its own adds
+nothing to the feedback and never changes a grade.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from grader import safetext
+from grader.sandbox.runtime.probes import linetrace
+
+NO_MATCH = "no line of your file could be matched to the reference's steps"
+PREFIX = "Where it goes wrong: "
+TEXT_LIMIT = 120        # characters of a line's text shown
+REFERENCE_BUDGET = 30.0  # seconds for tracing the reference (trusted, small inputs)
+
+# Student-facing words for the reference's step names: a local's name, or
+# "name()" for what the function of that name returned.
+STEP_WORDS = {
+    "scores": "scores", "weights": "attention weights", "allowed": "causal mask",
+    "m": "row maxima of the softmax", "e": "exponentials of the softmax",
+    "s": "row sums of the softmax", "softmax()": "softmax weights",
+    "causal_allowed()": "causal mask", "causal_mask()": "causal mask",
+    "q": "queries", "k": "keys", "v": "values",
+    "split_heads()": "heads (after the split)", "merge_heads()": "merged heads",
+    "repeat_kv()": "repeated K/V heads", "rope()": "rotated (RoPE) queries or keys",
+    "theta": "RoPE angles", "cos": "RoPE cosines", "sin": "RoPE sines",
+    "pos": "positions", "attention()": "attention output of each head",
+    "_attend()": "output", "gqa()": "output",
+    "c_kv": "latent cache c_kv", "k_rope": "RoPE keys k_rope", "k_nope": "keys without RoPE",
+    "q_nope": "queries without RoPE", "q_rope": "RoPE part of the queries",
+    "uk": "per-head W_uk blocks", "uv": "per-head W_uv blocks",
+    "cache()": "latent cache", "_queries()": "queries",
+    "SCORES": "SCORES (Q @ K.T)", "SCALED": "SCALED scores",
+    "WEIGHTS_FULL": "WEIGHTS_FULL", "OUT_FULL": "OUT_FULL",
+    "WEIGHTS_CAUSAL": "WEIGHTS_CAUSAL", "OUT_CAUSAL": "OUT_CAUSAL",
+}
+_SINGULAR = {"causal mask", "output", "latent cache", "latent cache c_kv",
+             "RoPE part of the queries", "SCORES (Q @ K.T)", "WEIGHTS_FULL", "OUT_FULL",
+             "WEIGHTS_CAUSAL", "OUT_CAUSAL"}
+
+
+@dataclass
+class Step:
+    """One value of the reference's: its name and numbers (flat, capped)."""
+    name: str
+    shape: tuple
+    values: np.ndarray
+
+
+@dataclass
+class Made:
+    """One value a line of the student's file made."""
+    line: int
+    text: str
+    name: str
+    shape: tuple
+    values: np.ndarray
+
+
+def words(name: str) -> str:
+    return STEP_WORDS.get(name, f"`{name}`")
+
+
+def steps_of(pairs) -> list[Step]:
+    """Explicit steps: ``(name, value)`` pairs in the reference's order."""
+    out = []
+    for name, value in pairs:
+        got = linetrace._numbers(value) if not isinstance(value, np.ndarray) else \
+            (tuple(value.shape), value.reshape(-1)[:linetrace.MAX_ELEMENTS].astype(np.float64))
+        if got is not None:
+            out.append(Step(name, tuple(got[0]), got[1]))
+    return out
+
+
+def trace_reference(call: Callable[[], object], files) -> list[Step]:
+    """The reference's steps: what each line of ``files`` made while
+    ``call()`` ran, named by its local (or ``fn()`` for a return value)."""
+    tracer = linetrace._Tracer([str(Path(f)) for f in files], REFERENCE_BUDGET)
+    import sys
+    previous = sys.gettrace()
+    sys.settrace(tracer.global_trace)
+    try:
+        call()
+    finally:
+        sys.settrace(previous)
+    return [Step(f"{r['fn']}()" if r["name"] == "return" else r["name"], tuple(r["shape"]),
+                 np.asarray(r["values"], dtype=np.float64)) for r in tracer.records]
+
+
+def made_of(records) -> list[Made]:
+    out = []
+    for r in records:
+        try:
+            out.append(Made(int(r["line"]), str(r["text"]), str(r["name"]),
+                            tuple(int(n) for n in r["shape"]),
+                            np.asarray(r["values"], dtype=np.float64).reshape(-1)))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def _squeezed(shape) -> tuple:
+    return tuple(n for n in shape if n != 1)
+
+
+def _same_shape(a, b) -> bool:
+    return _squeezed(a) == _squeezed(b)
+
+
+def _close(a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> bool:
+    n = min(a.size, b.size)
+    if n == 0:
+        return a.size == b.size
+    with np.errstate(invalid="ignore", over="ignore"):
+        return bool(np.all(np.isclose(a[:n], b[:n], atol=atol, rtol=rtol, equal_nan=True)))
+
+
+def _reproduces(made, step: Step, atol: float, rtol: float) -> bool:
+    return _same_shape(made.shape, step.shape) and _close(made.values, step.values, atol, rtol)
+
+
+def _telling(steps: list[Step], inputs: list[Step], atol: float, rtol: float) -> list[Step]:
+    """The steps that say something: not an input over again, not a
+    constant (an all-zero accumulator matches too much), not a scalar, and
+    not a step the one before already was."""
+    out: list[Step] = []
+    for step in steps:
+        if not step.shape or step.values.size < 2 or np.all(step.values == step.values[0]):
+            continue
+        if any(_reproduces(x, step, atol, rtol) for x in inputs):
+            continue
+        if out and _reproduces(out[-1], step, 0.0, 0.0):
+            continue
+        out.append(step)
+    return out
+
+
+@dataclass
+class Pointer:
+    made: Made | None       # None: no line could be matched
+    step: Step | None
+
+    def text(self, atol: float, rtol: float) -> str:
+        if self.made is None:
+            return f"{PREFIX}{NO_MATCH}."
+        made, step = self.made, self.step
+        n = min(made.values.size, step.values.size)
+        with np.errstate(invalid="ignore", over="ignore"):
+            off = ~np.isclose(made.values[:n], step.values[:n], atol=atol, rtol=rtol,
+                              equal_nan=True)
+        where = ""
+        if off.any():
+            flat = int(np.argmax(off))
+            idx = tuple(int(i) for i in np.unravel_index(flat, made.shape)) if made.shape else ()
+            where = (f" (first at {list(idx)}: yours {made.values[flat]:.4g} vs "
+                     f"{step.values[flat]:.4g})")
+        elif made.values.size != step.values.size:
+            where = f" (shape {list(made.shape)} vs {list(step.shape)})"
+        said = words(step.name)
+        verb = "differs" if said in _SINGULAR else "differ"
+        line_text = safetext.clean(made.text, TEXT_LIMIT, one_line=True)
+        return (f"{PREFIX}line {made.line}, `{line_text}`: your {said} {verb} from the "
+                f"reference's{where}.")
+
+
+def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: float,
+           inputs: list[Step] = ()) -> Pointer | None:
+    """The pointer for a wrong value (see the module's docstring), or None
+    when the student's values reproduce every step (nothing to point at)."""
+    steps = _telling(steps, list(inputs), atol, rtol)
+    made = [m for m in made if m.shape and not any(_reproduces(m, x, 0.0, 0.0) for x in inputs)]
+    if expected is not None:
+        # Only the steps up to the value the check expected: later ones are
+        # another answer's.
+        end = next((i for i, s in enumerate(steps)
+                    if _reproduces(expected, s, atol, rtol)), None)
+        if end is None:
+            steps = steps + [expected] if expected.shape else steps
+        else:
+            steps = steps[:end + 1]
+    if not steps:
+        return Pointer(None, None)
+    hits = [[i for i, m in enumerate(made) if _reproduces(m, s, atol, rtol)] for s in steps]
+    done = [k for k, h in enumerate(hits) if h]
+    last = max(done) if done else -1
+    if last == len(steps) - 1:
+        return None
+    after = max((i for k in range(last + 1) for i in hits[k]), default=-1)
+    later = steps[last + 1:]
+    for i in range(after + 1, len(made)):
+        for step in later:
+            if _same_shape(made[i].shape, step.shape):
+                return Pointer(made[i], step)
+    # Wrong only at the output: the line that returned it.
+    final = steps[-1]
+    if made and made[-1].name == "return" and _same_shape(made[-1].shape, final.shape) \
+            and not _reproduces(made[-1], final, atol, rtol):
+        return Pointer(made[-1], final)
+    return Pointer(None, None)
+
+
+def as_step(value, name: str = "output") -> Step | None:
+    got = steps_of([(name, np.asarray(value, dtype=np.float64))]) if value is not None else []
+    return got[0] if got else None
+
+
+def budget_for(timeout: float | None) -> float:
+    """Seconds the traced call may trace: half the call's own limit, so the
+    call (traced, then untraced) ends within that limit."""
+    limit = 10.0 if timeout is None or not math.isfinite(timeout) else float(timeout)
+    return max(0.5, limit / 2)
+
+
+def _checked(exc):
+    """The ``Checked`` of a failed value check: on the feedback, or on one it
+    was raised from (``on_case`` says which case, raising anew)."""
+    seen = 0
+    while exc is not None and seen < 8:
+        checked = getattr(exc, "checked", None)
+        if checked is not None:
+            return checked
+        exc, seen = exc.__context__, seen + 1
+    return None
+
+
+def _the_call(student, got):
+    """The test's call whose answer ``got`` is (or is an item of), if any."""
+    for value, name, args, kwargs in reversed(student.calls):
+        if value is got or (isinstance(value, (tuple, list)) and any(v is got for v in value)):
+            return name, args, kwargs
+    return None
+
+
+def point(exercise: str, student, exc) -> str | None:
+    """The line pointer's line for a test that failed with ``exc``, or None
+    (not a value check, a call not traced here, or nothing to point at)."""
+    checked = _checked(exc)
+    if checked is None:
+        return None
+    atol, rtol = float(checked.atol), float(checked.rtol)
+    expected = as_step(checked.expected)
+    budget = budget_for(student.call_limit)
+    if checked.steps is not None:
+        steps, inputs = steps_of(checked.steps), []
+        traced = student.trace_lines(None, [], {}, budget) if checked.module else None
+    else:
+        from grader.reference.line_steps import references
+        found = _the_call(student, checked.got)
+        table = references()
+        if found is None or (exercise, found[0]) not in table:
+            return None
+        name, args, kwargs = found
+        modules, call = table[(exercise, name)]
+        steps = trace_reference(lambda: call(*args, **kwargs), [m.__file__ for m in modules])
+        inputs = steps_of([("input", a) for a in list(args) + list(kwargs.values())])
+        traced = student.trace_lines(name, args, kwargs, budget)
+    if not isinstance(traced, dict) or not isinstance(traced.get("records"), list):
+        return None
+    pointer = locate(steps, made_of(traced["records"]), expected, atol, rtol, inputs)
+    if pointer is None:
+        return None
+    text = pointer.text(atol, rtol)
+    if pointer.made is None and traced.get("stopped"):
+        text = text[:-1] + " (the trace stopped at its time limit)."
+    return text

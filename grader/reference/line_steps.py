@@ -1,0 +1,45 @@
+"""Which reference function the line pointer traces for a student's function.
+
+``REFERENCES[(exercise, function)]`` is ``(module, call)``: the secret
+reference module whose file is traced (its own local names become the
+steps, ``grader.linepointer.STEP_WORDS`` says them to a student) and
+``call(*args, **kwargs)``, the reference called with the student function's
+own arguments.  A function not listed gets no pointer.  Loaded only in the
+grading process; the student edition, which has no secret references, gets
+no pointer (``references()`` returns nothing there).
+"""
+from __future__ import annotations
+
+
+def references() -> dict:
+    """The table, or ``{}`` where the secret references are absent."""
+    try:
+        from grader.reference.secret import attention, attention_np, mla, roofline
+    except ImportError:
+        return {}
+    np_files = (attention_np,)
+    torch_files = (attention,)
+    return {
+        ("ex02_mha", "multi_head_attention"): (np_files, lambda x, w_q, w_k, w_v, w_o, n_heads, *,
+                                               causal=True, positions=None, rope_base=10000.0:
+                                               attention_np.gqa(x, w_q, w_k, w_v, w_o, n_heads,
+                                                                causal=causal, positions=positions,
+                                                                rope_base=rope_base)),
+        ("ex02_mha", "attention"): (np_files, lambda q, k, v, mask=None:
+                                    attention_np.attention(q, k, v, mask=mask)),
+        ("ex02_mha", "softmax"): (np_files, lambda x, axis=-1: attention_np.softmax(x, axis)),
+        ("ex02_mha", "rope"): (np_files, lambda x, positions, base=10000.0:
+                               attention_np.rope(x, positions, base)),
+        ("ex03_gqa", "grouped_query_attention"): (
+            np_files, lambda x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, *, causal=True,
+            positions=None, rope_base=10000.0: attention_np.gqa(
+                x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, causal=causal, positions=positions,
+                rope_base=rope_base)),
+        ("ex05_decode_prefill", "prefill_attention"): (
+            torch_files + (roofline,), lambda q, k, v: roofline.grouped(q, k, v, causal=True)),
+        ("ex05_decode_prefill", "decode_attention"): (
+            torch_files + (roofline,), lambda q, k, v: roofline.grouped(q, k, v, causal=False)),
+        ("ex08_mla", "mla_attention"): (torch_files + (mla,), mla.attention),
+        ("ex08_mla", "mla_decode"): (torch_files + (mla,), mla.decode),
+        ("ex08_mla", "mla_cache"): (torch_files + (mla,), mla.cache),
+    }
