@@ -53,6 +53,7 @@ STEP_WORDS = {
     "split_heads()": "heads (after the split)", "merge_heads()": "merged heads",
     "repeat_kv()": "repeated K/V heads", "rope()": "rotated (RoPE) queries or keys",
     "theta": "RoPE angles", "cos": "RoPE cosines", "sin": "RoPE sines",
+    "a": "first halves of RoPE's pairs", "b": "second halves of RoPE's pairs",
     "pos": "positions", "attention()": "attention output of each head",
     "_attend()": "output", "gqa()": "output",
     "c_kv": "latent cache c_kv", "k_rope": "RoPE keys k_rope", "k_nope": "keys without RoPE",
@@ -63,17 +64,21 @@ STEP_WORDS = {
     "WEIGHTS_FULL": "WEIGHTS_FULL", "OUT_FULL": "OUT_FULL",
     "WEIGHTS_CAUSAL": "WEIGHTS_CAUSAL", "OUT_CAUSAL": "OUT_CAUSAL",
 }
-_SINGULAR = {"causal mask", "output", "latent cache", "latent cache c_kv",
+_SINGULAR = {"causal mask", "output", "attention output of each head", "latent cache", "latent cache c_kv",
              "RoPE part of the queries", "SCORES (Q @ K.T)", "WEIGHTS_FULL", "OUT_FULL",
              "WEIGHTS_CAUSAL", "OUT_CAUSAL"}
 
 
 @dataclass
 class Step:
-    """One value of the reference's: its name and numbers (flat, capped)."""
+    """One value of the reference's: its name and numbers (flat, capped).
+    ``fixed``: the same whatever the inputs' numbers (a causal mask, RoPE's
+    angles): a student's copy of it says nothing about how far their work
+    on the inputs got right."""
     name: str
     shape: tuple
     values: np.ndarray
+    fixed: bool = False
 
 
 @dataclass
@@ -133,7 +138,10 @@ def _squeezed(shape) -> tuple:
 
 
 def _same_shape(a, b) -> bool:
-    return _squeezed(a) == _squeezed(b)
+    """Equal shapes; of different lengths, equal but for dimensions of size
+    1 (a group axis of one).  Never a transpose: ``(1, S)`` is not ``(S, 1)``."""
+    a, b = tuple(a), tuple(b)
+    return a == b if len(a) == len(b) else _squeezed(a) == _squeezed(b)
 
 
 def _close(a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> bool:
@@ -150,15 +158,18 @@ def _reproduces(made, step: Step, atol: float, rtol: float) -> bool:
 
 def _telling(steps: list[Step], inputs: list[Step], atol: float, rtol: float) -> list[Step]:
     """The steps that say something: not an input over again, not a
-    constant (an all-zero accumulator matches too much), not a scalar, and
-    not a step the one before already was."""
+    constant (an all-zero accumulator matches too much), not a scalar, not
+    ``fixed`` (a mask copied right says nothing of the work on the inputs),
+    and not a value an earlier step already was (the reference reading its
+    own ``v`` again must not count as a later step reproduced)."""
     out: list[Step] = []
     for step in steps:
-        if not step.shape or step.values.size < 2 or np.all(step.values == step.values[0]):
+        if step.fixed or not step.shape or step.values.size < 2 \
+                or np.all(step.values == step.values[0]):
             continue
         if any(_reproduces(x, step, atol, rtol) for x in inputs):
             continue
-        if out and _reproduces(out[-1], step, 0.0, 0.0):
+        if any(_reproduces(earlier, step, 0.0, 0.0) for earlier in out):
             continue
         out.append(step)
     return out
@@ -209,7 +220,8 @@ def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: flo
             steps = steps[:end + 1]
     if not steps:
         return Pointer(None, None)
-    hits = [[i for i, m in enumerate(made) if _reproduces(m, s, atol, rtol)] for s in steps]
+    hits = [[i for i, m in enumerate(made) if _reproduces(m, s, atol, rtol)] if not s.fixed
+            else [] for s in steps]
     done = [k for k, h in enumerate(hits) if h]
     last = max(done) if done else -1
     if last == len(steps) - 1:
@@ -238,6 +250,29 @@ def budget_for(timeout: float | None) -> float:
     call (traced, then untraced) ends within that limit."""
     limit = 10.0 if timeout is None or not math.isfinite(timeout) else float(timeout)
     return max(0.5, limit / 2)
+
+
+def _moved(values: list) -> list:
+    """The arguments with every float array's numbers changed (an affine map
+    keeps shapes, dtypes and which entries are finite)."""
+    out = []
+    for v in values:
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+            v = v * 1.25 + 0.125
+        elif type(v).__module__ == "torch" and getattr(v, "is_floating_point", lambda: False)():
+            v = v * 1.25 + 0.125
+        out.append(v)
+    return out
+
+
+def _mark_fixed(steps: list[Step], moved: list[Step]) -> None:
+    """Mark the steps the moved inputs left unchanged; none when the two runs
+    made different sequences of values (control flow that follows the data)."""
+    if len(steps) != len(moved) or any(a.name != b.name for a, b in zip(steps, moved)):
+        return
+    for a, b in zip(steps, moved):
+        a.fixed = a.shape == b.shape and a.values.size == b.values.size and \
+            bool(np.array_equal(a.values, b.values, equal_nan=True))
 
 
 def _checked(exc):
@@ -280,7 +315,11 @@ def point(exercise: str, student, exc) -> str | None:
             return None
         name, args, kwargs = found
         modules, call = table[(exercise, name)]
-        steps = trace_reference(lambda: call(*args, **kwargs), [m.__file__ for m in modules])
+        files = [m.__file__ for m in modules]
+        steps = trace_reference(lambda: call(*args, **kwargs), files)
+        moved = trace_reference(lambda: call(*_moved(args), **dict(zip(
+            kwargs, _moved(list(kwargs.values()))))), files)
+        _mark_fixed(steps, moved)
         inputs = steps_of([("input", a) for a in list(args) + list(kwargs.values())])
         traced = student.trace_lines(name, args, kwargs, budget)
     if not isinstance(traced, dict) or not isinstance(traced.get("records"), list):
