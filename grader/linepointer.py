@@ -42,6 +42,11 @@ PREFIX = "Where it goes wrong: "
 TEXT_LIMIT = 120        # characters of a line's text shown
 REFERENCE_BUDGET = 30.0  # seconds for tracing the reference (trusted, small inputs)
 
+# The reference's helpers that only convert what they are given (a
+# projection made inside an argument comes back from ``t64``): their results
+# are no step of the student's own that a pointer could wait for.
+PLUMBING = {"t64()", "_pos()"}
+
 # Student-facing words for the reference's step names: a local's name, or
 # "name()" for what the function of that name returned.
 STEP_WORDS = {
@@ -55,7 +60,7 @@ STEP_WORDS = {
     "theta": "RoPE angles", "cos": "RoPE cosines", "sin": "RoPE sines",
     "a": "first halves of RoPE's pairs", "b": "second halves of RoPE's pairs",
     "pos": "positions", "attention()": "attention output of each head",
-    "_attend()": "output", "gqa()": "output",
+    "_attend()": "output", "gqa()": "output", "t64()": "projections",
     "c_kv": "latent cache c_kv", "k_rope": "RoPE keys k_rope", "k_nope": "keys without RoPE",
     "q_nope": "queries without RoPE", "q_rope": "RoPE part of the queries",
     "uk": "per-head W_uk blocks", "uv": "per-head W_uv blocks",
@@ -89,6 +94,8 @@ class Made:
     name: str
     shape: tuple
     values: np.ndarray
+    file: str = ""          # where not the module's own file (ex03 calling ex02)
+    fn: str = ""            # the function whose line it is
 
 
 def words(name: str) -> str:
@@ -121,13 +128,17 @@ def trace_reference(call: Callable[[], object], files) -> list[Step]:
                  np.asarray(r["values"], dtype=np.float64)) for r in tracer.records]
 
 
-def made_of(records) -> list[Made]:
+def made_of(records, own: str = "") -> list[Made]:
+    """The student's values, ``own`` the module's file name (its lines are
+    said without it)."""
     out = []
     for r in records:
         try:
             out.append(Made(int(r["line"]), str(r["text"]), str(r["name"]),
                             tuple(int(n) for n in r["shape"]),
-                            np.asarray(r["values"], dtype=np.float64).reshape(-1)))
+                            np.asarray(r["values"], dtype=np.float64).reshape(-1),
+                            "" if r.get("file") == own else str(r.get("file", "")),
+                            str(r.get("fn", ""))))
         except (KeyError, TypeError, ValueError):
             continue
     return out
@@ -154,6 +165,17 @@ def _close(a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> bool:
 
 def _reproduces(made, step: Step, atol: float, rtol: float) -> bool:
     return _same_shape(made.shape, step.shape) and _close(made.values, step.values, atol, rtol)
+
+
+def _may_be(made: Made, step: Step) -> bool:
+    """Could ``made`` be the student's ``step``: its shape, and not the result
+    of a function the contract names for another step (the student's
+    ``repeat_kv`` is never the reference's ``rope()``)."""
+    if not _same_shape(made.shape, step.shape):
+        return False
+    theirs = f"{made.fn}()"
+    return not (made.name == "return" and step.name.endswith("()") and theirs in STEP_WORDS
+                and theirs not in PLUMBING and theirs != step.name)
 
 
 def _telling(steps: list[Step], inputs: list[Step], atol: float, rtol: float) -> list[Step]:
@@ -199,7 +221,8 @@ class Pointer:
         said = words(step.name)
         verb = "differs" if said in _SINGULAR else "differ"
         line_text = safetext.clean(made.text, TEXT_LIMIT, one_line=True)
-        return (f"{PREFIX}line {made.line}, `{line_text}`: your {said} {verb} from the "
+        of = f" of {safetext.clean(made.file, 80, one_line=True)}" if made.file else ""
+        return (f"{PREFIX}line {made.line}{of}, `{line_text}`: your {said} {verb} from the "
                 f"reference's{where}.")
 
 
@@ -226,17 +249,40 @@ def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: flo
     last = max(done) if done else -1
     if last == len(steps) - 1:
         return None
+    skipped = next((k for k in range(last) if not hits[k] and steps[k].name.endswith("()")
+                    and steps[k].name not in PLUMBING), None)
+    if skipped is not None:
+        return _within(steps, made, hits, skipped)
     after = max((i for k in range(last + 1) for i in hits[k]), default=-1)
-    later = steps[last + 1:]
+    # The first step not reproduced, or a later one where the student's
+    # values have another layout there (a softmax's maxima as (1, S) rows);
+    # never the output past a step not reproduced (a line of the student's
+    # that the tracer cannot see, a tuple's unchanged item, must not be
+    # blamed on the last line).
+    later = steps[last + 1:] if last + 1 == len(steps) - 1 else steps[last + 1:-1]
     for i in range(after + 1, len(made)):
         for step in later:
-            if _same_shape(made[i].shape, step.shape):
+            if _may_be(made[i], step):
                 return Pointer(made[i], step)
     # Wrong only at the output: the line that returned it.
     final = steps[-1]
-    if made and made[-1].name == "return" and _same_shape(made[-1].shape, final.shape) \
+    if last + 1 == len(steps) - 1 and made and made[-1].name == "return" and _same_shape(made[-1].shape, final.shape) \
             and not _reproduces(made[-1], final, atol, rtol):
         return Pointer(made[-1], final)
+    return Pointer(None, None)
+
+
+def _within(steps: list[Step], made: list[Made], hits: list, skipped: int) -> Pointer:
+    """A function's result the student never reproduced, though a later step
+    is (a branch gone wrong, beside one done right): only a value made
+    between the last line that reproduced a step before it and the first
+    that reproduced one after it can be that function's work."""
+    before = max((i for k in range(skipped) for i in hits[k]), default=-1)
+    until = min((i for k in range(skipped + 1, len(steps)) for i in hits[k] if i > before),
+                default=len(made))
+    for i in range(before + 1, until):
+        if _may_be(made[i], steps[skipped]):
+            return Pointer(made[i], steps[skipped])
     return Pointer(None, None)
 
 
@@ -324,7 +370,8 @@ def point(exercise: str, student, exc) -> str | None:
         traced = student.trace_lines(name, args, kwargs, budget)
     if not isinstance(traced, dict) or not isinstance(traced.get("records"), list):
         return None
-    pointer = locate(steps, made_of(traced["records"]), expected, atol, rtol, inputs)
+    own = f"{student._worker.module}.py"
+    pointer = locate(steps, made_of(traced["records"], own), expected, atol, rtol, inputs)
     if pointer is None:
         return None
     text = pointer.text(atol, rtol)

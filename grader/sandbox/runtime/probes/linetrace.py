@@ -2,9 +2,10 @@
 
 ``trace(module, name, args, kwargs, budget)`` calls ``module.<name>`` again on
 the failing case's inputs with ``sys.settrace`` watching only frames whose
-code lies in the module's own file, and returns, in the order they were
+code lies in the module's own file (or another module of the submission's
+folder that it calls), and returns, in the order they were
 made, the values each line assigned to a local (or returned) as data:
-``{"line", "text", "name", "shape", "values"}``, ``values`` the first
+``{"line", "text", "name", "fn", "file", "shape", "values"}``, ``values`` the first
 ``MAX_ELEMENTS`` numbers of the value, flattened, in float64.  ``name=None``
 runs the module's code again instead (exercise A's constants are lines of
 the module itself).  ``grader.linepointer`` compares them with the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import linecache
 import math
+import os
 import sys
 import time
 
@@ -91,8 +93,11 @@ def _TORCH_REAL(torch):  # noqa: N802 - a constant made once torch is imported
 class _Tracer:
     """Records what each line of one file assigned, within a time budget."""
 
-    def __init__(self, filenames, budget: float):
+    def __init__(self, filenames, budget: float, folder: str | None = None):
         self.filenames = frozenset(filenames)
+        # The submission's folder: its other modules (ex03 calls ex02's
+        # attention) are the student's lines too.
+        self.folder = folder + os.sep if folder else None
         self.deadline = time.monotonic() + budget
         self.records: list[dict] = []
         self.stopped = False
@@ -106,8 +111,12 @@ class _Tracer:
             return True
         return False
 
+    def _ours(self, filename: str) -> bool:
+        return filename in self.filenames or bool(
+            self.folder and filename.startswith(self.folder) and filename.endswith(".py"))
+
     def global_trace(self, frame, event, arg):
-        if self._over() or frame.f_code.co_filename not in self.filenames:
+        if self._over() or not self._ours(frame.f_code.co_filename):
             return None
         # The arguments a frame starts with are the inputs, not a line's work.
         self.seen[id(frame)] = {k: id(v) for k, v in frame.f_locals.items()}
@@ -148,6 +157,7 @@ class _Tracer:
         text = linecache.getline(code.co_filename, line).strip()[:MAX_TEXT]
         self.records.append({"line": int(line), "text": text, "name": str(name)[:MAX_TEXT],
                              "fn": str(code.co_name)[:MAX_TEXT],
+                             "file": os.path.basename(code.co_filename)[:MAX_TEXT],
                              "shape": [int(n) for n in shape], "values": values})
 
 
@@ -157,7 +167,7 @@ def trace(module, name, args, kwargs, budget: float) -> dict:
     filename = getattr(module, "__file__", None)
     if not filename or not math.isfinite(budget) or budget <= 0:
         return {"records": [], "stopped": True}
-    tracer = _Tracer([filename], float(budget))
+    tracer = _Tracer([filename], float(budget), os.path.dirname(os.path.abspath(filename)))
     linecache.checkcache(filename)
     previous = sys.gettrace()
     try:
