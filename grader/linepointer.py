@@ -227,9 +227,15 @@ class Pointer:
 
 
 def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: float,
-           inputs: list[Step] = ()) -> Pointer | None:
+           inputs: list[Step] = (), by_name: bool = False) -> Pointer | None:
     """The pointer for a wrong value (see the module's docstring), or None
-    when the student's values reproduce every step (nothing to point at)."""
+    when the student's values reproduce every step (nothing to point at).
+    ``by_name``: the student's values carry the steps' own names (exercise
+    A's constants), and only a value of a step's name can be that step."""
+    if by_name:
+        named = {s.name for s in steps}
+        made = [m for m in made if m.name in named]
+        return _by_name(steps, made, expected, atol, rtol)
     steps = _telling(steps, list(inputs), atol, rtol)
     made = [m for m in made if m.shape and not any(_reproduces(m, x, 0.0, 0.0) for x in inputs)]
     if expected is not None:
@@ -270,6 +276,20 @@ def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: flo
             and not _reproduces(made[-1], final, atol, rtol):
         return Pointer(made[-1], final)
     return Pointer(None, None)
+
+
+def _by_name(steps: list[Step], made: list[Made], expected, atol: float,
+             rtol: float) -> Pointer | None:
+    """The first step, in order, whose value of the same name is wrong."""
+    latest = {m.name: m for m in made}      # a name assigned twice: its last value
+    for step in steps:
+        mine = latest.get(step.name)
+        if mine is None:
+            return Pointer(None, None)
+        if not _reproduces(mine, step, atol, rtol):
+            return Pointer(mine, step) if _same_shape(mine.shape, step.shape) \
+                else Pointer(None, None)
+    return None
 
 
 def _within(steps: list[Step], made: list[Made], hits: list, skipped: int) -> Pointer:
@@ -371,7 +391,8 @@ def point(exercise: str, student, exc) -> str | None:
     if not isinstance(traced, dict) or not isinstance(traced.get("records"), list):
         return None
     own = f"{student._worker.module}.py"
-    pointer = locate(steps, made_of(traced["records"], own), expected, atol, rtol, inputs)
+    pointer = locate(steps, made_of(traced["records"], own), expected, atol, rtol, inputs,
+                     by_name=bool(checked.module))
     if pointer is None:
         return None
     text = pointer.text(atol, rtol)
