@@ -201,6 +201,7 @@ def _telling(steps: list[Step], inputs: list[Step], atol: float, rtol: float) ->
 class Pointer:
     made: Made | None       # None: no line could be matched
     step: Step | None
+    also: list = None       # other steps of that shape it may be (a fused line)
 
     def text(self, atol: float, rtol: float) -> str:
         if self.made is None:
@@ -218,12 +219,17 @@ class Pointer:
                      f"{step.values[flat]:.4g})")
         elif made.values.size != step.values.size:
             where = f" (shape {list(made.shape)} vs {list(step.shape)})"
-        said = words(step.name)
-        verb = "differs" if said in _SINGULAR else "differ"
         line_text = safetext.clean(made.text, TEXT_LIMIT, one_line=True)
         of = f" of {safetext.clean(made.file, 80, one_line=True)}" if made.file else ""
-        return (f"{PREFIX}line {made.line}{of}, `{line_text}`: your {said} {verb} from the "
-                f"reference's{where}.")
+        head = f"{PREFIX}line {made.line}{of}, `{line_text}`: "
+        if self.also:
+            name = safetext.clean(made.name, 60, one_line=True)
+            mine = "the value it returns" if made.name == "return" else f"your `{name}`"
+            return (f"{head}{mine} is neither the reference's {words(step.name)} nor its "
+                    f"{words(self.also[0].name)}{where}.")
+        said = words(step.name)
+        verb = "differs" if said in _SINGULAR else "differ"
+        return f"{head}your {said} {verb} from the reference's{where}."
 
 
 def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: float,
@@ -267,9 +273,12 @@ def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: flo
     # blamed on the last line).
     later = steps[last + 1:] if last + 1 == len(steps) - 1 else steps[last + 1:-1]
     for i in range(after + 1, len(made)):
-        for step in later:
-            if _may_be(made[i], step):
-                return Pointer(made[i], step)
+        fits = [step for step in later if _may_be(made[i], step)]
+        if fits:
+            # Several steps of that shape (scores, then weights): which one a
+            # line fusing them made cannot be told, so both are named.
+            others = [s for s in fits[1:] if words(s.name) != words(fits[0].name)]
+            return Pointer(made[i], fits[0], others[:1])
     # Wrong only at the output: the line that returned it.
     final = steps[-1]
     if last + 1 == len(steps) - 1 and made and made[-1].name == "return" and _same_shape(made[-1].shape, final.shape) \
