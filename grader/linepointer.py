@@ -171,7 +171,7 @@ def _may_be(made: Made, step: Step) -> bool:
     """Could ``made`` be the student's ``step``: its shape, and not the result
     of a function the contract names for another step (the student's
     ``repeat_kv`` is never the reference's ``rope()``)."""
-    if not _same_shape(made.shape, step.shape):
+    if not _same_shape(made.shape, step.shape) or step.name in PLUMBING:
         return False
     theirs = f"{made.fn}()"
     return not (made.name == "return" and step.name.endswith("()") and theirs in STEP_WORDS
@@ -273,10 +273,16 @@ def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: flo
     # blamed on the last line).
     later = steps[last + 1:] if last + 1 == len(steps) - 1 else steps[last + 1:-1]
     for i in range(after + 1, len(made)):
+        if i == len(made) - 1 and made[i].name == "return":
+            break   # the call's own result: only ever the output (below)
         fits = [step for step in later if _may_be(made[i], step)]
         if fits:
-            # Several steps of that shape (scores, then weights): which one a
-            # line fusing them made cannot be told, so both are named.
+            # Several steps of that shape (scores, then weights): the one the
+            # student's local is named after; else which one a line fusing
+            # them made cannot be told, so both are named.
+            named = [s for s in fits if s.name == made[i].name]
+            if named:
+                return Pointer(made[i], named[0])
             others = [s for s in fits[1:] if words(s.name) != words(fits[0].name)]
             return Pointer(made[i], fits[0], others[:1])
     # Wrong only at the output: the line that returned it.

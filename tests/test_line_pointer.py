@@ -61,7 +61,8 @@ CASES = [
     ("ex02_mha", "merge_without_transpose", "multi_head_attention_small",
      "return x.reshape(b, s, h * d_head)", "your merged heads differ", None),
     ("ex02_mha", "rope_interleaved", "multi_head_attention_small",
-     "x1, x2 = x[..., 0::2], x[..., 1::2]", "your first halves of RoPE's pairs differ", None),
+     "x1, x2 = x[..., 0::2], x[..., 1::2]",
+     "your `x1` is neither the reference's first halves of RoPE's pairs", None),
     ("ex03_gqa", "kv_tile", "gqa_random and float64", "return np.tile(x, (1, n_rep, 1, 1))",
      "your repeated K/V heads differ", None),
     ("ex05_decode_prefill", "no_scale", "prefill_attention_small",
@@ -113,15 +114,13 @@ def test_wrong_only_at_the_output_points_at_the_return(tmp_path):
 
 ANOTHER_ORDER = '''
 def attention(q, k, v, mask=None):
-    """Scaled before the product, the mask as a boolean, the softmax by hand."""
+    """Scaled before the product, the mask applied as a boolean."""
     d_head = q.shape[-1]
     q_scaled = q / d_head ** 0.5
     raw = q_scaled @ np.swapaxes(k, -1, -2)
     if mask is not None:
         raw = np.where(mask == 0, raw, -np.inf)
-    top = raw.max(axis=-1, keepdims=True)
-    w = np.exp(raw - top)
-    w = w / w.sum(axis=-1, keepdims=True)
+    w = softmax(raw, axis=-1)
     return w @ v
 '''
 
