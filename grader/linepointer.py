@@ -45,7 +45,7 @@ REFERENCE_BUDGET = 30.0  # seconds for tracing the reference (trusted, small inp
 # The reference's helpers that only convert what they are given (a
 # projection made inside an argument comes back from ``t64``): their results
 # are no step of the student's own that a pointer could wait for.
-PLUMBING = {"t64()", "_pos()"}
+PLUMBING = {"t64()", "_pos()", "_uk_blocks()"}   # _uk_blocks: W_uk reshaped per head
 
 # Student-facing words for the reference's step names: a local's name, or
 # "name()" for what the function of that name returned.

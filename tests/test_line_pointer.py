@@ -50,7 +50,7 @@ def _pointers(report, exercise: str) -> list[tuple[str, re.Match]]:
 
 
 # (exercise, mutant, -k of the tests that catch it, the mutated line's text,
-#  the words of the step the feedback must name, the file named or None)
+#  the words of the step the feedback must name, the other file named or None)
 CASES = [
     ("ex01_by_hand", "no_scale", "test_step and SCALED", "SCALED = [[1.0, 0.0, 1.0],",
      "your SCALED scores differ", None),
@@ -63,12 +63,17 @@ CASES = [
     ("ex02_mha", "rope_interleaved", "multi_head_attention_small",
      "x1, x2 = x[..., 0::2], x[..., 1::2]",
      "your `x1` is neither the reference's first halves of RoPE's pairs", None),
+    ("ex03_gqa", "no_mask_in_gqa", "gqa_random and float64",
+     "m = np.max(x, axis=axis, keepdims=True)", "your row maxima of the softmax differ",
+     "ex02_mha.py"),
     ("ex03_gqa", "kv_tile", "gqa_random and float64", "return np.tile(x, (1, n_rep, 1, 1))",
      "your repeated K/V heads differ", None),
     ("ex05_decode_prefill", "no_scale", "prefill_attention_small",
      "scores = qg @ k.transpose(-2, -1)  ", "your scores differ", None),
     ("ex05_decode_prefill", "diagonal_masked", "prefill_attention_small",
      'scores = scores.masked_fill(~allowed, float("-inf"))', "your scores differ", None),
+    ("ex08_mla", "scale_d_nope", "mla_attention_random and float64",
+     "scores = q @ k.transpose(-2, -1) / math.sqrt(d_nope)  ", "your scores differ", None),
 ]
 
 
@@ -80,8 +85,10 @@ def test_pointer_names_the_mutated_line_and_its_step(tmp_path, exercise, name, k
     report = _graded(tmp_path, exercise, source, keyword)
     found = _pointers(report, exercise)
     assert found, [t.output for t in failures(report, exercise)]
+    # A line of another module of the submission (ex03 calling ex02's) is read there.
+    where = source if file is None else (tmp_path / file).read_text()
     for output, match in found:
-        assert int(match.group(1)) == _line_of(source, line), output
+        assert int(match.group(1)) == _line_of(where, line), output
         assert match.group(2) == file, output
         assert match.group(4).startswith(words), output
         # Once, and last: the known mistake and expected vs got come first.
