@@ -47,6 +47,11 @@ REFERENCE_BUDGET = 30.0  # seconds for tracing the reference (trusted, small inp
 # are no step of the student's own that a pointer could wait for.
 PLUMBING = {"t64()", "_pos()", "_uk_blocks()"}   # _uk_blocks: W_uk reshaped per head
 
+# Steps a student cannot fold into another, like a function's result: the
+# running state a tile loop carries (a running sum gone wrong beside an
+# accumulator done right is still wrong there).
+CARRIED = {"m_new", "l_new", "acc_new"}
+
 # Student-facing words for the reference's step names: a local's name, or
 # "name()" for what the function of that name returned.
 STEP_WORDS = {
@@ -60,16 +65,21 @@ STEP_WORDS = {
     "theta": "RoPE angles", "cos": "RoPE cosines", "sin": "RoPE sines",
     "a": "first halves of RoPE's pairs", "b": "second halves of RoPE's pairs",
     "pos": "positions", "attention()": "attention output of each head",
-    "_attend()": "output", "gqa()": "output", "t64()": "projections",
+    "_attend()": "output", "gqa()": "output", "output()": "output", "t64()": "projections",
     "c_kv": "latent cache c_kv", "k_rope": "RoPE keys k_rope", "k_nope": "keys without RoPE",
     "q_nope": "queries without RoPE", "q_rope": "RoPE part of the queries",
     "uk": "per-head W_uk blocks", "uv": "per-head W_uv blocks",
     "cache()": "latent cache", "_queries()": "queries",
+    "m_new": "running max", "l_new": "running sum", "acc_new": "accumulator",
+    "alpha": "rescaling factor exp(m_old - m_new)", "p": "tile's exponentials",
+    "shift": "shift of the exponentials", "step_reference()": "updated (m, l, acc)",
     "SCORES": "SCORES (Q @ K.T)", "SCALED": "SCALED scores",
     "WEIGHTS_FULL": "WEIGHTS_FULL", "OUT_FULL": "OUT_FULL",
     "WEIGHTS_CAUSAL": "WEIGHTS_CAUSAL", "OUT_CAUSAL": "OUT_CAUSAL",
 }
-_SINGULAR = {"causal mask", "output", "attention output of each head", "latent cache", "latent cache c_kv",
+_SINGULAR = {"causal mask", "output", "attention output of each head", "running max",
+             "running sum", "accumulator", "rescaling factor exp(m_old - m_new)",
+             "shift of the exponentials", "latent cache", "latent cache c_kv",
              "RoPE part of the queries", "SCORES (Q @ K.T)", "WEIGHTS_FULL", "OUT_FULL",
              "WEIGHTS_CAUSAL", "OUT_CAUSAL"}
 
@@ -243,7 +253,11 @@ def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: flo
         made = [m for m in made if m.name in named]
         return _by_name(steps, made, expected, atol, rtol)
     steps = _telling(steps, list(inputs), atol, rtol)
-    made = [m for m in made if m.shape and not any(_reproduces(m, x, 0.0, 0.0) for x in inputs)]
+    # Neither an input over again nor a constant (a running max that starts
+    # at -inf is no step gone wrong).
+    made = [m for m in made if m.shape and m.values.size > 1
+            and not np.all(m.values == m.values[0])
+            and not any(_reproduces(m, x, 0.0, 0.0) for x in inputs)]
     if expected is not None:
         # Only the steps up to the value the check expected: later ones are
         # another answer's.
@@ -255,26 +269,31 @@ def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: flo
             steps = steps[:end + 1]
     if not steps:
         return Pointer(None, None)
+    if steps[-1].name.endswith("()"):    # the call's result: its output, whatever its name
+        steps[-1] = Step("output()", steps[-1].shape, steps[-1].values)
     hits = [[i for i, m in enumerate(made) if _reproduces(m, s, atol, rtol)] if not s.fixed
             else [] for s in steps]
     done = [k for k, h in enumerate(hits) if h]
     last = max(done) if done else -1
     if last == len(steps) - 1:
         return None
-    skipped = next((k for k in range(last) if not hits[k] and steps[k].name.endswith("()")
-                    and steps[k].name not in PLUMBING), None)
+    skipped = next((k for k in range(last) if not hits[k] and steps[k].name not in PLUMBING
+                    and (steps[k].name.endswith("()") or steps[k].name in CARRIED)), None)
     if skipped is not None:
         return _within(steps, made, hits, skipped)
-    after = max((i for k in range(last + 1) for i in hits[k]), default=-1)
+    after = _aligned(hits, last)
     # The first step not reproduced, or a later one where the student's
     # values have another layout there (a softmax's maxima as (1, S) rows);
     # never the output past a step not reproduced (a line of the student's
     # that the tracer cannot see, a tuple's unchanged item, must not be
     # blamed on the last line).
     later = steps[last + 1:] if last + 1 == len(steps) - 1 else steps[last + 1:-1]
+    right = {i for h in hits for i in h}    # a value that is a step is no divergence
     for i in range(after + 1, len(made)):
         if i == len(made) - 1 and made[i].name == "return":
             break   # the call's own result: only ever the output (below)
+        if i in right:
+            continue
         fits = [step for step in later if _may_be(made[i], step)]
         if fits:
             # Several steps of that shape (scores, then weights): the one the
@@ -291,6 +310,17 @@ def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: flo
             and not _reproduces(made[-1], final, atol, rtol):
         return Pointer(made[-1], final)
     return Pointer(None, None)
+
+
+def _aligned(hits: list, last: int) -> int:
+    """Where the student's values reproduced steps 0..``last``, read in
+    order: each step at its first value after the previous step's (a tile's
+    running sum is the one after that tile's exponentials, not the same
+    numbers stored again by the caller's line, nor an earlier tile's)."""
+    at = -1
+    for k in range(last + 1):
+        at = next((i for i in hits[k] if i > at), at)
+    return at
 
 
 def _by_name(steps: list[Step], made: list[Made], expected, atol: float,
@@ -312,11 +342,12 @@ def _within(steps: list[Step], made: list[Made], hits: list, skipped: int) -> Po
     is (a branch gone wrong, beside one done right): only a value made
     between the last line that reproduced a step before it and the first
     that reproduced one after it can be that function's work."""
-    before = max((i for k in range(skipped) for i in hits[k]), default=-1)
+    before = _aligned(hits, skipped - 1)
     until = min((i for k in range(skipped + 1, len(steps)) for i in hits[k] if i > before),
                 default=len(made))
+    right = {i for h in hits for i in h}
     for i in range(before + 1, until):
-        if _may_be(made[i], steps[skipped]):
+        if i not in right and _may_be(made[i], steps[skipped]):
             return Pointer(made[i], steps[skipped])
     return Pointer(None, None)
 

@@ -72,6 +72,12 @@ CASES = [
      "scores = qg @ k.transpose(-2, -1)  ", "your scores differ", None),
     ("ex05_decode_prefill", "diagonal_masked", "prefill_attention_small",
      'scores = scores.masked_fill(~allowed, float("-inf"))', "your scores differ", None),
+    ("ex07_flash_attention", "numpy_no_rescale", "blockwise_on_split_heads",
+     "acc_new = acc + p @ v", "your accumulator differs", None),
+    ("ex07_flash_attention", "numpy_rescale_acc_only", "blockwise_on_split_heads",
+     "l_new = l + np.sum(p, axis=-1)", "your running sum differs", None),
+    ("ex07_flash_attention", "numpy_exp2_without_log2e", "blockwise_on_split_heads",
+     "alpha = np.exp2(m - shift)", "your rescaling factor", None),
     ("ex08_mla", "scale_d_nope", "mla_attention_random and float64",
      "scores = q @ k.transpose(-2, -1) / math.sqrt(d_nope)  ", "your scores differ", None),
 ]

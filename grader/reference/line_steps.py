@@ -14,7 +14,7 @@ from __future__ import annotations
 def references() -> dict:
     """The table, or ``{}`` where the secret references are absent."""
     try:
-        from grader.reference.secret import attention, attention_np, mla, roofline
+        from grader.reference.secret import attention, attention_np, flash, mla, roofline
         mla_functions = (mla.attention, mla.decode, mla.cache)
     except (ImportError, AttributeError):   # the student edition's replay modules
         return {}
@@ -40,6 +40,11 @@ def references() -> dict:
             torch_files + (roofline,), lambda q, k, v: roofline.grouped(q, k, v, causal=True)),
         ("ex05_decode_prefill", "decode_attention"): (
             torch_files + (roofline,), lambda q, k, v: roofline.grouped(q, k, v, causal=False)),
+        ("ex07_flash_attention", "blockwise_attention"): (
+            (flash,), lambda q, k, v, block_size, causal=True: flash.blockwise_reference(
+                q, k, v, block_size, causal)),
+        ("ex07_flash_attention", "online_softmax_step"): (
+            (flash,), lambda m, l, acc, scores, v: flash.step_reference(m, l, acc, scores, v)),
         ("ex08_mla", "mla_attention"): (torch_files + (mla,), mla_functions[0]),
         ("ex08_mla", "mla_decode"): (torch_files + (mla,), mla_functions[1]),
         ("ex08_mla", "mla_cache"): (torch_files + (mla,), mla_functions[2]),
