@@ -296,14 +296,7 @@ def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: flo
             continue
         fits = [step for step in later if _may_be(made[i], step)]
         if fits:
-            # Several steps of that shape (scores, then weights): the one the
-            # student's local is named after; else which one a line fusing
-            # them made cannot be told, so both are named.
-            named = [s for s in fits if s.name == made[i].name]
-            if named:
-                return Pointer(made[i], named[0])
-            others = [s for s in fits[1:] if words(s.name) != words(fits[0].name)]
-            return Pointer(made[i], fits[0], others[:1])
+            return _named(made[i], fits)
     # Wrong only at the output: the line that returned it.
     final = steps[-1]
     if last + 1 == len(steps) - 1 and made and made[-1].name == "return" and _same_shape(made[-1].shape, final.shape) \
@@ -338,18 +331,35 @@ def _by_name(steps: list[Step], made: list[Made], expected, atol: float,
 
 
 def _within(steps: list[Step], made: list[Made], hits: list, skipped: int) -> Pointer:
-    """A function's result the student never reproduced, though a later step
-    is (a branch gone wrong, beside one done right): only a value made
-    between the last line that reproduced a step before it and the first
-    that reproduced one after it can be that function's work."""
-    before = _aligned(hits, skipped - 1)
+    """A function's result (or a tile's running state) the student never
+    reproduced, though a later step is (a branch gone wrong beside one done
+    right): only a value made after the last such step that was reproduced,
+    and before the first reproduced step after it, can be where it went
+    wrong, and only as a step not reproduced in between."""
+    anchor = max((k for k in range(skipped) if hits[k] and (
+        steps[k].name.endswith("()") or steps[k].name in CARRIED)), default=-1)
+    first = next(k for k in range(anchor + 1, skipped + 1) if not hits[k])
+    before = _aligned(hits, first - 1)
     until = min((i for k in range(skipped + 1, len(steps)) for i in hits[k] if i > before),
                 default=len(made))
+    wanted = [steps[k] for k in range(first, skipped + 1) if not hits[k]]
     right = {i for h in hits for i in h}
     for i in range(before + 1, until):
-        if i not in right and _may_be(made[i], steps[skipped]):
-            return Pointer(made[i], steps[skipped])
+        fits = [step for step in wanted if _may_be(made[i], step)] if i not in right else []
+        if fits:
+            return _named(made[i], fits)
     return Pointer(None, None)
+
+
+def _named(made: Made, fits: list[Step]) -> Pointer:
+    """``made`` as the step among ``fits`` (those of its shape) it is: the one
+    the student's local is named after; else, where a line fusing two (scores
+    and softmax) cannot be told, both are named."""
+    named = [s for s in fits if s.name == made.name]
+    if named:
+        return Pointer(made, named[0])
+    others = [s for s in fits[1:] if words(s.name) != words(fits[0].name)]
+    return Pointer(made, fits[0], others[:1])
 
 
 def as_step(value, name: str = "output") -> Step | None:
