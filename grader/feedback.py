@@ -358,7 +358,14 @@ def check_equal(got, expected, *, what: str, mistakes: Mistakes = None,
             lines.append(NO_KNOWN_MISTAKE)
         if hint:
             lines.append(hint)
-    raise Feedback("\n".join(lines))
+    feedback = Feedback("\n".join(lines))
+    if _number(got) and _number(expected):   # a number's line pointer (exercises E, F)
+        raise with_values(feedback, got, expected, atol=0.0, rtol=1e-12)
+    raise feedback
+
+
+def _number(x) -> bool:
+    return type(x) in (int, float)
 
 
 def _holds(compare) -> bool:

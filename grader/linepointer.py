@@ -70,6 +70,10 @@ STEP_WORDS = {
     "q_nope": "queries without RoPE", "q_rope": "RoPE part of the queries",
     "uk": "per-head W_uk blocks", "uv": "per-head W_uv blocks",
     "cache()": "latent cache", "_queries()": "queries",
+    "flops": "FLOP count", "nbytes": "byte count", "attention_flops()": "FLOP count",
+    "attention_bytes()": "byte count", "elems": "element count", "q_rows": "rows of q",
+    "o_rows": "rows of the output", "kv_rows": "rows of K and V", "pairs": "query-key pairs",
+    "per_pair": "FLOPs per query-key pair",
     "m_new": "running max", "l_new": "running sum", "acc_new": "accumulator",
     "alpha": "rescaling factor exp(m_old - m_new)", "p": "tile's exponentials",
     "shift": "shift of the exponentials", "step_reference()": "updated (m, l, acc)",
@@ -77,7 +81,7 @@ STEP_WORDS = {
     "WEIGHTS_FULL": "WEIGHTS_FULL", "OUT_FULL": "OUT_FULL",
     "WEIGHTS_CAUSAL": "WEIGHTS_CAUSAL", "OUT_CAUSAL": "OUT_CAUSAL",
 }
-_SINGULAR = {"causal mask", "output", "attention output of each head", "running max",
+_SINGULAR = {"causal mask", "output", "FLOP count", "byte count", "element count", "attention output of each head", "running max",
              "running sum", "accumulator", "rescaling factor exp(m_old - m_new)",
              "shift of the exponentials", "latent cache", "latent cache c_kv",
              "RoPE part of the queries", "SCORES (Q @ K.T)", "WEIGHTS_FULL", "OUT_FULL",
@@ -94,6 +98,7 @@ class Step:
     shape: tuple
     values: np.ndarray
     fixed: bool = False
+    aliases: list = None    # later names of the same value (``flops = attention_flops(...)``)
 
 
 @dataclass
@@ -188,7 +193,8 @@ def _may_be(made: Made, step: Step) -> bool:
                 and theirs not in PLUMBING and theirs != step.name)
 
 
-def _telling(steps: list[Step], inputs: list[Step], atol: float, rtol: float) -> list[Step]:
+def _telling(steps: list[Step], inputs: list[Step], atol: float, rtol: float,
+             scalars: bool = False) -> list[Step]:
     """The steps that say something: not an input over again, not a
     constant (an all-zero accumulator matches too much), not a scalar, not
     ``fixed`` (a mask copied right says nothing of the work on the inputs),
@@ -196,12 +202,14 @@ def _telling(steps: list[Step], inputs: list[Step], atol: float, rtol: float) ->
     own ``v`` again must not count as a later step reproduced)."""
     out: list[Step] = []
     for step in steps:
-        if step.fixed or not step.shape or step.values.size < 2 \
-                or np.all(step.values == step.values[0]):
+        if step.fixed or (not scalars and (not step.shape or step.values.size < 2
+                                           or np.all(step.values == step.values[0]))):
             continue
         if any(_reproduces(x, step, atol, rtol) for x in inputs):
             continue
-        if any(_reproduces(earlier, step, 0.0, 0.0) for earlier in out):
+        same = next((earlier for earlier in out if _reproduces(earlier, step, 0.0, 0.0)), None)
+        if same is not None:
+            same.aliases = (same.aliases or []) + [step.name]
             continue
         out.append(step)
     return out
@@ -225,8 +233,8 @@ class Pointer:
         if off.any():
             flat = int(np.argmax(off))
             idx = tuple(int(i) for i in np.unravel_index(flat, made.shape)) if made.shape else ()
-            where = (f" (first at {list(idx)}: yours {made.values[flat]:.4g} vs "
-                     f"{step.values[flat]:.4g})")
+            at = f"first at {list(idx)}: " if idx else ""
+            where = f" ({at}yours {made.values[flat]:.6g} vs {step.values[flat]:.6g})"
         elif made.values.size != step.values.size:
             where = f" (shape {list(made.shape)} vs {list(step.shape)})"
         line_text = safetext.clean(made.text, TEXT_LIMIT, one_line=True)
@@ -252,19 +260,22 @@ def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: flo
         named = {s.name for s in steps}
         made = [m for m in made if m.name in named]
         return _by_name(steps, made, expected, atol, rtol)
-    steps = _telling(steps, list(inputs), atol, rtol)
+    # A number's steps are numbers (exercises E and F's formulas): only
+    # there are scalars steps; elsewhere a scalar (a width, a count) is none.
+    scalars = expected is not None and not expected.shape
+    steps = _telling(steps, list(inputs), atol, rtol, scalars)
     # Neither an input over again nor a constant (a running max that starts
     # at -inf is no step gone wrong).
-    made = [m for m in made if m.shape and m.values.size > 1
-            and not np.all(m.values == m.values[0])
-            and not any(_reproduces(m, x, 0.0, 0.0) for x in inputs)]
+    made = [m for m in made if (scalars and not m.shape) or (
+        m.shape and m.values.size > 1 and not np.all(m.values == m.values[0]))]
+    made = [m for m in made if not any(_reproduces(m, x, 0.0, 0.0) for x in inputs)]
     if expected is not None:
         # Only the steps up to the value the check expected: later ones are
         # another answer's.
         end = next((i for i, s in enumerate(steps)
                     if _reproduces(expected, s, atol, rtol)), None)
         if end is None:
-            steps = steps + [expected] if expected.shape else steps
+            steps = steps + [expected]
         else:
             steps = steps[:end + 1]
     if not steps:
@@ -279,7 +290,11 @@ def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: flo
         return None
     skipped = next((k for k in range(last) if not hits[k] and steps[k].name not in PLUMBING
                     and (steps[k].name.endswith("()") or steps[k].name in CARRIED)), None)
-    if skipped is not None:
+    if scalars:
+        found = _by_number_names(steps, made, hits)
+        if found is not None:
+            return found
+    elif skipped is not None:
         return _within(steps, made, hits, skipped)
     after = _aligned(hits, last)
     # The first step not reproduced, or a later one where the student's
@@ -295,11 +310,19 @@ def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: flo
         if i in right:
             continue
         fits = [step for step in later if _may_be(made[i], step)]
+        if scalars:
+            # Every number has a number's shape: only its name can say which
+            # step it is (the student's `flops` is the reference's `flops`).
+            fits = [step for step in fits if _same_name(made[i], step)]
         if fits:
             return _named(made[i], fits)
     # Wrong only at the output: the line that returned it.
     final = steps[-1]
-    if last + 1 == len(steps) - 1 and made and made[-1].name == "return" and _same_shape(made[-1].shape, final.shape) \
+    # (A formula whose every number before its return is one of the
+    # reference's made the rest inside its return line.)
+    right = {i for h in hits for i in h}
+    inline = scalars and all(i in right for i in range(len(made) - 1))
+    if (last + 1 == len(steps) - 1 or inline) and made and made[-1].name == "return" and _same_shape(made[-1].shape, final.shape) \
             and not _reproduces(made[-1], final, atol, rtol):
         return Pointer(made[-1], final)
     return Pointer(None, None)
@@ -351,6 +374,25 @@ def _within(steps: list[Step], made: list[Made], hits: list, skipped: int) -> Po
     return Pointer(None, None)
 
 
+def _same_name(made: Made, step: Step) -> bool:
+    names = [step.name] + (step.aliases or [])
+    return made.name in names or (made.name == "return" and f"{made.fn}()" in names)
+
+
+def _by_number_names(steps: list[Step], made: list[Made], hits: list) -> Pointer | None:
+    """A formula's pointer: the first step not reproduced that a number of the
+    student's bears the name of (its `flops`, `nbytes`), that number wrong."""
+    right = {i for h in hits for i in h}
+    for k, step in enumerate(steps[:-1]):
+        if hits[k]:
+            continue
+        mine = next((m for i, m in enumerate(made) if i not in right and _same_name(m, step)),
+                    None)
+        if mine is not None:
+            return Pointer(mine, step)
+    return None
+
+
 def _named(made: Made, fits: list[Step]) -> Pointer:
     """``made`` as the step among ``fits`` (those of its shape) it is: the one
     the student's local is named after; else, where a line fusing two (scores
@@ -376,7 +418,10 @@ def budget_for(timeout: float | None) -> float:
 
 def _moved(values: list) -> list:
     """The arguments with every float array's numbers changed (an affine map
-    keeps shapes, dtypes and which entries are finite)."""
+    keeps shapes, dtypes and which entries are finite); a formula's
+    arguments (numbers only) each one more."""
+    if all(type(v) in (int, float) for v in values):
+        return [v + 1 for v in values]
     out = []
     for v in values:
         if isinstance(v, np.ndarray) and v.dtype.kind == "f":
@@ -439,8 +484,11 @@ def point(exercise: str, student, exc) -> str | None:
         modules, call = table[(exercise, name)]
         files = [m.__file__ for m in modules]
         steps = trace_reference(lambda: call(*args, **kwargs), files)
-        moved = trace_reference(lambda: call(*_moved(args), **dict(zip(
-            kwargs, _moved(list(kwargs.values()))))), files)
+        try:
+            moved = trace_reference(lambda: call(*_moved(args), **dict(zip(
+                kwargs, _moved(list(kwargs.values()))))), files)
+        except Exception:  # noqa: BLE001 - moved inputs it refuses: nothing is fixed
+            moved = []
         _mark_fixed(steps, moved)
         inputs = steps_of([("input", a) for a in list(args) + list(kwargs.values())])
         traced = student.trace_lines(name, args, kwargs, budget)

@@ -72,6 +72,14 @@ CASES = [
      "scores = qg @ k.transpose(-2, -1)  ", "your scores differ", None),
     ("ex05_decode_prefill", "diagonal_masked", "prefill_attention_small",
      'scores = scores.masked_fill(~allowed, float("-inf"))', "your scores differ", None),
+    ("ex04_quadratic", "scores_without_batch", "score_matrix_bytes_hidden",
+     "return n_heads * seq_len * seq_len * bytes_per_elem", "your output differs", None),
+    ("ex05_decode_prefill", "flops_factor_2", "attention_flops_hidden",
+     "return 2 * d_head * pairs * batch * n_heads", "your output differs", None),
+    ("ex06_gqa_intensity", "intensity_flops_half", "decode_intensity_hidden",
+     "flops = 2 * batch * n_heads * seq_len * d_head", "your FLOP count differs", None),
+    ("ex06_gqa_intensity", "intensity_float_bytes", "decode_intensity_hidden",
+     "nbytes = 4 * batch * d_head * (2 * n_heads", "your byte count differs", None),
     ("ex07_flash_attention", "numpy_no_rescale", "blockwise_on_split_heads",
      "acc_new = acc + p @ v", "your accumulator differs", None),
     ("ex07_flash_attention", "numpy_rescale_acc_only", "blockwise_on_split_heads",
@@ -186,6 +194,17 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, n_heads, *, causal=True, positio
         rows.append(np.concatenate(heads, axis=-1) @ w_o.T)
     return np.stack(rows)
 '''
+
+
+def test_a_formula_whose_wrong_number_bears_no_step_name_says_so(tmp_path):
+    # k_and_v is wrong, but the reference counts rows, not `k_and_v`: the
+    # return line that adds it up is right and must not be blamed.
+    source = _mutant("ex05_decode_prefill", "bytes_kv_once").apply(
+        (SOLUTIONS / "ex05_decode_prefill.py").read_text())
+    report = _graded(tmp_path, "ex05_decode_prefill", source, "attention_bytes_hidden")
+    outputs = [t.output for t in failures(report, "ex05_decode_prefill")]
+    assert outputs
+    assert all(f"Where it goes wrong: {linepointer.NO_MATCH}." in x for x in outputs), outputs
 
 
 def test_no_step_maps_says_so(tmp_path):

@@ -40,6 +40,11 @@ def references() -> dict:
             torch_files + (roofline,), lambda q, k, v: roofline.grouped(q, k, v, causal=True)),
         ("ex05_decode_prefill", "decode_attention"): (
             torch_files + (roofline,), lambda q, k, v: roofline.grouped(q, k, v, causal=False)),
+        # Formulas: their steps are numbers (flops, bytes).
+        ("ex04_quadratic", "score_matrix_bytes"): ((roofline,), roofline.score_matrix_bytes),
+        ("ex05_decode_prefill", "attention_flops"): ((roofline,), roofline.attention_flops),
+        ("ex05_decode_prefill", "attention_bytes"): ((roofline,), roofline.attention_bytes),
+        ("ex06_gqa_intensity", "decode_intensity"): ((roofline,), roofline.decode_intensity),
         ("ex07_flash_attention", "blockwise_attention"): (
             (flash,), lambda q, k, v, block_size, causal=True: flash.blockwise_reference(
                 q, k, v, block_size, causal)),
