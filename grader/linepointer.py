@@ -145,16 +145,20 @@ def trace_reference(call: Callable[[], object], files) -> list[Step]:
 
 def made_of(records, own: str = "") -> list[Made]:
     """The student's values, ``own`` the module's file name (its lines are
-    said without it)."""
+    said without it).  The worker's answer is held to the tracer's own
+    bounds again here: a submission that forges it gets no more of the
+    grading's time than an honest trace."""
     out = []
-    for r in records:
+    for r in records[:linetrace.MAX_RECORDS]:
         try:
-            out.append(Made(int(r["line"]), str(r["text"]), str(r["name"]),
-                            tuple(int(n) for n in r["shape"]),
-                            np.asarray(r["values"], dtype=np.float64).reshape(-1),
+            out.append(Made(int(r["line"]), str(r["text"])[:linetrace.MAX_TEXT],
+                            str(r["name"])[:linetrace.MAX_TEXT],
+                            tuple(int(n) for n in r["shape"][:32]),
+                            np.asarray(r["values"], dtype=np.float64).reshape(-1)[
+                                :linetrace.MAX_ELEMENTS],
                             "" if r.get("file") == own else str(r.get("file", "")),
                             str(r.get("fn", ""))))
-        except (KeyError, TypeError, ValueError):
+        except (AttributeError, KeyError, TypeError, ValueError):
             continue
     return out
 

@@ -299,3 +299,12 @@ def test_tracer_records_each_line_and_stops_at_its_budget(tmp_path):
     cut = linetrace.trace(module, "slow", [np.ones(3)], {}, 0.2)
     assert cut["stopped"]
     assert not any(r["name"] == "return" for r in cut["records"])   # untraced by then
+
+
+def test_a_forged_trace_is_held_to_the_tracers_bounds():
+    forged = [{"line": 1, "text": "x" * 10_000, "name": "y", "shape": [50_000],
+               "values": np.zeros(50_000)}] * (10 * linetrace.MAX_RECORDS) + ["not a record"]
+    made = linepointer.made_of(forged)
+    assert len(made) == linetrace.MAX_RECORDS
+    assert all(m.values.size <= linetrace.MAX_ELEMENTS and len(m.text) <= linetrace.MAX_TEXT
+               for m in made)
