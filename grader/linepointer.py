@@ -413,11 +413,14 @@ def as_step(value, name: str = "output") -> Step | None:
     return got[0] if got else None
 
 
+MIN_BUDGET = 0.2   # seconds of tracing below which no pointer is tried
+
+
 def budget_for(timeout: float | None) -> float:
     """Seconds the traced call may trace: half the call's own limit, so the
     call (traced, then untraced) ends within that limit."""
     limit = 10.0 if timeout is None or not math.isfinite(timeout) else float(timeout)
-    return max(0.5, limit / 2)
+    return limit / 2
 
 
 def _moved(values: list) -> list:
@@ -460,9 +463,9 @@ def _checked(exc):
 
 def _the_call(student, got):
     """The test's call whose answer ``got`` is (or is an item of), if any."""
-    for value, name, args, kwargs in reversed(student.calls):
+    for value, name, args, kwargs, took in reversed(student.calls):
         if value is got or (isinstance(value, (tuple, list)) and any(v is got for v in value)):
-            return name, args, kwargs
+            return name, args, kwargs, took
     return None
 
 
@@ -484,7 +487,13 @@ def point(exercise: str, student, exc) -> str | None:
         table = references()
         if found is None or (exercise, found[0]) not in table:
             return None
-        name, args, kwargs = found
+        name, args, kwargs, took = found
+        # Traced, then untraced for what is left, the call must end well
+        # within its limit: a time-out would end the worker and count
+        # against the submission's later calls.
+        budget = budget_for(student.call_limit) - 1.5 * took
+        if budget < MIN_BUDGET:
+            return None
         modules, call = table[(exercise, name)]
         files = [m.__file__ for m in modules]
         steps = trace_reference(lambda: call(*args, **kwargs), files)

@@ -308,3 +308,19 @@ def test_a_forged_trace_is_held_to_the_tracers_bounds():
     assert len(made) == linetrace.MAX_RECORDS
     assert all(m.values.size <= linetrace.MAX_ELEMENTS and len(m.text) <= linetrace.MAX_TEXT
                for m in made)
+
+
+def test_a_call_too_slow_to_trace_again_within_its_limit_gets_no_pointer():
+    from grader.feedback import Feedback, with_values
+
+    class Slow:
+        """A test's student whose failing call took most of its limit."""
+        call_limit = 10.0
+        got = np.zeros((1, 5, 8))
+        calls = [(got, "multi_head_attention", (got,), {}, 4.0)]
+
+        def trace_lines(self, *args):
+            raise AssertionError("traced again past its limit")
+
+    exc = with_values(Feedback("wrong"), Slow.got, np.ones((1, 5, 8)), atol=1e-6, rtol=1e-6)
+    assert linepointer.point("ex02_mha", Slow(), exc) is None

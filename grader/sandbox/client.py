@@ -560,7 +560,7 @@ class StudentModule:
         # What came back to the test (``grader.fault`` tells by them whether an
         # exception in the grader's code was raised by a malformed answer).
         self.answers: list = [] if answers is None else answers
-        # The test's last calls, (answer, name, args, kwargs): the line pointer
+        # The test's last calls, (answer, name, args, kwargs, seconds): the line pointer
         # (``grader.linepointer``) traces again the one whose answer was wrong.
         self.calls: list[tuple] = []
 
@@ -583,6 +583,7 @@ class StudentModule:
     def call(self, name: str, *args, **kwargs):
         what = _call_text(f"{self._worker.module}.{name}", args, kwargs)
         self.called.append(name)
+        start = time.monotonic()
         try:
             value = self._worker.request({"op": "call", "name": name, "args": list(args),
                                           "kwargs": kwargs}, what, self._timeout)
@@ -592,7 +593,8 @@ class StudentModule:
                 raise StudentError(f"{self._worker.module}.py does not define {name}") from None
             raise
         self.answers.append(value)
-        self.calls = self.calls[-(MAX_CALLS_KEPT - 1):] + [(value, name, args, kwargs)]
+        took = time.monotonic() - start
+        self.calls = self.calls[-(MAX_CALLS_KEPT - 1):] + [(value, name, args, kwargs, took)]
         return value
 
     @property
