@@ -14,14 +14,18 @@ The reference's steps are its own local names and return values, in the
 order it makes them (``STEP_WORDS`` gives the words a student reads for
 each); a suite may give explicit steps instead (exercise A's constants).
 
-The rule, conservative because a wrong pointer is worse than none: a step
-is reproduced when some value of the student's has its shape (dimensions of
-size 1 aside; never a transpose) and is close to it at the check's own
-tolerance.  Steps the student never forms on their own (a scale folded into
-the scores) are skipped when a later step is reproduced: the pointer looks
-only past the last reproduced step, at the first student value made after
-the last line that reproduced one, whose shape is that of a step not
-reproduced.  Where none has, the feedback says that no line could be
+The rule, conservative because a wrong pointer is worse than none (see
+``locate``): a step is reproduced when some value of the student's has its
+shape (equal; of another length, equal but for dimensions of size 1; never
+a transpose) and is close to it at the check's own tolerance.  Steps the
+student never forms on their own (a scale folded into the scores) are
+skipped when a later step is reproduced: the pointer looks past the last
+reproduced step, at the first value made after the line that reproduced
+the steps before it, in order, that is no step and has the shape of a step
+not reproduced.  A function's result or a tile's running state that is not
+reproduced though a later step is (a branch gone wrong beside one done
+right) is looked for only between its neighbours.  A number is a step only
+by its name.  Where nothing fits, the feedback says that no line could be
 matched.  Everything here is best effort: a failure of its own adds
 nothing to the feedback and never changes a grade.
 """
@@ -320,13 +324,12 @@ def locate(steps: list[Step], made: list[Made], expected, atol: float, rtol: flo
             fits = [step for step in fits if _same_name(made[i], step)]
         if fits:
             return _named(made[i], fits)
-    # Wrong only at the output: the line that returned it.
+    # Wrong only at the output: the line that returned it (for a formula,
+    # one whose every number before its return is one of the reference's).
     final = steps[-1]
-    # (A formula whose every number before its return is one of the
-    # reference's made the rest inside its return line.)
-    right = {i for h in hits for i in h}
     inline = scalars and all(i in right for i in range(len(made) - 1))
-    if (last + 1 == len(steps) - 1 or inline) and made and made[-1].name == "return" and _same_shape(made[-1].shape, final.shape) \
+    if (last + 1 == len(steps) - 1 or inline) and made and made[-1].name == "return" \
+            and _same_shape(made[-1].shape, final.shape) \
             and not _reproduces(made[-1], final, atol, rtol):
         return Pointer(made[-1], final)
     return Pointer(None, None)
