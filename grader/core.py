@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import fault, rootcause
+from grader import fault, linepointer, rootcause
 from grader.registry import EXERCISES, fork_server_preloads, suite_files
 from grader.feedback import Feedback, take_passed
 from grader.options import GraderConfigError, Options, exercises_of as _exercises
@@ -89,6 +89,17 @@ def plan(items, options: Options) -> dict[str, Planned]:
 # make (replay.py).  Their points stay in the maximum either way.
 NEEDS = "needs "
 EDITION_ONLY = "not checked in the student edition"
+
+
+def _with_pointer(output: str, exercise: str, student: StudentModule, exc) -> str:
+    """``output`` with the line pointer's line after it (``grader.linepointer``):
+    after what the check said, so the known mistake and expected vs got come
+    first.  Its own failure, or a student error while tracing, adds nothing."""
+    try:
+        line = linepointer.point(exercise, student, exc)
+    except Exception:  # noqa: BLE001 - best effort: never the test's result
+        return output
+    return f"{output}\n{line}" if line else output
 
 
 def describe_failure(excinfo) -> str:
@@ -373,6 +384,10 @@ class GradingPlugin:
         student = item.funcargs.get("student") if hasattr(item, "funcargs") else None
         if isinstance(student, StudentModule):
             self.called[id(result)] = list(student.called)
+            if result.status == FAILED and call.excinfo is not None \
+                    and isinstance(call.excinfo.value, Feedback):
+                result.output = _with_pointer(result.output, exercise, student,
+                                              call.excinfo.value)
         self.results[item.nodeid] = result
         self.report.tests.append(result)
 

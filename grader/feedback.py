@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import types
+from dataclasses import dataclass
 from typing import Callable, Mapping, Union
 
 import numpy as np
@@ -173,6 +174,8 @@ def still_possible(checks: list[tuple], ruled: set[str]) -> list[str]:
 class Feedback(AssertionError):
     """A wrong answer, explained.  ``str()`` is shown to the student."""
 
+    checked = None   # a value check's ``Checked``, for the line pointer
+
 
 def _fmt(x) -> str:
     if isinstance(x, (float, np.floating)):
@@ -266,6 +269,29 @@ def matching_mistake(got: np.ndarray, mistakes: Mistakes, atol: float, rtol: flo
     return names[0] if len(names) == 1 else f"{names[0]}{OR}{names[1]})"
 
 
+@dataclass
+class Checked:
+    """What a failed value check compared, kept on its ``Feedback`` for the
+    line pointer (``grader.linepointer``): the answer as it came back, what
+    was expected, the tolerance; ``steps``, where the suite names the
+    reference's steps itself (``(name, value)`` pairs in order), and
+    ``module``, where the answer is the module's own constants (exercise A)."""
+    got: object
+    expected: object
+    atol: float
+    rtol: float
+    steps: list | None = None
+    module: bool = False
+
+
+def with_values(feedback: Feedback, got, expected, *, atol: float, rtol: float,
+                steps: list | None = None, module: bool = False) -> Feedback:
+    """``feedback``, saying what it compared (``Checked``): a suite's own
+    value check raises this to get the line pointer ``check_close`` gets."""
+    feedback.checked = Checked(got, expected, atol, rtol, steps, module)
+    return feedback
+
+
 def check_close(got, expected, *, what: str, atol: float, rtol: float,
                 mistakes: Mistakes = None, hint: str | None = None, hint_where=None,
                 check_dtype: bool = False) -> None:
@@ -274,7 +300,18 @@ def check_close(got, expected, *, what: str, atol: float, rtol: float,
     ``hint`` is shown only when no known mistake matches and, when
     ``hint_where`` (a boolean array broadcastable to the answer) is given,
     only when the first mismatch lies where it is True: a hint about rows
-    that see no key must not appear on a failure elsewhere."""
+    that see no key must not appear on a failure elsewhere.  The feedback
+    keeps what was compared (``Checked``) for the line pointer."""
+    try:
+        _check_close(got, expected, what=what, atol=atol, rtol=rtol, mistakes=mistakes,
+                     hint=hint, hint_where=hint_where, check_dtype=check_dtype)
+    except Feedback as exc:
+        raise with_values(exc, got, expected, atol=atol, rtol=rtol) from None
+
+
+def _check_close(got, expected, *, what: str, atol: float, rtol: float,
+                 mistakes: Mistakes, hint: str | None, hint_where,
+                 check_dtype: bool) -> None:
     exp = to_numpy(expected, "reference").astype(np.float64)
     got_raw = got
     got = to_numpy(got, what)
@@ -457,7 +494,14 @@ def check_equal(got, expected, *, what: str, mistakes: Mistakes = None,
             lines.append(NO_KNOWN_MISTAKE)
         if hint:
             lines.append(hint)
-    raise Feedback("\n".join(lines))
+    feedback = Feedback("\n".join(lines))
+    if _number(got) and _number(expected):   # a number's line pointer (exercises E, F)
+        raise with_values(feedback, got, expected, atol=0.0, rtol=1e-12)
+    raise feedback
+
+
+def _number(x) -> bool:
+    return type(x) in (int, float)
 
 
 def _holds(compare) -> bool:

@@ -40,7 +40,8 @@ from grader.paths import CONTRACT_PATH, SUITES_DIR
 
 # Probe modules of no one exercise: helpers any suite may pass or call.
 SHARED_PROBES = ("common", "gpu_compile", "heatmap",   # heatmap: A, B, C, H's plots
-                 "offloaded_work")   # work moved out of the traced thread (G)
+                 "offloaded_work",   # work moved out of the traced thread (G)
+                 "linetrace")        # the line pointer's tracer (grader.linepointer)
 # What an exercise may need, and how the READMEs say it.  NumPy, PyTorch and
 # Triton: its module imports them; GPU: some of its tests need CUDA (without
 # one they are "not run" and count for nothing).

@@ -559,6 +559,9 @@ def _call_text(name: str, args, kwargs) -> str:
     return f"{name}({', '.join(parts)})"
 
 
+MAX_CALLS_KEPT = 8   # a test's calls kept for the line pointer
+
+
 def _student_edition() -> bool:
     """The student edition has no hidden suites (grader.release)."""
     return not HIDDEN_SUITES_DIR.is_dir()
@@ -581,6 +584,9 @@ class StudentModule:
         # What came back to the test (``grader.fault`` tells by them whether an
         # exception in the grader's code was raised by a malformed answer).
         self.answers: list = [] if answers is None else answers
+        # The test's last calls, (answer, name, args, kwargs, seconds): the line pointer
+        # (``grader.linepointer``) traces again the one whose answer was wrong.
+        self.calls: list[tuple] = []
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -601,6 +607,7 @@ class StudentModule:
     def call(self, name: str, *args, **kwargs):
         what = _call_text(f"{self._worker.module}.{name}", args, kwargs)
         self.called.append(name)
+        start = time.monotonic()
         try:
             value = self._worker.request({"op": "call", "name": name, "args": list(args),
                                           "kwargs": kwargs}, what, self._timeout)
@@ -610,7 +617,26 @@ class StudentModule:
                 raise StudentError(f"{self._worker.module}.py does not define {name}") from None
             raise
         self.answers.append(value)
+        took = time.monotonic() - start
+        self.calls = self.calls[-(MAX_CALLS_KEPT - 1):] + [(value, name, args, kwargs, took)]
         return value
+
+    @property
+    def call_limit(self) -> float:
+        """The time limit of one of this test's calls, in seconds."""
+        return self._timeout if self._timeout is not None else self._worker.limits.call_timeout
+
+    def trace_lines(self, name: str | None, args, kwargs, budget: float):
+        """What each line of the module's own file made while ``name(*args,
+        **kwargs)`` ran again (``None``: while the module's code ran again),
+        as the shared probe ``linetrace.trace`` returns it; None where the
+        submission imports the runtime (what it reports could be forged)."""
+        if self._worker.runtime_reach() is not None:
+            return None
+        return self._worker.request(
+            {"op": "probe", "name": "linetrace.trace",
+             "args": [name, list(args), dict(kwargs), float(budget)], "kwargs": {}},
+            f"tracing {self._worker.module}", self._timeout)
 
     def probe(self, name: str, *args, **kwargs):
         reach = self._worker.runtime_reach()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from grader import variants
-from grader.feedback import Feedback, matching_mistake
+from grader.feedback import Feedback, matching_mistake, with_values
 from grader.reference.mistakes import looks_like
 from grader.reference.secret import by_hand
 from grader.sandbox.client import StudentError
@@ -173,4 +173,20 @@ def test_step(student, step, request, graded):
             f"{step} follows correctly from your own earlier answer, so it earns its "
             "point, but that earlier answer was wrong.")
         return
-    raise Feedback(_explain(step, answers, exact, getattr(student, step), inputs))
+    feedback = Feedback(_explain(step, answers, exact, getattr(student, step), inputs))
+    if not isinstance(exact[step], np.ndarray) or answers[step] is None:
+        raise feedback
+    # The line pointer: the steps this one is computed from, then itself, are
+    # the reference's steps; the constants' lines of the file are the student's.
+    raise with_values(feedback, answers[step], exact[step], atol=TOL, rtol=0, module=True,
+                      steps=[(s, exact[s]) for s in _ancestry(step)])
+
+
+def _ancestry(step: str) -> list[str]:
+    """``step`` and the steps it is computed from, in the exercise's order."""
+    needed, todo = {step}, [step]
+    while todo:
+        for earlier in by_hand.INPUTS.get(todo.pop(), []):
+            needed.add(earlier)
+            todo.append(earlier)
+    return [s for s in by_hand.STEPS if s in needed]
