@@ -509,3 +509,19 @@ def test_a_check_passed_in_a_loop_is_judged_on_its_own_case():
             first = take_passed()
     assert ruled_out(first) == set()
     assert ruled_out(take_passed()) == {SCALE}
+
+
+def test_a_slip_that_two_mistakes_explain_in_2_bytes_is_named_from_the_4_byte_case(tmp_path):
+    """ex06's cache counted in elements: in 2-byte elements it is what counting
+    only K gives (the public check names both); the hidden 4-byte case tells
+    them apart, and no line of the report names "only K" alone after it."""
+    from grader.feedback import named_mistake
+    from grader.reference.secret import roofline as rl
+    sub = _mutant(tmp_path, "ex06_gqa_intensity:kv_in_elements")
+    report = grade_dir(sub, ["ex06_gqa_intensity"], seed=3)
+    assert not report.errors, report.errors
+    named = [named_mistake(t.output) for t in failures(report, "ex06_gqa_intensity")]
+    only_k, elements = rl.MISTAKES["kv_one_of_k_v"], rl.MISTAKES["kv_in_elements"]
+    assert elements in named, named
+    assert only_k not in named, named                # never named alone
+    assert all(n is None or elements in n for n in named), named
