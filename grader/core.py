@@ -91,12 +91,14 @@ NEEDS = "needs "
 EDITION_ONLY = "not checked in the student edition"
 
 
-def _with_pointer(output: str, exercise: str, student: StudentModule, exc) -> str:
+def _with_pointer(output: str, exercise: str, student: StudentModule, exc,
+                  pointed: set) -> str:
     """``output`` with the line pointer's line after it (``grader.linepointer``):
     after what the check said, so the known mistake and expected vs got come
-    first.  Its own failure, or a student error while tracing, adds nothing."""
+    first.  Its own failure, or a student error while tracing, adds nothing.
+    ``pointed``: what this grading has traced already (each function once)."""
     try:
-        line = linepointer.point(exercise, student, exc)
+        line = linepointer.point(exercise, student, exc, pointed)
     except Exception:  # noqa: BLE001 - best effort: never the test's result
         return output
     return f"{output}\n{line}" if line else output
@@ -173,6 +175,7 @@ class GradingPlugin:
         self.workers: dict[str, Worker] = {}
         self.called: dict[int, list[str]] = {}   # id(TestResult) -> functions it called
         self.passed_checks: dict[int, list] = {}  # id(TestResult) -> its checks that passed
+        self.pointed: set = set()   # (exercise, function) the line pointer traced
         self.plan: dict[str, Planned] = {}       # nodeid -> its points here (``plan``)
         self.results: dict[str, TestResult] = {}   # nodeid -> its result, once recorded
         self.unrecordable: dict[str, str] = {}   # nodeid -> why its result could not be
@@ -387,7 +390,7 @@ class GradingPlugin:
             if result.status == FAILED and call.excinfo is not None \
                     and isinstance(call.excinfo.value, Feedback):
                 result.output = _with_pointer(result.output, exercise, student,
-                                              call.excinfo.value)
+                                              call.excinfo.value, self.pointed)
         self.results[item.nodeid] = result
         self.report.tests.append(result)
 

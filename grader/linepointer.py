@@ -472,16 +472,23 @@ def _the_call(student, got):
     return None
 
 
-def point(exercise: str, student, exc) -> str | None:
+def point(exercise: str, student, exc, pointed: set | None = None) -> str | None:
     """The line pointer's line for a test that failed with ``exc``, or None
-    (not a value check, a call not traced here, or nothing to point at)."""
+    (not a value check, a call not traced here, or nothing to point at).
+    ``pointed``: the (exercise, function) pairs already traced in this
+    grading: a function is traced once, for its first failure (the root
+    cause is said once, and a traced rerun costs up to a call's time again)."""
     checked = _checked(exc)
     if checked is None:
         return None
+    pointed = set() if pointed is None else pointed
     atol, rtol = float(checked.atol), float(checked.rtol)
     expected = as_step(checked.expected)
     budget = budget_for(student.call_limit)
     if checked.steps is not None:
+        if (exercise, "steps") in pointed:
+            return None
+        pointed.add((exercise, "steps"))
         steps, inputs = steps_of(checked.steps), []
         traced = student.trace_lines(None, [], {}, budget) if checked.module else None
     else:
@@ -491,6 +498,9 @@ def point(exercise: str, student, exc) -> str | None:
         if found is None or (exercise, found[0]) not in table:
             return None
         name, args, kwargs, took = found
+        if (exercise, name) in pointed:
+            return None
+        pointed.add((exercise, name))
         # Traced, then untraced for what is left, the call must end well
         # within its limit: a time-out would end the worker and count
         # against the submission's later calls.

@@ -324,3 +324,14 @@ def test_a_call_too_slow_to_trace_again_within_its_limit_gets_no_pointer():
 
     exc = with_values(Feedback("wrong"), Slow.got, np.ones((1, 5, 8)), atol=1e-6, rtol=1e-6)
     assert linepointer.point("ex02_mha", Slow(), exc) is None
+
+
+def test_a_function_is_traced_once_for_its_first_failure(tmp_path):
+    """Every failing test of ``attention`` re-runs nothing after the first: the
+    root cause is said once, and each traced rerun costs up to a call's time."""
+    source = _mutant("ex02_mha", "no_scale").apply((SOLUTIONS / "ex02_mha.py").read_text())
+    report = _graded(tmp_path, "ex02_mha", source, "test_attention")
+    failed = failures(report, "ex02_mha")
+    assert len(failed) >= 3, [t.name for t in failed]
+    pointed = [t.name for t in failed if "Where it goes wrong" in t.output]
+    assert len(pointed) == 1, pointed
