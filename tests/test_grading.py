@@ -9,9 +9,8 @@ import pytest
 
 from grader.core import Options, maximum
 from grader.gradescope import validate_results
-from grader.registry import available
 from grader.report import to_gradescope, to_text
-from tests.conftest import EXERCISES_DIR, copy_solutions, failures, grade_dir
+from tests.conftest import copy_solutions, failures, grade_dir, graded_stubs
 
 FOUNDATION = ["ex01_by_hand", "ex02_mha", "ex03_gqa"]
 
@@ -30,8 +29,8 @@ def test_solutions_get_full_marks(exercise, tmp_path):
     assert len(public.tests) < len(report.tests)  # the hidden suite adds tests
 
 
-def test_stubs_get_zero_and_the_grader_completes():
-    report = grade_dir(EXERCISES_DIR, available(), import_timeout=120)
+def test_stubs_get_zero_and_the_grader_completes(tmp_path_factory):
+    report = graded_stubs(tmp_path_factory)   # every exercise's stub, graded once a run
     assert report.score == 0, [t.full_name for t in report.tests if t.score]
     # Out of what the solutions are out of (tests/test_one_max.py).
     assert report.exercise_scores() == {e: (0, most) for e, most in maximum().items()}
