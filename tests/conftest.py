@@ -296,6 +296,26 @@ def _stored(cls, data: dict):
     return obj
 
 
+FOUNDATION = ["ex01_by_hand", "ex02_mha", "ex03_gqa"]
+
+
+def graded_solutions(tmp_path_factory, suite: str = "hidden"):
+    """The reference's A-C graded once a run in ``suite``, every solution
+    module handed in (as a student hands in a folder), for the tests that
+    read what the reference earns; ``one_exercise`` cuts out one's part."""
+    return graded_once(tmp_path_factory, f"solutions-{suite}", copy_solutions,
+                       FOUNDATION, suite)
+
+
+def one_exercise(report, exercise: str):
+    """The report of ``exercise`` alone, cut from a grading of several: its
+    tests and its time, the rest of the report as it was."""
+    data = dict(report.__dict__, exercises=[exercise],
+                tests=[t for t in report.tests if t.exercise == exercise],
+                exercise_seconds={exercise: report.exercise_seconds[exercise]})
+    return _stored(type(report), data)
+
+
 def graded_stubs(tmp_path_factory):
     """Every exercise's stub graded once in the hidden suite (what a student
     who hands in nothing gets), for the tests that read what a stub scores."""
