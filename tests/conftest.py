@@ -263,6 +263,69 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
     return folder
 
 
+def graded_once(tmp_path_factory, name: str, write, exercises=None, suite="hidden",
+                **kwargs):
+    """The report of one grading, made once for the whole test run and read
+    by every test that asks for it by ``name`` (xdist's workers too: the
+    report waits on disk, as JSON, for the others).  ``write(folder)`` puts
+    the submission in ``folder``; the options are ``grade_dir``'s.  Only for
+    tests that read the result: a test that changes how grading runs
+    (monkeypatch) grades on its own."""
+    import dataclasses
+    import json
+
+    from grader.report import Report, TestResult
+
+    def build(folder):
+        folder.mkdir()
+        write(folder / "submission")
+        report = grade_dir(folder / "submission", exercises, suite, **kwargs)
+        (folder / "report.json").write_text(json.dumps(dataclasses.asdict(report)))
+
+    data = json.loads((built_once(tmp_path_factory, f"graded-{name}", build)
+                       / "report.json").read_text())
+    data["tests"] = [_stored(TestResult, t) for t in data["tests"]]
+    return _stored(Report, data)
+
+
+def _stored(cls, data: dict):
+    """A ``cls`` holding ``data`` as it was stored: its text was made safe
+    when the grading assigned it, and is not cleaned a second time."""
+    obj = cls.__new__(cls)
+    obj.__dict__.update(data)
+    return obj
+
+
+FOUNDATION = ["ex01_by_hand", "ex02_mha", "ex03_gqa"]
+
+
+def graded_solutions(tmp_path_factory, suite: str = "hidden"):
+    """The reference's A-C graded once a run in ``suite``, every solution
+    module handed in (as a student hands in a folder), for the tests that
+    read what the reference earns; ``one_exercise`` cuts out one's part."""
+    return graded_once(tmp_path_factory, f"solutions-{suite}", copy_solutions,
+                       FOUNDATION, suite)
+
+
+def one_exercise(report, exercise: str):
+    """The report of ``exercise`` alone, cut from a grading of several: its
+    tests and its time, the rest of the report as it was."""
+    data = dict(report.__dict__, exercises=[exercise],
+                tests=[t for t in report.tests if t.exercise == exercise],
+                exercise_seconds={exercise: report.exercise_seconds[exercise]})
+    return _stored(type(report), data)
+
+
+def graded_stubs(tmp_path_factory):
+    """Every exercise's stub graded once in the hidden suite (what a student
+    who hands in nothing gets), for the tests that read what a stub scores."""
+    from grader.registry import available
+    return graded_once(tmp_path_factory, "stubs",
+                       lambda folder: shutil.copytree(EXERCISES_DIR, folder,
+                                                      ignore=shutil.ignore_patterns("__pycache__")),
+                       available(), import_timeout=120)
+
+
 @functools.lru_cache(maxsize=None)
 def ex01_max() -> float:
     """Exercise A's maximum in the hidden suite, from the one place it is fixed

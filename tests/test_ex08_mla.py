@@ -16,7 +16,8 @@ from grader.feedback import Feedback
 from grader.reference.secret import mla as ref
 from grader.reference import mla_trace
 from grader.sandbox.runtime.probes import ex08_mla as probe
-from tests.conftest import EXERCISES_DIR, SOLUTIONS, copy_solutions, failures, grade_dir
+from tests.conftest import (EXERCISES_DIR, SOLUTIONS, copy_solutions, failures, grade_dir,
+                            graded_stubs)
 
 EX = "ex08_mla"
 # Grading the reference's ex08 hidden suite (public + hidden tests, worker
@@ -292,15 +293,15 @@ def test_judge_names_a_rebuilt_v_from_its_weight():
 
 # -- grading -------------------------------------------------------------------------
 
-def test_stub_grades_to_zero_without_grader_problems(tmp_path):
-    sub = tmp_path / "stub"
-    sub.mkdir()
-    (sub / f"{EX}.py").write_text((EXERCISES_DIR / f"{EX}.py").read_text())
-    report = grade_dir(sub, [EX])
+def test_stub_grades_to_zero_without_grader_problems(tmp_path_factory):
+    # H's part of the one grading of every stub (tests/conftest.py).
+    report = graded_stubs(tmp_path_factory)
     assert not report.errors, report.errors
-    assert report.score == 0 and report.max_score > 0
-    assert all("NotImplementedError" in t.output or "not implemented" in t.output.lower()
-               for t in failures(report)), [t.output for t in failures(report)][:3]
+    got, total = report.exercise_scores()[EX]
+    assert got == 0 and total > 0
+    assert failures(report, EX) and all(
+        "NotImplementedError" in t.output or "not implemented" in t.output.lower()
+        for t in failures(report, EX)), [t.output for t in failures(report, EX)][:3]
 
 
 @pytest.mark.slow

@@ -9,29 +9,29 @@ import pytest
 
 from grader.core import Options, maximum
 from grader.gradescope import validate_results
-from grader.registry import available
 from grader.report import to_gradescope, to_text
-from tests.conftest import EXERCISES_DIR, copy_solutions, failures, grade_dir
+from tests.conftest import (FOUNDATION, copy_solutions, failures, grade_dir, graded_once,
+                            graded_solutions, graded_stubs, one_exercise)
 
-FOUNDATION = ["ex01_by_hand", "ex02_mha", "ex03_gqa"]
 
 
 @pytest.mark.parametrize("exercise", FOUNDATION)
-def test_solutions_get_full_marks(exercise, tmp_path):
-    sub = copy_solutions(tmp_path / "sub")
-    report = grade_dir(sub, [exercise])
+def test_solutions_get_full_marks(exercise, tmp_path_factory):
+    # A-C's reference graded once a run in each suite (tests/conftest.py);
+    # each case reads its own exercise's part.
+    report = one_exercise(graded_solutions(tmp_path_factory), exercise)
     got, total = report.exercise_scores()[exercise]
     assert total > 0 and got == total, to_text(report)
     assert total == maximum(Options(exercises=[exercise]))[exercise]   # tests/test_one_max.py
     assert not report.errors
     _assert_gradescope_shape(to_gradescope(report), exercise)   # the same grading
-    public = grade_dir(sub, [exercise], suite="public")
+    public = one_exercise(graded_solutions(tmp_path_factory, "public"), exercise)
     assert public.score == public.max_score
     assert len(public.tests) < len(report.tests)  # the hidden suite adds tests
 
 
-def test_stubs_get_zero_and_the_grader_completes():
-    report = grade_dir(EXERCISES_DIR, available(), import_timeout=120)
+def test_stubs_get_zero_and_the_grader_completes(tmp_path_factory):
+    report = graded_stubs(tmp_path_factory)   # every exercise's stub, graded once a run
     assert report.score == 0, [t.full_name for t in report.tests if t.score]
     # Out of what the solutions are out of (tests/test_one_max.py).
     assert report.exercise_scores() == {e: (0, most) for e, most in maximum().items()}
@@ -101,10 +101,23 @@ def test_hang_exit_and_crash_cost_only_the_tests_that_hit_them(tmp_path):
     assert any("LLAMA3_70B_KV_SAVING" in t for t in passed)
 
 
-def test_syntax_error_costs_only_its_exercise_and_names_the_line(tmp_path):
-    sub = copy_solutions(tmp_path / "sub", FOUNDATION)
-    (sub / "ex03_gqa.py").write_text("import numpy as np\n\ndef repeat_kv(x, n_rep)\n    pass\n")
-    report = grade_dir(sub, FOUNDATION)
+def _printing_mha_and_broken_gqa(folder):
+    """Two independent scenarios in one submission, graded once for the two
+    tests that read it: ex02 prints a lot as it runs, ex03 does not parse."""
+    copy_solutions(folder, FOUNDATION)
+    _sabotage(folder, "ex02_mha", "    x = np.asarray(x)\n    m = np.max",
+              "    print('debug ' * 1000); import sys; sys.stdout.flush()\n"
+              "    x = np.asarray(x)\n    m = np.max")
+    (folder / "ex03_gqa.py").write_text("import numpy as np\n\ndef repeat_kv(x, n_rep)\n    pass\n")
+
+
+def _printing_and_broken(tmp_path_factory):
+    return graded_once(tmp_path_factory, "ex02-prints-ex03-syntax",
+                       _printing_mha_and_broken_gqa, FOUNDATION)
+
+
+def test_syntax_error_costs_only_its_exercise_and_names_the_line(tmp_path_factory):
+    report = _printing_and_broken(tmp_path_factory)
     scores = report.exercise_scores()
     assert scores["ex01_by_hand"][0] == scores["ex01_by_hand"][1]
     assert scores["ex02_mha"][0] == scores["ex02_mha"][1]
@@ -126,13 +139,10 @@ def test_missing_module_and_missing_function(tmp_path):
     assert "NameError" in mha or "follows from your merge_heads" in mha, mha
 
 
-def test_student_output_does_not_disturb_grading(tmp_path):
-    sub = copy_solutions(tmp_path / "sub", ["ex02_mha"])
-    _sabotage(sub, "ex02_mha", "    x = np.asarray(x)\n    m = np.max",
-              "    print('debug ' * 1000); import sys; sys.stdout.flush()\n"
-              "    x = np.asarray(x)\n    m = np.max")
-    report = grade_dir(sub, ["ex02_mha"])
-    assert report.score == report.max_score
+def test_student_output_does_not_disturb_grading(tmp_path_factory):
+    report = _printing_and_broken(tmp_path_factory)   # ex02 prints as it runs
+    got, total = report.exercise_scores()["ex02_mha"]
+    assert got == total > 0 and not report.errors
 
 
 def test_carry_forward_costs_only_the_first_wrong_step(tmp_path):

@@ -179,21 +179,34 @@ def test_the_edition_has_what_students_need(edition):
     assert (edition / "grader" / "suites" / "public").is_dir()
 
 
-def _edition_check(edition, folder):
+def _edition_check(edition, folder, artifacts=None):
     env = dict(os.environ, PYTHONPATH=str(edition))
+    more = [] if artifacts is None else ["--artifacts", str(artifacts)]
     proc = subprocess.run([sys.executable, "-m", "grader.cli", "check", "--no-fail",
-                           "--path", str(folder)],
+                           "--path", str(folder), *more],
                           cwd=edition, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
 
+def solutions_checked(edition, tmp_path_factory) -> tuple[str, object]:
+    """The edition's ``check`` of every solution, with ``--artifacts``: run
+    once for the test run (xdist's workers share it), its output and its
+    artifacts folder read by every test about the solutions' check."""
+    def build(folder):
+        folder.mkdir()
+        out = _edition_check(edition, copy_solutions(folder / "sub"), folder / "artifacts")
+        (folder / "out.txt").write_text(out)
+
+    folder = built_once(tmp_path_factory, "edition-solutions-checked", build)
+    return (folder / "out.txt").read_text(), folder / "artifacts"
+
+
 @pytest.mark.slow
-def test_the_edition_checks_stubs_and_solutions(edition, tmp_path):
+def test_the_edition_checks_stubs_and_solutions(edition, tmp_path_factory):
     stubs = _edition_check(edition, edition / "exercises")
     assert "Total: 0/" in stubs
-    sub = copy_solutions(tmp_path / "sub")
-    out = _edition_check(edition, sub)
+    out, _ = solutions_checked(edition, tmp_path_factory)
     assert "FAIL" not in out, out
     total = re.search(r"Total: ([\d.]+)/([\d.]+)", out)
     assert total and float(total.group(2)) > 0
