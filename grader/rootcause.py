@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grader.feedback import LOOKS_LIKE, NO_KNOWN_MISTAKE, OR, diagnosis_first, named_mistake, \
-    ruled_out, still_possible
+from grader.feedback import LOOKS_LIKE, OR, diagnosis_first, named_mistake, ruled_out, \
+    still_possible
 from grader.options import Options
 from grader.paths import SOLUTIONS_DIR
 from grader.reference.cases import RANDOM_ONLY
@@ -291,21 +291,24 @@ def _tested(test: TestResult, called: dict[int, list[str]], order: list[str]) ->
 
 def uncontradicted(report: Report, passed_checks: dict[int, list],
                    called: dict[int, list[str]]) -> int:
-    """Take back every diagnosis that the submission's other checks of the
-    same function rule out (``feedback.ruled_out``: the named mistake's own
-    answer fails a check this submission passed, or differs from what it
-    returned on another failing case), so that no "This looks like" line
-    contradicts another test of the same report, and a mistake is named
-    from every case that tells the slips apart (a missing element size and
-    a missing V give the same answer in 2-byte elements, not in 4).  Only
+    """Choose, between known mistakes that give a failure's answer, those that
+    the submission's other checks of the same function leave possible
+    (``feedback.ruled_out``: a mistake whose own answer fails a check the
+    submission passed, or differs from what it returned on another failing
+    case), so that a mistake is named from every case that tells the slips
+    apart (a missing element size and a missing V give the same answer in
+    2-byte elements, not in 4) and no "This looks like" line contradicts
+    another test where another known mistake explains the answer.  Only
     checks of the same function count: a plot drawn from the student's own
     weights passes whatever their ``attention`` does.  Where two mistakes
     were named, the one still possible stays; where none is left, another
     known mistake that gives the answer and that nothing rules out is named
-    (``feedback.still_possible``), else the failure says no known mistake
-    gives its answer, and why the one it first looked like is not it.  ``passed_checks`` maps ``id(test_result)`` to that
-    test's passing checks, ``called`` to the functions it called.  Returns
-    how many diagnoses were taken back."""
+    (``feedback.still_possible``); where there is none, the diagnosis stays:
+    evidence chooses, it never leaves a failure without the mistake that
+    gives its answer (a suite's candidate may be a pattern of the answer,
+    "one token short", rather than the slip itself).  ``passed_checks`` maps
+    ``id(test_result)`` to that test's checks, ``called`` to the functions
+    it called.  Returns how many diagnoses were changed."""
     taken = 0
     for exercise in report.by_exercise():
         order = function_order(exercise)
@@ -328,15 +331,12 @@ def uncontradicted(report: Report, passed_checks: dict[int, list],
             left = [n for n in names if n not in out]
             if left == names:
                 continue
-            taken += 1
-            gone = [n for n in names if n in out]
             # another known mistake that gives this answer and that nothing rules out
             left = left or still_possible(passed_checks.get(id(t), []), out)[:2]
-            if left:
-                line = f"{LOOKS_LIKE}{left[0]}{f'{OR}{left[1]})' if len(left) > 1 else ''}."
-            else:
-                line = (f"{NO_KNOWN_MISTAKE}\n(It is not \"{gone[0]}\": that mistake would "
-                        "also fail a check your code passed.)")
+            if not left:
+                continue
+            taken += 1
+            line = f"{LOOKS_LIKE}{left[0]}{f'{OR}{left[1]})' if len(left) > 1 else ''}."
             lines = t.output.splitlines()
             at = next(i for i, x in enumerate(lines) if x.startswith(LOOKS_LIKE))
             t.output = "\n".join(lines[:at] + [line] + lines[at + 1:])
