@@ -42,6 +42,9 @@ from grader import safetext
 from grader.sandbox.runtime.probes import linetrace
 
 NO_MATCH = "no line of your file could be matched to the reference's steps"
+ANOTHER_ANSWER = ("your function returned another answer when it was run again on the same "
+                  "inputs, so no line can be named (does it keep state between calls, or "
+                  "draw random numbers?)")
 PREFIX = "Where it goes wrong: "
 TEXT_LIMIT = 120        # characters of a line's text shown
 REFERENCE_BUDGET = 30.0  # seconds for tracing the reference (trusted, small inputs)
@@ -472,6 +475,24 @@ def _the_call(student, got):
     return None
 
 
+def _same_answer(result, got, atol: float, rtol: float) -> bool:
+    """Did the traced rerun return the answer being explained?  Where either
+    is not an array of numbers, nothing is compared (True)."""
+    if not isinstance(result, dict):
+        return True
+    try:
+        want = np.asarray(got, dtype=np.float64)
+        values = np.asarray(result.get("values"), dtype=np.float64).reshape(-1)
+        shape = tuple(int(n) for n in result.get("shape", ()))
+    except (TypeError, ValueError):
+        return True
+    if shape != want.shape:
+        return False
+    flat = want.reshape(-1)[:values.size]
+    return values.size == flat.size and bool(np.allclose(values, flat, atol=atol, rtol=rtol,
+                                                         equal_nan=True))
+
+
 def point(exercise: str, student, exc, pointed: set | None = None) -> str | None:
     """The line pointer's line for a test that failed with ``exc``, or None
     (not a value check, a call not traced here, or nothing to point at).
@@ -520,6 +541,8 @@ def point(exercise: str, student, exc, pointed: set | None = None) -> str | None
         traced = student.trace_lines(name, args, kwargs, budget)
     if not isinstance(traced, dict) or not isinstance(traced.get("records"), list):
         return None
+    if checked.steps is None and not _same_answer(traced.get("result"), checked.got, atol, rtol):
+        return f"{PREFIX}{ANOTHER_ANSWER}."
     own = f"{student._worker.module}.py"
     pointer = locate(steps, made_of(traced["records"], own), expected, atol, rtol, inputs,
                      by_name=bool(checked.module))

@@ -125,7 +125,7 @@ def counted(monkeypatch):
         return {"ok": True, "registers": 100 + capability, "spill_bytes": 0,
                 "shared_bytes": shared, "fits": True, "wgmma": capability >= 90,
                 "tma": False, "num_warps": kwargs["num_warps"],
-                "num_stages": kwargs["num_stages"]}
+                "num_stages": kwargs["num_stages"], "settings": []}
     monkeypatch.setattr(gpu_compile, "compile_launch", fake_compile)
     return made
 
@@ -178,8 +178,13 @@ def test_a_forged_row_reaches_only_the_same_kernel(tmp_path, monkeypatch, counte
     row = {"kernel": "_flash_fwd", "key": "launch-key", "in_submission": True}
     good = {"ok": True, "registers": 1, "spill_bytes": 0, "shared_bytes": 2, "fits": True,
             "wgmma": False, "tma": False, "num_warps": 4, "num_stages": 2}
-    cache.put(80, {**row, **good})
+    cache.put(80, {**row, **good, "settings": []})
     assert cache.get(80, row) == good and cache.get(90, row) is None
+    # compiled under Triton settings the module changed (a red team's knob
+    # allowing globals, which Triton's own error suggests): never shared
+    for settings in (["TRITON_ALLOW_NON_CONSTEXPR_GLOBALS"], None):
+        cache.put(90, {**row, **good, **({} if settings is None else {"settings": settings})})
+        assert cache.get(90, row) is None
     # another grader (digest), another launch key, a kernel the files lack: nothing
     assert compile_cache.SharedCompiles(shared, files, digest="e").get(80, row) is None
     assert cache.get(80, {**row, "key": "other"}) is None
@@ -190,7 +195,7 @@ def test_a_forged_row_reaches_only_the_same_kernel(tmp_path, monkeypatch, counte
     assert compile_cache.SharedCompiles(shared, [other / FILE], digest="d").get(80, row) is None
     # only answers that compiled and fit are kept, and only plain ones are read
     for bad in ({"fits": False}, {"ok": False}, {"registers": True}, {"shared_bytes": "2"}):
-        cache.put(90, {**row, **good, **bad})
+        cache.put(90, {**row, **good, "settings": [], **bad})
         assert cache.get(90, row) is None
     path = cache._path(cache.key(80, row))
     path.write_text(json.dumps({**good, "fits": 1}))

@@ -211,3 +211,18 @@ def test_the_stub_holds_no_kernel_skeleton_left_uncompiled():
     jitted = [name for name in jitted if name not in step]
     listed = any(f == "exercises/ex07_flash_attention.py" for f, _ in aot.KERNEL_FILES.values())
     assert not jitted or listed, f"the stub defines kernels {jitted}: add it to aot.KERNEL_FILES"
+
+
+def test_a_module_that_changes_tritons_settings_is_told_in_its_compile_answer(monkeypatch):
+    """A compile made under settings the module changed (the knob Triton's own
+    error suggests for a global read) says so, so that it is never shared with
+    another student (grader/reference/compile_cache.py)."""
+    pytest.importorskip("triton")
+    from grader.sandbox.runtime.probes import gpu_compile
+    assert gpu_compile.changed_settings(80) == []
+    monkeypatch.setenv("TRITON_ALLOW_NON_CONSTEXPR_GLOBALS", "1")
+    assert "TRITON_ALLOW_NON_CONSTEXPR_GLOBALS" in gpu_compile.changed_settings(80)
+    monkeypatch.delenv("TRITON_ALLOW_NON_CONSTEXPR_GLOBALS")
+    from triton import knobs
+    monkeypatch.setattr(knobs.compilation, "allow_non_constexpr_globals", True)
+    assert "knobs.compilation.allow_non_constexpr_globals" in gpu_compile.changed_settings(90)

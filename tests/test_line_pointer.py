@@ -335,3 +335,18 @@ def test_a_function_is_traced_once_for_its_first_failure(tmp_path):
     assert len(failed) >= 3, [t.name for t in failed]
     pointed = [t.name for t in failed if "Where it goes wrong" in t.output]
     assert len(pointed) == 1, pointed
+
+
+def test_a_rerun_that_returns_another_answer_is_not_explained(tmp_path):
+    """A function that answers differently each time (state kept between
+    calls): the traced rerun is not the answer that failed, so no line of it
+    is named; the pointer says why (a red team's alternating slips)."""
+    source = (SOLUTIONS / "ex02_mha.py").read_text()
+    source = source.replace("def attention(q, k, v, mask=None):",
+                            "_CALLS = [0]\n\n\ndef attention(q, k, v, mask=None):\n"
+                            "    _CALLS[0] += 1\n    return _attention(q, k, v, mask) + _CALLS[0]"
+                            "\n\n\ndef _attention(q, k, v, mask=None):", 1)
+    report = _graded(tmp_path, "ex02_mha", source, "attention_chapter_example")
+    outputs = [t.output for t in failures(report, "ex02_mha")]
+    assert outputs and all(f"Where it goes wrong: {linepointer.ANOTHER_ANSWER}." in x
+                           for x in outputs), outputs

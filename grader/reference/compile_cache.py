@@ -127,7 +127,9 @@ class SharedCompiles:
         only costs a compile later."""
         key = self.key(capability, row)
         answer = _clean(row)
-        if key is None or answer is None:
+        # Compiled under Triton settings the module changed (a knob allowing
+        # globals, say: ``gpu_compile.changed_settings``): this submission's only.
+        if key is None or answer is None or row.get("settings") != []:
             return
         path = self._path(key)
         try:

@@ -42,6 +42,36 @@ _PTXAS_USAGE = re.compile(r"Used (\d+) registers")
 _PTXAS_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 
 
+# Triton's own settings a module may change at import (an environment variable
+# or a knob), which make a compile accept what a default one refuses: Triton's
+# error for a global read suggests one.  A compile made under any of them is
+# this submission's only: never shared with another's (``compile_cache``).
+OWN_SETTINGS_KEPT = {"TRITON_CACHE_DIR", "TRITON_CACHE_MANAGER", "TRITON_HOME",
+                     "TRITON_INTERPRET"}
+
+
+def changed_settings(capability: int) -> list[str]:
+    """The Triton settings this process changed from their defaults: its
+    ``TRITON_*`` environment (the grader sets only the cache's), a knob that
+    allows non-constexpr globals, a ``ptxas`` that is not Triton's own."""
+    import triton
+    out = sorted(k for k in os.environ if k.startswith("TRITON_") and k not in OWN_SETTINGS_KEPT)
+    try:
+        from triton import knobs
+        if getattr(knobs.compilation, "allow_non_constexpr_globals", False):
+            out.append("knobs.compilation.allow_non_constexpr_globals")
+    except ImportError:
+        pass
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+        bundled = os.path.dirname(os.path.dirname(os.path.abspath(triton.__file__)))
+        if not os.path.abspath(get_ptxas(capability).path).startswith(bundled + os.sep):
+            out.append("ptxas")
+    except Exception:  # noqa: BLE001 - a Triton without it: nothing to compare
+        pass
+    return out
+
+
 def _ptxas_usage(ptx: str, capability: int) -> dict:
     """Registers and spill bytes as ``ptxas -v`` reports them (Triton drops its log)."""
     from triton.backends.nvidia.compiler import get_ptxas
@@ -182,6 +212,7 @@ def compile_launch(fn, args, kwargs, capability: int, *, front_end_only: bool = 
                 "file": file, "line": line,
                 "trace": "".join(traceback.format_exception_only(type(exc), exc))[-800:]}
     ptx = kernel.asm["ptx"]
+    settings = changed_settings(capability)
     usage = _parse_usage(log.getvalue())
     if usage["registers"] < 0:
         usage = _ptxas_usage(ptx, capability)
@@ -189,7 +220,8 @@ def compile_launch(fn, args, kwargs, capability: int, *, front_end_only: bool = 
     return {"ok": True, "registers": usage["registers"], "spill_bytes": usage["spill_bytes"],
             "shared_bytes": shared, "fits": shared <= SHARED_LIMIT[capability],
             "wgmma": "wgmma.mma_async" in ptx, "tma": "cp.async.bulk.tensor" in ptx,
-            "num_warps": options.num_warps, "num_stages": options.num_stages}
+            "num_warps": options.num_warps, "num_stages": options.num_stages,
+            "settings": settings}
 
 
 def specialization(fn, args, kwargs, capability: int) -> tuple:
