@@ -610,8 +610,12 @@ def test_a_worker_s_writes_end_in_enospc_not_on_the_disk(tmp_path, mode):
                 if f"{process.STAGING_PREFIX}{os.getpid()}-" in m and "fork_server" not in m]
 
 
-@pytest.mark.parametrize("kind", ["bytes", "files"])
-def test_the_fallback_stops_a_worker_filling_the_machines_tmp(tmp_path, monkeypatch, kind):
+@pytest.mark.parametrize("kind, place", [("bytes", "/tmp"), ("files", "/tmp"),
+                                         pytest.param("bytes", "/dev", marks=pytest.mark.skipif(
+                                             not os.access("/dev", os.W_OK),
+                                             reason="/dev is writable by root only"))])
+def test_the_fallback_stops_a_worker_filling_the_machines_tmp(tmp_path, monkeypatch, kind,
+                                                                place):
     """Without namespaces the machine's /tmp is the worker's too and no file
     system bounds it there (nor, without root, its own folder): the grader
     watches the file systems' counts while it waits, and stops the worker
@@ -622,7 +626,9 @@ def test_the_fallback_stops_a_worker_filling_the_machines_tmp(tmp_path, monkeypa
     sub = tmp_path / "sub"
     sub.mkdir()
     (sub / "ex02_mha.py").write_text(FILL)
-    where = Path("/tmp") / f"attn-grade-test-fill-{os.getpid()}-{kind}"
+    # /dev: a worker running as root (the private-Python fallback) writes any
+    # local file system, and each is watched (a red team filled /dev's devtmpfs)
+    where = Path(place) / f"attn-grade-test-fill-{os.getpid()}-{kind}"
     worker = launch(sub, "ex02_mha", namespaces=False, call_timeout=120.0)
     try:
         with pytest.raises(StudentCrash) as stopped:

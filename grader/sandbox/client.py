@@ -308,7 +308,7 @@ class Worker:
             # nor, without root, for its folder: its writes are watched
             # instead, from its first start (a restart is no new allowance)
             self.disk = process.DiskWatch([self._dir, *process.SHARED_WRITABLE,
-                                           tempfile.gettempdir()])
+                                           tempfile.gettempdir(), *process.local_mounts()])
         self.output = _OutputTail(self.proc.stderr, self.limits.max_output_bytes)
         try:
             self._request({"op": "load", "module": self.module},

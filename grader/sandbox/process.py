@@ -55,8 +55,31 @@ _bounded: set[str] = set()    # staging folders with a file system of their own
 
 
 # The machine's folders a fallback worker can write (no namespace gives it
-# its own): ``DiskWatch`` watches the file systems they lie on.
+# its own): ``DiskWatch`` watches the file systems they lie on, and every
+# other local one mounted (a worker running as root writes /dev or a cgroup
+# file system too).  Network file systems are left out: a statvfs there may
+# wait on a server, and the grader looks twenty times a second.
 SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
+LOCAL_FILE_SYSTEMS = {"tmpfs", "devtmpfs", "ramfs", "ext2", "ext3", "ext4", "xfs", "btrfs",
+                      "overlay", "zfs", "f2fs", "vfat", "exfat", "jfs", "reiserfs", "cgroup2"}
+
+
+def local_mounts() -> list[str]:
+    """Mount points of the machine's local, writable file systems (``/proc/self/mounts``)."""
+    out = []
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split()
+        point = parts[1].replace("\\040", " ") if len(parts) >= 4 else ""
+        # a grader's own staging file systems are bounded already (``bound``),
+        # and another grading's workers write them
+        if point and parts[2] in LOCAL_FILE_SYSTEMS and "ro" not in parts[3].split(",") \
+                and not os.path.basename(point).startswith(STAGING_PREFIX):
+            out.append(point)
+    return out
 
 
 class DiskWatch:
