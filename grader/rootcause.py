@@ -402,6 +402,37 @@ def _names_module(module: Path, names) -> bool:
     return any(re.search(rf"\b{re.escape(n)}\b", text) for n in names)
 
 
+def reaching(module: Path, names) -> set[str] | None:
+    """The top-level functions of a student's module whose code can reach a
+    name imported from any of the modules ``names`` (ex03's functions that
+    call into ex02), following calls to the module's other top-level
+    functions; read as text (``ast``), never run.  None where the module
+    cannot be read so (nothing is then ruled out)."""
+    try:
+        tree = ast.parse(module.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return None
+    upstream: set[str] = set()       # local names bound to the upstream modules or their names
+    functions: dict[str, set[str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in names:
+            upstream |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            upstream |= {(a.asname or a.name).split(".")[0] for a in node.names
+                         if a.name.split(".")[0] in names}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions[node.name] = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    if not upstream:
+        return None          # reached some other way (importlib, a string): not judged
+    reach = {f for f, used in functions.items() if used & upstream}
+    grew = True
+    while grew:
+        more = {f for f, used in functions.items() if f not in reach and used & reach}
+        grew = bool(more)
+        reach |= more
+    return reach
+
+
 def _same_file(a: Path, b: Path) -> bool:
     try:
         return a.is_file() and not a.is_symlink() and a.read_bytes() == b.read_bytes()
@@ -532,8 +563,14 @@ def upstream_evidence(report: Report, called: dict[int, list[str]], submission: 
                _only(failing[name])) for name, deps in earlier.items()}, start, fork_server,
         grade=grade)
     for name, deps in earlier.items():
+        # A failure follows from an earlier module only where the functions
+        # the test called can reach it: a red team's ex03 answered wrongly
+        # beside its own ex02 and rightly beside the reference, in functions
+        # that never call ex02 (the points were kept for answers never right).
+        reach = reaching(submission / f"{name}.py", deps)
         out[name].append(Upstream(" and ".join(deps), True, frozenset(
-            t.name for t in failing[name] if (name, t.name) in passed)))
+            t.name for t in failing[name] if (name, t.name) in passed
+            and (reach is None or not called.get(id(t)) or set(called[id(t)]) & reach))))
     own: dict[str, tuple[str, list]] = {}
     for name, failed in failing.items():
         explained = {t.name for up in out[name] for t in failed if t.name in up.passes}

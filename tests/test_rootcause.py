@@ -526,3 +526,28 @@ def test_a_slip_that_two_mistakes_explain_in_2_bytes_is_named_from_the_4_byte_ca
     assert elements in named, named
     assert only_k not in named, named                # never named alone
     assert all(n is None or elements in n for n in named), named
+
+
+def test_a_failure_follows_from_an_earlier_module_only_where_its_functions_reach_it(tmp_path):
+    """A red team's ex03 answered wrongly beside its own ex02 and rightly beside
+    the reference (the root-cause regrade), in a function that never calls
+    ex02 (a flag read at import): that test is not kept as following from
+    ex02, while one whose function does call ex02 still is."""
+    sub = _mutant(tmp_path, "ex02_mha:rope_interleaved")
+    (sub / "ex02_mha.py").write_text((sub / "ex02_mha.py").read_text() + "\n_STUDENT_MARK = 1\n")
+    ex03 = (SOLUTIONS / "ex03_gqa.py").read_text()
+    ex03 = ex03.replace("import numpy as np\n", "import numpy as np\n\nimport ex02_mha as _up\n"
+                        "_MINE = hasattr(_up, '_STUDENT_MARK')\n", 1)
+    ex03 = ex03.replace("    return 2 * n_layers * n_kv_heads * d_head * seq_len * batch * "
+                        "bytes_per_elem",
+                        "    return 2 * n_layers * n_kv_heads * d_head * seq_len * batch * "
+                        "bytes_per_elem // (2 if _MINE else 1)", 1)
+    (sub / "ex03_gqa.py").write_text(ex03)
+    assert rootcause.reaching(sub / "ex03_gqa.py", ("ex02_mha",)) >= {"grouped_query_attention"}
+    report = grade_dir(sub, ["ex02_mha", "ex03_gqa"], seed=5)
+    assert not report.errors, report.errors
+    sizes = [t for t in report.tests if t.exercise == "ex03_gqa" and "kv_cache_bytes" in t.name]
+    assert sizes and all(t.score == 0 and not t.kept for t in sizes), \
+        [(t.name, t.score, t.output) for t in sizes]
+    gqa = [t for t in report.tests if t.exercise == "ex03_gqa" and t.kept]
+    assert gqa and all("kv_cache_bytes" not in t.name for t in gqa), [t.name for t in gqa]
