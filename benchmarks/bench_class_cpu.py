@@ -16,7 +16,9 @@ Figures, each from outside (``python -m grader.cli``), for each tree given
 (``--before``: another checkout, e.g. ``git worktree add /tmp/before <commit>``,
 run the same way on the same machine, in the same run):
 
-1. ``grade solutions`` (the hidden grading of the reference, all modules);
+1. ``grade solutions`` (the hidden grading of the reference, all modules),
+   and again with a compile cache an earlier grading filled (``--compile-cache``,
+   where the tree has it: a class's batch shares one);
 2. ``batch --jobs 1`` of two independent correct submissions
    (``tests/data/independent/plain``): the processor seconds of the second one,
    graded after the first in the same batch (what the tree had used when the
@@ -163,6 +165,22 @@ def single(name: str, repo: Path, root: Path, exercises: list[str]) -> None:
           f"processes (rusage of reaped children {reaped:.1f} cpu-s), exit {code}; {_load()}")
 
 
+def single_warm(name: str, repo: Path, root: Path, exercises: list[str]) -> None:
+    """``grade solutions`` with a compile cache the same grading filled just
+    before (``--compile-cache``: a class's, or a grader's kept between runs),
+    where the tree has one."""
+    if not (repo / "grader" / "reference" / "compile_cache.py").is_file():
+        print(f"  [{name}] grade solutions, warm compile cache: this tree has no --compile-cache")
+        return
+    cache = root / f"{name}-compile-cache"
+    args = ["grade", str(repo / "solutions"), "--format", "json", "--compile-cache", str(cache),
+            *_only(exercises)]
+    _run(repo, args + ["--out", str(root / f"{name}-cold.json")])
+    wall, cpu, reaped, n, code = _run(repo, args + ["--out", str(root / f"{name}-warm.json")])
+    print(f"  [{name}] grade solutions, warm compile cache: {wall:6.1f} s wall, {cpu:6.1f} "
+          f"cpu-s over {n} processes, exit {code}; {_load()}")
+
+
 def second_in_batch(name: str, repo: Path, root: Path, exercises: list[str]) -> None:
     folder = root / f"{name}-pair"
     for who in ("a_first", "b_second"):
@@ -217,7 +235,8 @@ def main() -> None:
           f"{', '.join(args.exercise) or 'all'}")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        for step, skip in ((single, args.skip_single), (second_in_batch, args.skip_pair)):
+        for step, skip in ((single, args.skip_single), (single_warm, args.skip_single),
+                           (second_in_batch, args.skip_pair)):
             if not skip:
                 for name, repo in trees:
                     step(name, repo, root, args.exercise)
