@@ -226,3 +226,14 @@ def test_a_module_that_changes_tritons_settings_is_told_in_its_compile_answer(mo
     from triton import knobs
     monkeypatch.setattr(knobs.compilation, "allow_non_constexpr_globals", True)
     assert "knobs.compilation.allow_non_constexpr_globals" in gpu_compile.changed_settings(90)
+
+
+def test_the_graders_own_compiles_change_no_setting():
+    """A real compile, twice in one process (a compile worker compiles many):
+    the settings the compile itself touches (its ptxas log) are not the
+    module's, so the answers are shareable (``settings == []``): a class's
+    compile cache that kept nothing went unnoticed by faked compiles."""
+    pytest.importorskip("triton")
+    from grader.gpu import aot
+    rows = [aot.compile_one("solution", 80, "float16", 64, True, i) for i in (0, 1)]
+    assert [r.r.get("settings") for r in rows] == [[], []], [r.r for r in rows]

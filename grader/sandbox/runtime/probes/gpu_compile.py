@@ -47,7 +47,8 @@ _PTXAS_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 # error for a global read suggests one.  A compile made under any of them is
 # this submission's only: never shared with another's (``compile_cache``).
 OWN_SETTINGS_KEPT = {"TRITON_CACHE_DIR", "TRITON_CACHE_MANAGER", "TRITON_HOME",
-                     "TRITON_INTERPRET"}
+                     "TRITON_INTERPRET",
+                     "TRITON_DUMP_PTXAS_LOG"}   # set by compile_launch itself: a log only
 
 
 def changed_settings(capability: int) -> list[str]:
@@ -178,6 +179,7 @@ def compile_launch(fn, args, kwargs, capability: int, *, front_end_only: bool = 
     except ImportError as exc:
         raise _probe_failed(exc) from None
 
+    settings = changed_settings(capability)    # as the module left them
     target = GPUTarget("cuda", capability, 32)
     backend = make_backend(target)
     try:
@@ -212,7 +214,6 @@ def compile_launch(fn, args, kwargs, capability: int, *, front_end_only: bool = 
                 "file": file, "line": line,
                 "trace": "".join(traceback.format_exception_only(type(exc), exc))[-800:]}
     ptx = kernel.asm["ptx"]
-    settings = changed_settings(capability)
     usage = _parse_usage(log.getvalue())
     if usage["registers"] < 0:
         usage = _ptxas_usage(ptx, capability)
