@@ -40,7 +40,8 @@ def check_gqa_decode(student, q, k, v):
     """``student.gqa_decode_attention`` against the grouped reference."""
     h, h_kv = q.shape[1], k.shape[1]
     mistakes = {}
-    for name in ("kv_tile", "no_scale", "softmax_over_queries", "softmax_over_group"):
+    for name in ("kv_tile", "kv_tile_heads_regrouped", "no_scale", "softmax_over_queries",
+                 "softmax_over_group"):
         words = rl.MISTAKES.get(name) or ref.MISTAKES[name]
         mistakes[words] = rl.grouped(q, k, v, causal=True, mistake=name)
     check_close(student.gqa_decode_attention(q, k, v), rl.grouped(q, k, v, causal=True),

@@ -125,6 +125,10 @@ MISTAKES = {
                             "which it does, one more",
     # ex05's decode_with_cache: the GQA grouping (the words of ex02/ex03's)
     "kv_tile": ref.MISTAKES["kv_tile"],
+    "kv_tile_heads_regrouped": "the query heads were grouped in tile's order (head i with K/V "
+                               "head i % h_kv) and came back out in the grouped order: "
+                               "reshape q to (B, h_kv, h/h_kv, d_head), so that head i reads "
+                               "K/V head i // (h/h_kv) and keeps its place",
 }
 
 
@@ -249,6 +253,14 @@ def grouped(q, k, v, *, causal, mistake=None) -> torch.Tensor:
     """Attention with ``h_kv`` dividing ``h`` (K/V repeated in float64: fine for a
     reference), end-aligned causal mask."""
     h, h_kv = q.shape[1], k.shape[1]
+    if mistake == "kv_tile_heads_regrouped":
+        # tile's grouping, the heads written back group by group: output place
+        # p = g * (h / h_kv) + j holds query head j * h_kv + g (an outside
+        # corpus's xFormers-style reshape to (h/h_kv, h_kv) then transposed)
+        out = grouped(q, k, v, causal=causal, mistake="kv_tile")
+        per = h // h_kv
+        order = [(p % per) * h_kv + p // per for p in range(h)]
+        return out[:, order]
     k64, v64 = ref.t64(k), ref.t64(v)
     if mistake == "softmax_over_group":
         return _softmax_over_group(q, k64, v64)

@@ -33,6 +33,11 @@ MUTANTS = [
     Mutant("tile_grouping",
            _GROUPED, _TILED,
            "tile (0,1,0,1)"),
+    # An outside corpus's slip (xFormers-style): tile's grouping, written back grouped
+    Mutant("tile_grouping_regrouped",
+           _GROUPED, _TILED.replace("return out.transpose(1, 2).reshape(b, h, 1, d_head)",
+                                    "return out.reshape(b, h, 1, d_head)"),
+           "came back out in the grouped order"),
     Mutant("no_scale",
            " * (1.0 / math.sqrt(d_head))   # (B, h_kv, g, d)",
            "   # (B, h_kv, g, d)",
@@ -79,7 +84,8 @@ MUTANTS = [
 
 # Mistakes outside measure_intensity need not wait for the measured table.
 ONLY = {name: "not intensity_table_measured and not measure_intensity_is_counted"
-        for name in ("tile_grouping", "no_scale", "no_shape_check", "intensity_kv_all_heads")}
+        for name in ("tile_grouping", "tile_grouping_regrouped", "no_scale", "no_shape_check",
+                     "intensity_kv_all_heads")}
 ONLY["table_wrong_grouping"] = "intensity_table"
 # Named without the measured table (2 s of measuring): a KV copy by the
 # repeat check, the counted intensity's slips by the counting tests.
