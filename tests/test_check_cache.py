@@ -384,3 +384,20 @@ def test_grading_compiles_every_config_and_fails_one_check_did_not(in_process):
     assert len(_InProcess.threads) == 1    # a grading's one compile worker, as before
     assert flash_judge.judge_compile(res).count(" registers, ") == 12
     assert "front end" not in flash_judge.judge_compile(res)
+
+
+def test_a_long_config_list_is_compiled_for_both_gpus_and_said_cut():
+    """301 launches (a red team's): the cap is shared out between the GPUs,
+    and what was not compiled is said, never 'no kernel of your own file'."""
+    launches = [(t, i) for t in (0, 1) for i in range(301)]
+    within = flash_judge.within_cap(launches, 2, 40)
+    assert len(within) == 40 and {t for t, _ in within} == {0, 1}
+    assert [j for j in within if j[0] == 1] == [(1, i) for i in range(20)]
+    row = {"kernel": "_fwd", "config": "BLOCK=16", "in_submission": True, "ok": True,
+           "registers": 80, "spill_bytes": 0, "shared_bytes": 4096, "fits": True}
+    res = {"targets": [{"capability": c, "target": name, "dtype": "float16", "truncated": 281,
+                        "rows": [dict(row) for _ in range(20)]}
+                       for c, name in ((80, "sm_80 (A100)"), (90, "sm_90a (H100/H200)"))]}
+    text = flash_judge.judge_compile(res)
+    assert "not compiled at all" in text and "281 more launches" in text
+    assert text.count(" registers, ") == 40

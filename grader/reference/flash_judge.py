@@ -613,20 +613,21 @@ class CompileEarly:
                     answers[(t, i)] = {**kept, "kept": True, "shared": True}
                 else:
                     launches.append((t, i))
-        capped = set(launches[MAX_COMPILES:])
+        within = within_cap(launches, len(plan["targets"]), MAX_COMPILES)
+        capped = set(launches) - set(within)
         if self.quick:
             history = _history(self._known)
-            full = [j for j in first_launches(plan, history) if j in launches[:MAX_COMPILES]]
+            full = [j for j in first_launches(plan, history) if j in within]
             guess = {(t, i): g for t, target in enumerate(plan["targets"])
                      for i, g in _shared_guess(target, history).items()}
-            rest = sorted((j for j in launches[:MAX_COMPILES] if j not in full),
+            rest = sorted((j for j in within if j not in full),
                           key=lambda j: (-guess[j], j))
             # the front ends first, in the order made: a kernel that breaks
             # there answers at once (the full compiles after it are not needed)
             first = [(FRONT, *j) for j in sorted(rest)] + [(FULL, *j) for j in full]
             order = first + [(FULL, *j) for j in rest]
         else:
-            first = order = [(FULL, *j) for j in launches[:MAX_COMPILES]]
+            first = order = [(FULL, *j) for j in within]
         with self._cond:
             self._plan, self._answers, self._capped = plan, answers, capped
             self._order, self._first = order, set(first)
@@ -698,7 +699,7 @@ class CompileEarly:
             entry["rows"] = []
             for i, row in enumerate(target.get("rows", [])):
                 if (t, i) in self._capped:
-                    entry["truncated"] = True
+                    entry["truncated"] = entry.get("truncated", 0) + 1
                     continue
                 answer = self._answers.get((t, i), self._fronts.get((t, i)))
                 if answer is not None:
@@ -842,13 +843,29 @@ def compile_results(submission_dir, launch_worker, cache_dir=None,
     return res, False
 
 
+def within_cap(launches: list, targets: int, most: int) -> list:
+    """The launches ``(target, index)`` a grading compiles: at most ``most``,
+    shared out between the ``targets`` GPUs in the order made, so that a long
+    config list for the first never leaves the second uncompiled (a red
+    team's 301 launches were told "no kernel of your own" for the second)."""
+    per_target = max(1, most // max(1, targets))
+    taken: dict = {}
+    out = []
+    for j in launches:
+        if taken.get(j[0], 0) < per_target:
+            taken[j[0]] = taken.get(j[0], 0) + 1
+            out.append(j)
+    return out
+
+
 def judge_compile(result: dict) -> str:
     """Raises ``Feedback`` naming the compiler's complaint and the line;
     returns a short table for a pass, and says which launches `check` took
     through the front end only (``front_end``) or did not compile
     (``pending``): the grading compiles every one fully."""
     from grader.feedback import Feedback
-    lines, front, pending = [], [], []
+    from grader.sandbox.runtime.probes.ex07_flash_attention import MAX_COMPILES
+    lines, front, pending, cut = [], [], [], []
     for t in result["targets"]:
         if "error" in t:
             if t.get("error_type") == "NotImplementedError":
@@ -858,6 +875,8 @@ def judge_compile(result: dict) -> str:
                            f"module was imported as on a GPU (without TRITON_INTERPRET), "
                            f"for {t['target']} in {t['dtype']}: {t['error']}")
         own = [r for r in t["rows"] if r.get("in_submission")]
+        if t.get("truncated"):
+            cut.append(f"  {t['target']:20s} {int(t['truncated'])} more launches")
         if not own:
             raise Feedback("flash_attention launched no Triton kernel of your own file "
                            f"(for {t['target']}): the work must happen in your kernel")
@@ -887,6 +906,10 @@ def judge_compile(result: dict) -> str:
     if pending:
         text += (f"\nnot compiled by this check ({len(pending)} of {total}; your grade "
                  "compiles every one):\n" + "\n".join(pending))
+    if cut:
+        text += (f"\nnot compiled at all: a grading compiles at most {MAX_COMPILES} launches, "
+                 "shared out between the GPUs in the order launched (launch fewer distinct "
+                 "configs to have every one checked):\n" + "\n".join(cut))
     return text
 
 
