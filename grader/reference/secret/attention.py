@@ -43,6 +43,9 @@ MISTAKES = {
     "split_without_transpose": "the heads were split by a reshape without the transpose "
                                "((B, S, h, d_head) -> (B, h, S, d_head) needs a transpose)",
     "no_output_projection": "the output projection w_o was forgotten",
+    "kv_repeat_seq_axis": "the K/V heads were repeated along the sequence axis (dim -2) "
+                          "instead of the head axis (dim -3, or 1): (B, h_kv, S, d) must become "
+                          "(B, h_kv * n_rep, S, d)",
     "kv_tile": "the K/V heads were repeated with tile (0,1,0,1) where repeat_interleave "
                "(0,0,1,1) is meant: query head i must use KV head i // (h / h_kv)",
     "no_kv_repeat": "the K/V heads were not repeated for their query groups",
@@ -201,6 +204,8 @@ def repeat_kv(x, n_rep: int, mistake=None) -> torch.Tensor:
     x = t64(x)
     if mistake == "kv_tile":
         return x.repeat(1, n_rep, 1, 1)
+    if mistake == "kv_repeat_seq_axis":
+        return torch.repeat_interleave(x, n_rep, dim=2)
     return torch.repeat_interleave(x, n_rep, dim=1)
 
 

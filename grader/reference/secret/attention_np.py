@@ -141,6 +141,8 @@ def repeat_kv(x, n_rep: int, mistake=None) -> np.ndarray:
     x = t64(x)
     if mistake == "kv_tile":
         return np.tile(x, (1, n_rep, 1, 1))
+    if mistake == "kv_repeat_seq_axis":
+        return np.repeat(x, n_rep, axis=2)
     return np.repeat(x, n_rep, axis=1)
 
 

@@ -168,6 +168,8 @@ MISTAKES = {
                         "(carry three)"),
     "wrong_triangle": WRONG_TRIANGLE,
     "diagonal_masked": "the mask also hides the diagonal (a query must see its own key)",
+    "mask_zero": ("the hidden scores were set to 0 instead of -inf: exp(0) = 1 still gives "
+                  "them weight (a masked score must be -inf, so that its weight is 0)"),
     "mask_after_softmax": MASK_AFTER_SOFTMAX,
     "no_mask": "no causal mask was applied",
     "chapter_v_causal": "the output used the chapter's V instead of this exercise's V",
@@ -220,6 +222,7 @@ def _own_slips(step: str, inputs: Inputs) -> dict:
                 MISTAKES["diagonal_masked"]:
                     softmax_rows(scaled, np.tril(np.ones((3, 3), dtype=bool), -1)),
                 MISTAKES["mask_after_softmax"]: tril_only,
+                MISTAKES["mask_zero"]: softmax_rows(np.where(CAUSAL, scaled, 0.0)),
                 MISTAKES["no_mask"]: e["WEIGHTS_FULL"],
                 COLUMN_SOFTMAX: softmax_rows(scaled.T, CAUSAL.T).T}
     if step == "OUT_CAUSAL":

@@ -54,6 +54,9 @@ FLASH_MISTAKES = {
     "ragged_tail_dropped": "the last, shorter tile of keys was skipped: when S_k is not a "
                            "multiple of block_size, the last tile holds the S_k % block_size "
                            "keys that remain",
+    "exp_with_log2e": "the online softmax used exp (base e) with the log2(e) factor meant "
+                      "for exp2: exp(x * 1.4427) is a softmax at 1.44 times the scale; use "
+                      "exp2(x * log2(e)), or exp(x) without the factor",
     "loop_bound_top_left": "the causal loop over key tiles stopped at the top-left bound "
                            "(start_m + 1) * BLOCK_M: when S_q < S_k a query sits at "
                            "S_k - S_q + i, so the loop must run to S_k - S_q + (start_m + 1) "
@@ -136,6 +139,8 @@ def reference(q, k, v, causal: bool = True, sm_scale=None, mistake=None,
         scale = 1.0
     elif mistake == "scale_by_d":
         scale = 1.0 / d_head
+    elif mistake == "exp_with_log2e":        # exp(x * log2(e)): e-based, exp2's factor
+        scale = scale / math.log(2.0)
     k, v = _kv_heads(k, q.shape[1], mistake), _kv_heads(v, q.shape[1], mistake)
     ok = allowed(s_q, s_k, causal, mistake, dev)                     # (S_q, S_k)
     if bound is not None:    # key tiles past (query tile + 1) * bound never visited
@@ -199,7 +204,7 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
     names = names or ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked",
                       "mask_wrong_triangle", "no_mask", "kv_tile", "nan_masked_tile",
                       "no_rescale", "exp2_no_log2e", "ragged_keys_unmasked",
-                      "no_final_divide", "loop_bound_top_left"]
+                      "no_final_divide", "loop_bound_top_left", "exp_with_log2e"]
     out = {}
     for name in names:
         if name in ("top_left_mask", "diagonal_masked", "mask_wrong_triangle",

@@ -17,6 +17,9 @@ from grader.reference.secret import attention as ref
 
 MISTAKES = {
     # counting
+    "flops_kv_heads": "the FLOPs were counted for the n_kv_heads K/V heads: every one of the "
+                      "n_heads query heads does its own scores and weighted sum (GQA saves "
+                      "bytes, not FLOPs)",
     "flops_half": "the FLOPs are off by a factor of 2 (a (query, key) pair costs "
                   "4 * d_head: 2 * d_head for its score and 2 * d_head for the weighted sum "
                   "of values)",
@@ -44,6 +47,9 @@ MISTAKES = {
     "scores_no_batch": "the batch was left out of the score tensor's size",
     "scores_linear": "the score tensor grows like S, not S * S",
     "scores_double": "the score tensor's bytes are off by a factor of 2",
+    "scores_causal_half": "half the score tensor was counted, as if a causal mask saved "
+                          "memory: naive attention materializes all S x S scores, masked "
+                          "or not",
     "max_len_off_by_one": "the largest length is off by one (it must be the largest S whose "
                           "score tensor fits, exactly: S*S*B*h*bytes <= memory)",
     "max_len_float": "the length is not a whole number (return an int)",
@@ -173,7 +179,8 @@ def attention_bytes(batch, n_heads, n_kv_heads, s_q, s_k, d_head, bytes_per_elem
 
 def decode_intensity(n_heads, n_kv_heads, seq_len, d_head, batch=1, bytes_per_elem=2,
                      mistake=None) -> float:
-    flops = attention_flops(batch, n_heads, 1, seq_len, d_head,
+    flops = attention_flops(batch, n_kv_heads if mistake == "flops_kv_heads" else n_heads, 1,
+                            seq_len, d_head,
                             mistake=mistake if mistake in ("flops_half", "flops_double") else None)
     if mistake == "intensity_float_bytes":
         bytes_per_elem = 4
@@ -208,6 +215,8 @@ def score_matrix_bytes(batch, n_heads, seq_len, bytes_per_elem=2, mistake=None) 
         return 2 * batch * n_heads * seq_len ** 2 * bytes_per_elem
     if mistake == "scores_no_elem_size":
         return batch * n_heads * seq_len ** 2
+    if mistake == "scores_causal_half":
+        return batch * n_heads * seq_len ** 2 * bytes_per_elem // 2
     return batch * n_heads * seq_len ** 2 * bytes_per_elem
 
 

@@ -229,7 +229,8 @@ def test_score_matrix_bytes_hidden(student):
                             mistakes=lambda: rl.mistakes_of(rl.score_matrix_bytes,
                                                             ["scores_no_batch", "scores_linear",
                                                              "scores_double",
-                                                             "scores_no_elem_size"], *args))
+                                                             "scores_no_elem_size",
+                                                             "scores_causal_half"], *args))
 
 
 @pytest.mark.points(1)

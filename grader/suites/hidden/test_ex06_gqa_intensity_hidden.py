@@ -101,7 +101,8 @@ def test_decode_intensity_hidden(student):
                                                              "bytes_kv_all_heads",
                                                              "intensity_float_bytes",
                                                              "intensity_no_q_o",
-                                                             "bytes_half", "bytes_no_output"], *args))
+                                                             "bytes_half", "bytes_no_output",
+                                                             "flops_kv_heads"], *args))
 
 
 # -- what the cache costs a server (issue 29): hidden models, element widths, batches ----

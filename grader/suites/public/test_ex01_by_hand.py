@@ -202,6 +202,7 @@ def _follows(step: str, got, answers: dict, inputs: variants.Inputs) -> tuple:
                           mistakes["diagonal_masked"]: _softmax_rows(scaled, keep & ~np.eye(
                               3, dtype=bool)),
                           by_hand.MASK_AFTER_SOFTMAX: _softmax_rows(scaled) * keep,
+                          mistakes["mask_zero"]: _softmax_rows(np.where(keep, scaled, 0.0)),
                           mistakes["no_mask"]: _softmax_rows(scaled)})
         if _two_decimals(got, want):
             slips = {mistakes["rounded_weights"]: got, **slips}

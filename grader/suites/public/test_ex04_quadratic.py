@@ -81,7 +81,8 @@ def test_score_matrix_bytes_of_the_chapter(student):
                     what=f"score_matrix_bytes{args}",
                     mistakes=rl.mistakes_of(rl.score_matrix_bytes,
                                             ["scores_no_batch", "scores_linear",
-                                             "scores_no_elem_size", "scores_double"], *args))
+                                             "scores_no_elem_size", "scores_double",
+                                             "scores_causal_half"], *args))
 
 
 @pytest.mark.points(1)

@@ -26,7 +26,7 @@ def test_gqa_decode_rejects_two_query_positions(student):
 
 
 INTENSITY_MISTAKES = ["flops_half", "flops_double", "bytes_kv_all_heads",
-                      "intensity_float_bytes", "bytes_half", "intensity_no_q_o"]
+                      "intensity_float_bytes", "bytes_half", "intensity_no_q_o", "flops_kv_heads"]
 
 
 @pytest.mark.points(1)

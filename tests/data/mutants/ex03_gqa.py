@@ -79,3 +79,13 @@ MUTANTS += [
            "scores were drawn"),
 ]
 ONLY.update({name: "plot" for name in ("plot_kv_modulo", "plot_no_mask", "plot_scores")})
+
+# -- a third outside corpus's slip (issue 51): K/V repeated along the sequence axis
+MUTANTS += [
+    Mutant("repeat_kv_seq_axis",
+           "    return np.broadcast_to(x[:, :, None], (b, h_kv, n_rep, s, d_head)).reshape(\n"
+           "        b, h_kv * n_rep, s, d_head)",
+           "    return np.repeat(x, n_rep, axis=2)",
+           "along the sequence axis"),
+]
+ONLY["repeat_kv_seq_axis"] = "repeat_kv"

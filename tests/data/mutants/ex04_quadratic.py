@@ -112,3 +112,12 @@ ONLY.update({"slope_from_endpoints": "loglog_slope", "slope_inverted": "loglog_s
 ONLY.update({name: "score_matrix_bytes or max_naive" for name in (
     "scores_without_element_size", "max_len_without_element_size", "max_len_one_short",
     "max_len_no_batch")})
+
+# -- a third outside corpus's slip (issue 51): the causal half counted
+MUTANTS += [
+    Mutant("scores_causal_half",
+           "    return batch * n_heads * seq_len * seq_len * bytes_per_elem",
+           "    return batch * n_heads * seq_len * seq_len * bytes_per_elem // 2",
+           "half the score tensor was counted"),
+]
+ONLY["scores_causal_half"] = "score_matrix_bytes"

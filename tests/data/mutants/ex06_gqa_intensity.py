@@ -153,3 +153,12 @@ ONLY.update({name: "kv_cache_costs or kv_bytes_per_token or kv_cache_over_weight
                           "crossover_no_projections", "crossover_two_ffn_matrices",
                           "crossover_kv_all_heads", "crossover_all_pairs",
                           "crossover_pair_2_flops", "crossover_last_below")})
+
+# -- a third outside corpus's slip (issue 51): FLOPs counted per K/V head
+MUTANTS += [
+    Mutant("intensity_flops_kv_heads",
+           "    flops = 4 * batch * n_heads * seq_len * d_head",
+           "    flops = 4 * batch * n_kv_heads * seq_len * d_head",
+           "counted for the n_kv_heads"),
+]
+ONLY["intensity_flops_kv_heads"] = "decode_intensity"
