@@ -54,6 +54,10 @@ FLASH_MISTAKES = {
     "ragged_tail_dropped": "the last, shorter tile of keys was skipped: when S_k is not a "
                            "multiple of block_size, the last tile holds the S_k % block_size "
                            "keys that remain",
+    "loop_skips_diagonal": "the causal loop over key tiles stopped before the query tile's "
+                           "diagonal tile (start_m * BLOCK_M instead of (start_m + 1) * BLOCK_M, "
+                           "plus S_k - S_q): the keys a query sees nearest to itself were never "
+                           "visited, and the first tile's rows saw no key at all",
     "exp_with_log2e": "the online softmax used exp (base e) with the log2(e) factor meant "
                       "for exp2: exp(x * 1.4427) is a softmax at 1.44 times the scale; use "
                       "exp2(x * log2(e)), or exp(x) without the factor",
@@ -127,8 +131,9 @@ def reference(q, k, v, causal: bool = True, sm_scale=None, mistake=None,
         return _no_rescale(q, k, v, causal, sm_scale, mistake[1])
     if isinstance(mistake, tuple) and mistake[0] == "ragged_keys_unmasked":
         return _padded_keys(q, k, v, causal, sm_scale, mistake[1])
-    bound = None           # the top-left loop bound's query tile (``loop_bound_top_left``)
-    if isinstance(mistake, tuple) and mistake[0] == "loop_bound_top_left":
+    bound = None           # the loop bound's query tile (``loop_bound_top_left``)
+    if isinstance(mistake, tuple) and mistake[0] in ("loop_bound_top_left",
+                                                     "loop_skips_diagonal"):
         mistake, bound = mistake
     dev = device or (q.device if isinstance(q, torch.Tensor) else "cpu")
     q, k, v = (_t64(x).to(dev) for x in (q, k, v))
@@ -143,9 +148,11 @@ def reference(q, k, v, causal: bool = True, sm_scale=None, mistake=None,
         scale = scale / math.log(2.0)
     k, v = _kv_heads(k, q.shape[1], mistake), _kv_heads(v, q.shape[1], mistake)
     ok = allowed(s_q, s_k, causal, mistake, dev)                     # (S_q, S_k)
-    if bound is not None:    # key tiles past (query tile + 1) * bound never visited
+    if bound is not None:    # key tiles past the loop's bound never visited
         rows = torch.arange(s_q, device=dev)[:, None] // bound
-        ok = ok & (torch.arange(s_k, device=dev)[None, :] < (rows + 1) * bound)
+        cols = torch.arange(s_k, device=dev)[None, :]
+        ok = ok & (cols < (rows + 1) * bound if mistake == "loop_bound_top_left"
+                   else cols < rows * bound + s_k - s_q)
     out = torch.empty_like(q)                                        # (B, h, S_q, d)
     for r0 in range(0, s_q, chunk):
         r1 = min(r0 + chunk, s_q)
@@ -204,7 +211,8 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
     names = names or ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked",
                       "mask_wrong_triangle", "no_mask", "kv_tile", "nan_masked_tile",
                       "no_rescale", "exp2_no_log2e", "ragged_keys_unmasked",
-                      "no_final_divide", "loop_bound_top_left", "exp_with_log2e"]
+                      "no_final_divide", "loop_bound_top_left", "exp_with_log2e",
+                      "loop_skips_diagonal"]
     out = {}
     for name in names:
         if name in ("top_left_mask", "diagonal_masked", "mask_wrong_triangle",
@@ -221,6 +229,12 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
                 if k.shape[-2] % bn:
                     out[f"{describe(name)} (seen with tiles of {bn} keys)"] = \
                         reference(q, k, v, causal, sm_scale, ("ragged_keys_unmasked", bn))
+            continue
+        if name == "loop_skips_diagonal":
+            if causal:
+                for bm in CANDIDATE_TILES:
+                    out[f"{describe(name)} (seen with query tiles of {bm} rows)"] = \
+                        reference(q, k, v, causal, sm_scale, (name, bm))
             continue
         if name == "loop_bound_top_left":
             if causal and q.shape[-2] < k.shape[-2]:   # no difference where S_q >= S_k

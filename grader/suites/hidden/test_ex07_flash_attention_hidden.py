@@ -246,7 +246,7 @@ def _flash_check(student, key, shape, *, sm_scale=None, pass_sm_scale=True, pass
     names = ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked",
              "mask_wrong_triangle", "no_mask", "kv_tile", "nan_masked_tile", "no_rescale",
              "exp2_no_log2e", "ragged_keys_unmasked", "no_final_divide", "loop_bound_top_left",
-             "exp_with_log2e"]
+             "exp_with_log2e", "loop_skips_diagonal"]
     if sm_scale is not None:
         names.append("sm_scale_ignored")
     text = f"B={b}, h={h}, h_kv={h_kv}, S_q={s_q}, S_k={s_k}, d_head={d}, causal={causal}"

@@ -86,7 +86,8 @@ KERNEL_CASES = {
 }
 KERNEL_MISTAKES = ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked",
                    "mask_wrong_triangle", "no_mask", "kv_tile", "nan_masked_tile", "no_rescale",
-                   "no_final_divide", "loop_bound_top_left", "exp_with_log2e"]
+                   "no_final_divide", "loop_bound_top_left", "exp_with_log2e",
+                   "loop_skips_diagonal"]
 
 
 @needs_triton

@@ -191,3 +191,11 @@ MUTANTS.append(Mutant(
     "    scale = 1.0 / math.sqrt(d_head)\n    grid = (triton.cdiv(s_q, QUERY_BLOCK),)",
     "sm_scale argument was ignored"))
 ONLY["block_sm_scale_ignored"] = "query_block"
+
+# -- a third outside corpus's slip (issue 51): the causal loop stops before the diagonal tile
+MUTANTS += [
+    Mutant("kernel_loop_skips_diagonal",
+           "hi = tl.minimum(S_K, tl.maximum(S_K - S_Q + (pid_m + 1) * BLOCK_M, 0))",
+           "hi = tl.minimum(S_K, tl.maximum(S_K - S_Q + pid_m * BLOCK_M, 0))",
+           "stopped before the query tile's diagonal tile"),
+]
