@@ -76,6 +76,12 @@ def known_mistakes(mistakes: Mistakes) -> Mapping[str, object]:
 LOOKS_LIKE = "This looks like: "
 # Two known mistakes that fit one answer: "A (or: B)" (``grader.insight`` reads it).
 OR = " (or: "
+def one_or_two(names: list[str]) -> str:
+    """"A", or "A (or: B)" where two known mistakes give the answer (the first
+    two of ``names``)."""
+    return names[0] if len(names) == 1 else f"{names[0]}{OR}{names[1]})"
+
+
 # The line for a wrong answer that none of the known mistakes explains.
 NO_KNOWN_MISTAKE = "No known mistake gives this answer: look where the values first differ."
 
@@ -125,12 +131,12 @@ def _reproduces(kind: str, candidate, target, atol: float, rtol: float) -> bool:
     """Does a known mistake's answer equal ``target`` at the check's tolerance?"""
     if kind == "equal":
         return _same(target, candidate)
-    try:
-        cand = to_numpy(candidate, "mistake").astype(np.float64)
-    except (Feedback, TypeError, ValueError):
-        return False
-    target = np.asarray(target, dtype=np.float64)
-    return cand.shape == target.shape and _excess(target, cand, atol, rtol) <= 1
+    return fits(np.asarray(target, dtype=np.float64), candidate, None, atol, rtol)
+
+
+def _fits_equal(got, candidate, expected) -> bool:
+    """``check_equal``'s ``fits``: the mistake gives ``got`` and is wrong here."""
+    return _same(got, candidate) and not _same(candidate, expected)
 
 
 def ruled_out(checks: list[tuple]) -> set[str]:
@@ -164,7 +170,7 @@ def still_possible(checks: list[tuple], ruled: set[str]) -> list[str]:
         if description in ruled or candidate is None:
             continue
         if kind == "equal":
-            if _same(got, candidate) and not _same(candidate, expected):
+            if _fits_equal(got, candidate, expected):
                 out.append(description)
         elif fits(np.asarray(got, dtype=np.float64), candidate, expected, atol, rtol):
             out.append(description)
@@ -266,7 +272,7 @@ def matching_mistake(got: np.ndarray, mistakes: Mistakes, atol: float, rtol: flo
         return None
     found.sort()
     names = [description for _, _, description in found]
-    return names[0] if len(names) == 1 else f"{names[0]}{OR}{names[1]})"
+    return one_or_two(names)
 
 
 @dataclass
@@ -485,9 +491,9 @@ def check_equal(got, expected, *, what: str, mistakes: Mistakes = None,
     known = known_mistakes(mistakes)
     _seen("equal", known if mistakes is not None else None, expected, 0, 0, got)
     found = [description for description, candidate in known.items()
-             if _same(got, candidate) and not _same(candidate, expected)]
+             if _fits_equal(got, candidate, expected)]
     if found:
-        named = found[0] if len(found) == 1 else f"{found[0]}{OR}{found[1]})"
+        named = one_or_two(found)
         lines.append(f"{LOOKS_LIKE}{named}.")
     else:
         if known:

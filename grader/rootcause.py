@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grader.feedback import LOOKS_LIKE, OR, diagnosis_first, named_mistake, ruled_out, \
-    still_possible
+from grader.feedback import LOOKS_LIKE, OR, diagnosis_first, named_mistake, one_or_two, \
+    ruled_out, still_possible
 from grader.options import Options
 from grader.paths import SOLUTIONS_DIR
 from grader.reference.cases import RANDOM_ONLY
@@ -135,15 +135,16 @@ def upstream_functions(failed: list[TestResult], called: dict[int, list[str]],
             [t for t in failed if depths[id(t)] == known[-1]])
 
 
-def _names(mistake: str) -> set[str]:
-    """"X (or: Y)" names X and Y (two mistakes gave the same answer on that case)."""
-    first, _, other = mistake.partition(" (or: ")
-    return {first, other.removesuffix(")")} - {""}
+def _names(mistake: str) -> list[str]:
+    """"X (or: Y)" names X and Y, in that order (two mistakes gave the same
+    answer on that case)."""
+    first, _, other = mistake.partition(OR)
+    return [n for n in (first, other.removesuffix(")")) if n]
 
 
 def _same(a: str | None, b: str | None) -> bool:
     """Do two named mistakes agree (name one mistake in common)?"""
-    return bool(a and b and _names(a) & _names(b))
+    return bool(a and b and set(_names(a)) & set(_names(b)))
 
 
 @dataclass
@@ -253,7 +254,7 @@ def _word(failures: list[_Failure], report: Report, leads: dict[str, str | None]
         first_said = first[id(f)]
         n = counts[first_said] = counts.get(first_said, 0) + 1
         k = totals[first_said]
-        more = not _names(f.mistake) <= _names(first_said)   # an alternative not yet said
+        more = not set(_names(f.mistake)) <= set(_names(first_said))   # one not yet said
         if f.root is not None:
             f.test.output = (FOLLOWS.format(where=f.where, n=n, k=k, end=end)
                              if n > 1 and not more else
@@ -325,9 +326,7 @@ def uncontradicted(report: Report, passed_checks: dict[int, list],
                     function is not None and _tested(u, called, order) == function)
                     for c in passed_checks.get(id(u), [])])
             out = ruled[key]
-            names = [said] if said in out else \
-                [n for n in (said.partition(OR)[0], said.partition(OR)[2].removesuffix(")"))
-                 if n]
+            names = [said] if said in out else _names(said)
             left = [n for n in names if n not in out]
             if left == names:
                 continue
@@ -336,7 +335,7 @@ def uncontradicted(report: Report, passed_checks: dict[int, list],
             if not left:
                 continue
             taken += 1
-            line = f"{LOOKS_LIKE}{left[0]}{f'{OR}{left[1]})' if len(left) > 1 else ''}."
+            line = f"{LOOKS_LIKE}{one_or_two(left)}."
             lines = t.output.splitlines()
             at = next(i for i, x in enumerate(lines) if x.startswith(LOOKS_LIKE))
             t.output = "\n".join(lines[:at] + [line] + lines[at + 1:])

@@ -230,14 +230,10 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
                     out[f"{describe(name)} (seen with tiles of {bn} keys)"] = \
                         reference(q, k, v, causal, sm_scale, ("ragged_keys_unmasked", bn))
             continue
-        if name == "loop_skips_diagonal":
-            if causal:
-                for bm in CANDIDATE_TILES:
-                    out[f"{describe(name)} (seen with query tiles of {bm} rows)"] = \
-                        reference(q, k, v, causal, sm_scale, (name, bm))
-            continue
-        if name == "loop_bound_top_left":
-            if causal and q.shape[-2] < k.shape[-2]:   # no difference where S_q >= S_k
+        if name in ("loop_bound_top_left", "loop_skips_diagonal"):
+            # a causal loop's bound, per query tile; the top-left one changes
+            # nothing where S_q >= S_k
+            if causal and (name == "loop_skips_diagonal" or q.shape[-2] < k.shape[-2]):
                 for bm in CANDIDATE_TILES:
                     out[f"{describe(name)} (seen with query tiles of {bm} rows)"] = \
                         reference(q, k, v, causal, sm_scale, (name, bm))
