@@ -208,12 +208,40 @@ def copy_solutions(dest: Path, only: list[str] | None = None) -> Path:
     return dest
 
 
-def grade_dir(path: Path, exercises=None, suite="hidden", **kwargs):
+def grade_dir(path: Path, exercises=None, suite="hidden", fresh=False, **kwargs):
     """Grade in-process.  Exercise G's GPU compile check is kept per file
     contents for the run (``check``'s cache, in the run's folder): many tests
-    grade the same solution, and one compile of it proves the path."""
+    grade the same solution, and one compile of it proves the path.
+
+    The grading forks its workers from this test process's kept fork server
+    (``_kept_fork_server``), as a ``batch`` slot grades submission after
+    submission: the fork server never runs student code, and every worker is
+    a fresh fork in namespaces of its own (tests/test_batch_slots.py holds
+    that a hostile submission leaves nothing for the next).  ``fresh``: the
+    grading starts and closes its own, as ``attn-grade grade`` does, for the
+    tests of the sandbox's own start, faults and leftovers."""
     kwargs.setdefault("check_cache", _run_cache())
-    return grade(path, Options(suite=suite, exercises=exercises, **kwargs))
+    options = Options(suite=suite, exercises=exercises, **kwargs)
+    if fresh:
+        return grade(path, options)
+    return grade(path, options, fork_server=_kept_fork_server().lend(options))
+
+
+@functools.lru_cache(maxsize=None)
+def _kept_fork_server():
+    """One fork server kept for this test process (each xdist worker has its
+    own), closed when the process's tests end (``_close_kept_fork_server``).
+    Measured on 2 cores: a grading of E and H costs 2.1 processor-seconds
+    forked from it, 4.5 starting its own (PyTorch imported again)."""
+    from grader.classroom.slots import KeptForkServer
+    return KeptForkServer()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_kept_fork_server():
+    yield
+    if _kept_fork_server.cache_info().currsize:
+        _kept_fork_server().close()
 
 
 def _run_cache() -> Path | None:

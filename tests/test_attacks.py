@@ -92,7 +92,7 @@ def grade_attack(sub, exercises=("ex01_by_hand", "ex03_gqa"), **kwargs):
     options = dict(call_timeout=3, import_timeout=8, memory_mb=1024)
     options.update(kwargs)
     start = time.monotonic()
-    report = grade_dir(sub, list(exercises), **options)
+    report = grade_dir(sub, list(exercises), **options, fresh=True)
     elapsed = time.monotonic() - start
     json.dumps(to_gradescope(report))              # always a valid result
     assert not report.errors, report.errors
@@ -393,7 +393,8 @@ def test_kernel_exercise_cheats(tmp_path, cheat, phrase):
     assert text.count(cheats.ALLOC) == 1
     path.write_text(text.replace(cheats.ALLOC, getattr(cheats, cheat)))
     # Not the GPU compile check: a cheat compiles like the solution (test_ex07_flash).
-    report = grade_dir(sub, ["ex01_by_hand", "ex07_flash_attention"], keyword="not compiles")
+    report = grade_dir(sub, ["ex01_by_hand", "ex07_flash_attention"], keyword="not compiles",
+                       fresh=True)
     json.dumps(to_gradescope(report))
     assert not report.errors, report.errors
     scores = report.exercise_scores()
@@ -426,7 +427,7 @@ def test_links_to_hidden_files_are_not_followed(sub):
         from grader.sandbox import process
         process.remove_staging(private.parent)
         assert not private.parent.exists()
-    report = grade_dir(sub, ["ex01_by_hand", "ex03_gqa"], call_timeout=3)
+    report = grade_dir(sub, ["ex01_by_hand", "ex03_gqa"], call_timeout=3, fresh=True)
     assert not report.errors
     ex03 = [t for t in report.tests if t.exercise == "ex03_gqa"]
     assert ex03 and all(t.score == 0 and "is a link" in t.output for t in ex03)
@@ -457,7 +458,7 @@ def test_link_write_never_reaches_its_target(tmp_path, isolation):
     before = sorted(p.name for p in sub.iterdir())
     out = tmp_path / "out"
     report = grade_dir(sub, ["ex04_quadratic"], suite="public", keyword="measure_scaling_shows",
-                       artifacts_dir=out, isolation=isolation)
+                       artifacts_dir=out, isolation=isolation, fresh=True)
     assert not report.errors, report.errors
     assert target.read_text() == "original\n"
     assert sorted(p.name for p in sub.iterdir()) == before and (sub / "ex04_scaling.png").is_symlink()
@@ -593,7 +594,7 @@ def test_a_non_finite_time_fails_and_is_never_too_noisy(tmp_path, isolation, val
     path = sub / "ex04_quadratic.py"
     path.write_text(path.read_text() + NAN_TIMER.replace('float("nan")', value))
     report = grade_dir(sub, ["ex04_quadratic"], keyword="time_fn and not passes_arguments",
-                       isolation=isolation)
+                       isolation=isolation, fresh=True)
     assert not report.errors, report.errors
     timers = [t for t in report.tests if t.status != "not_run"]
     assert len(timers) >= 3

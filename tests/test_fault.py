@@ -26,7 +26,7 @@ def test_a_reference_that_raises_is_a_regrade_not_a_failure(tmp_path, monkeypatc
 
     monkeypatch.setattr(attention, "softmax", broken)
     sub = copy_solutions(tmp_path / "sub", ["ex02_mha"])
-    report = grade_dir(sub, ["ex02_mha"], keyword="softmax_large_logits")
+    report = grade_dir(sub, ["ex02_mha"], keyword="softmax_large_logits", fresh=True)
     [test] = report.tests
     assert test.status == NEEDS_REGRADE, test.output
     assert test.score == 0 and test.max_score == 1      # kept in the maximum
@@ -56,7 +56,7 @@ def test_a_suites_slip_in_calling_a_grader_helper_is_the_graders_fault(tmp_path,
         if getattr(module, "check_close", None) is real:
             monkeypatch.setattr(module, "check_close", check_close)
     sub = copy_solutions(tmp_path / "sub", ["ex02_mha"])
-    report = grade_dir(sub, ["ex02_mha"], keyword="softmax_large_logits")
+    report = grade_dir(sub, ["ex02_mha"], keyword="softmax_large_logits", fresh=True)
     [test] = report.tests
     assert test.status == NEEDS_REGRADE, test.output
     assert test.output.startswith("the grader failed here: TypeError: "), test.output
@@ -71,7 +71,7 @@ def test_a_malformed_answer_that_makes_the_suite_raise_is_a_failure(tmp_path):
     _sabotage(sub, "ex02_mha", "def multi_head_attention(",
               "def multi_head_attention(*args, **kwargs):\n    return None\n\n\n"
               "def _unused_mha(")
-    report = grade_dir(sub, ["ex02_mha"], keyword="mha_is_causal")
+    report = grade_dir(sub, ["ex02_mha"], keyword="mha_is_causal", fresh=True)
     [test] = report.tests
     assert test.status == FAILED, test.output
     assert test.output.startswith("your answer has the wrong type or shape for this check: ")
@@ -88,7 +88,7 @@ def test_an_answer_that_cannot_be_unpacked_is_a_failure(tmp_path):
               "def online_softmax_step(*args, **kwargs):\n    return None\n\n\n"
               "def _unused_step(")
     report = grade_dir(sub, ["ex07_flash_attention"], suite="public",
-                       keyword="online_softmax_step_two_tiles")
+                       keyword="online_softmax_step_two_tiles", fresh=True)
     [test] = report.tests
     assert test.status == FAILED, test.output
     assert "wrong type or shape" in test.output and "NoneType" in test.output
@@ -111,7 +111,8 @@ def test_check_equal_still_passes_a_right_answer():
 
 def test_the_reference_still_passes(tmp_path):
     sub = copy_solutions(tmp_path / "sub", ["ex02_mha"])
-    report = grade_dir(sub, ["ex02_mha"], keyword="softmax_large_logits or relative_position")
+    report = grade_dir(sub, ["ex02_mha"], keyword="softmax_large_logits or relative_position",
+                       fresh=True)
     assert [t.status for t in report.tests] == [PASSED, PASSED]
 
 
@@ -185,7 +186,7 @@ def test_a_crash_while_recording_one_test_costs_that_test_only(monkeypatch):
         return real(self, item, rep, call)
 
     monkeypatch.setattr(core.GradingPlugin, "_record", record)
-    report = grade_dir(SOLUTIONS, ["ex01_by_hand"], suite="public")
+    report = grade_dir(SOLUTIONS, ["ex01_by_hand"], suite="public", fresh=True)
     broken = [t for t in report.tests if t.name == seen[1]]
     assert [t.status for t in broken] == [NEEDS_REGRADE]
     assert "the grader failed recording this test: RuntimeError: recording broke" \
@@ -204,6 +205,6 @@ def test_a_crash_inside_pytest_is_in_the_report(monkeypatch):
         raise RuntimeError("planning broke")
 
     monkeypatch.setattr(core.GradingPlugin, "pytest_collection_finish", collected)
-    report = grade_dir(SOLUTIONS, ["ex01_by_hand"], suite="public")
+    report = grade_dir(SOLUTIONS, ["ex01_by_hand"], suite="public", fresh=True)
     assert any("planning broke" in e for e in report.errors), report.errors
     assert report.ungraded

@@ -34,7 +34,7 @@ def test_strict_refuses_without_namespaces(tmp_path, no_bwrap):
 
 def test_the_fallback_says_so_first_in_every_format(tmp_path, no_bwrap):
     sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand"])
-    report = grade_dir(sub, ["ex01_by_hand"])
+    report = grade_dir(sub, ["ex01_by_hand"], fresh=True)
     assert report.isolation != "namespaces"
     first = to_text(report).splitlines()[0]
     assert first.startswith("Isolation: ") and ("WEAK" in first or "NO ISOLATION" in first)
@@ -91,7 +91,8 @@ def test_what_cannot_be_judged_needs_a_regrade_and_keeps_its_points(tmp_path, mo
     sub = copy_solutions(tmp_path / "sub", ["ex04_quadratic"])
     path = sub / "ex04_quadratic.py"
     path.write_text(path.read_text() + SLOW_TIMER)
-    report = grade_dir(sub, ["ex04_quadratic"], suite="public", keyword="times_a_slow_function")
+    report = grade_dir(sub, ["ex04_quadratic"], suite="public", keyword="times_a_slow_function",
+                       fresh=True)
     assert [t.status for t in report.tests] == [NEEDS_REGRADE]
     assert report.max_score == 1 and "REGR" in to_text(report)
     assert "NEEDS REGRADE" in to_text(report) and "<skipped" in to_junit(report)
@@ -115,9 +116,9 @@ def test_a_missing_module_keeps_the_maximum_and_the_import_error_is_kept(tmp_pat
     full = sum(maximum(Options(exercises=["ex01_by_hand", "ex03_gqa"])).values())
     broken = copy_solutions(tmp_path / "broken", ["ex01_by_hand"])
     (broken / "ex03_gqa.py").write_text("import numpy\nraise RuntimeError('boom')\n")
-    report = grade_dir(broken, ["ex01_by_hand", "ex03_gqa"])
+    report = grade_dir(broken, ["ex01_by_hand", "ex03_gqa"], fresh=True)
     missing = grade_dir(copy_solutions(tmp_path / "missing", ["ex01_by_hand"]),
-                        ["ex01_by_hand", "ex03_gqa"])
+                        ["ex01_by_hand", "ex03_gqa"], fresh=True)
     assert full == report.max_score == missing.max_score > 0
     assert "RuntimeError" in report.import_errors["ex03_gqa"]
     assert to_gradescope(report)["extra_data"]["import_errors"]["ex03_gqa"]
@@ -162,7 +163,7 @@ def test_grading_protects_the_secret_folders_as_a_step_of_its_own(tmp_path, monk
     assert not iso.namespaces and calls == []
     assert CliRunner().invoke(main, ["doctor"]).exit_code == 0 and calls == []
     sub = copy_solutions(tmp_path / "sub", ["ex01_by_hand"])
-    report = grade_dir(sub, ["ex01_by_hand"])
+    report = grade_dir(sub, ["ex01_by_hand"], fresh=True)
     assert calls == ["protect"] and report.exercise_scores()["ex01_by_hand"] == (ex01_max(), ex01_max())
     calls.clear()
     core.protect_secret_folders(isolation.Isolation(isolation.NAMESPACES, "", True))

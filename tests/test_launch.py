@@ -202,7 +202,8 @@ def test_an_exercise_worker_and_the_compile_worker_see_nothing(tmp_path, namespa
     sub.mkdir()
     (sub / f"{EX07}.py").write_text(_look(listener, COMPILE_AND_CALL))
     report = grade_dir(sub, [EX07], suite="public",
-                       isolation="strict" if namespaces else "fallback", check_cache=None)
+                       isolation="strict" if namespaces else "fallback", check_cache=None,
+                       fresh=True)
     seen = _seen("\n".join(t.output for t in report.tests))
     interpreters = {s["interpret"] for s in seen}
     assert interpreters == {"1", None}, seen    # both kinds of worker reported
