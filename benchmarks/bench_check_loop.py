@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -110,7 +111,8 @@ def main() -> None:
             ex07.write_text(original.replace(KERNEL_LINE, KERNEL_LINE.replace(
                 "1.0)", f"{2.0 + i})"), 1))
             seconds, out = run("G")
-            assert "Total: 8/8" in out and "checked by Triton's front end only" in out, out
+            assert re.search(r"Total: (\d+)/\1\b", out) and \
+                "checked by Triton's front end only" in out, out
             kernels.append(seconds)
             # one line of the host code changed (what it means changes)
             ex07.write_text(ex07.read_text().replace("LOG2E = 1.4426950408889634",

@@ -78,8 +78,19 @@ LOOKS_LIKE = "This looks like: "
 OR = " (or: "
 def one_or_two(names: list[str]) -> str:
     """"A", or "A (or: B)" where two known mistakes give the answer (the first
-    two of ``names``)."""
-    return names[0] if len(names) == 1 else f"{names[0]}{OR}{names[1]})"
+    of ``names`` and the first after it that is another mistake: the same one
+    seen with other tile sizes, "... (seen with ...)", is not named twice)."""
+    first = names[0]
+    other = next((n for n in names[1:] if _mistake_only(n) != _mistake_only(first)), None)
+    return first if other is None else f"{first}{OR}{other})"
+
+
+def _mistake_only(name: str) -> str:
+    """A known mistake's words without the tile sizes it was seen with."""
+    return name.split(SEEN_WITH, 1)[0]
+
+
+SEEN_WITH = " (seen with "
 
 
 # The line for a wrong answer that none of the known mistakes explains.

@@ -131,10 +131,10 @@ def reference(q, k, v, causal: bool = True, sm_scale=None, mistake=None,
         return _no_rescale(q, k, v, causal, sm_scale, mistake[1])
     if isinstance(mistake, tuple) and mistake[0] == "ragged_keys_unmasked":
         return _padded_keys(q, k, v, causal, sm_scale, mistake[1])
-    bound = None           # the loop bound's query tile (``loop_bound_top_left``)
+    bound = None           # the loop bound's query and key tiles (``loop_bound_top_left``)
     if isinstance(mistake, tuple) and mistake[0] in ("loop_bound_top_left",
                                                      "loop_skips_diagonal"):
-        mistake, bound = mistake
+        mistake, bound, key_tile = (*mistake, 1)[:3]
     dev = device or (q.device if isinstance(q, torch.Tensor) else "cpu")
     q, k, v = (_t64(x).to(dev) for x in (q, k, v))
     d_head, s_q, s_k = q.shape[-1], q.shape[-2], k.shape[-2]
@@ -151,8 +151,13 @@ def reference(q, k, v, causal: bool = True, sm_scale=None, mistake=None,
     if bound is not None:    # key tiles past the loop's bound never visited
         rows = torch.arange(s_q, device=dev)[:, None] // bound
         cols = torch.arange(s_k, device=dev)[None, :]
-        ok = ok & (cols < (rows + 1) * bound if mistake == "loop_bound_top_left"
-                   else cols < rows * bound + s_k - s_q)
+        end = (rows + 1) * bound if mistake == "loop_bound_top_left" \
+            else rows * bound + s_k - s_q
+        # ``range(0, end, BLOCK_N)`` visits whole key tiles: the last one
+        # reaches past ``end`` to its tile's end (its causal mask still holds)
+        end = torch.div(end.clamp(min=0) + key_tile - 1, key_tile,
+                        rounding_mode="floor") * key_tile
+        ok = ok & (cols < end)
     out = torch.empty_like(q)                                        # (B, h, S_q, d)
     for r0 in range(0, s_q, chunk):
         r1 = min(r0 + chunk, s_q)
@@ -231,12 +236,12 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
                         reference(q, k, v, causal, sm_scale, ("ragged_keys_unmasked", bn))
             continue
         if name in ("loop_bound_top_left", "loop_skips_diagonal"):
-            # a causal loop's bound, per query tile; the top-left one changes
-            # nothing where S_q >= S_k
-            if causal and (name == "loop_skips_diagonal" or q.shape[-2] < k.shape[-2]):
-                for bm in CANDIDATE_TILES:
-                    out[f"{describe(name)} (seen with query tiles of {bm} rows)"] = \
-                        reference(q, k, v, causal, sm_scale, (name, bm))
+            # A causal loop's bound, per query tile, over whole key tiles (of
+            # at most as many keys as the query tile has rows).  The top-left
+            # bound changes nothing where S_q >= S_k: its answer is the right
+            # one there, listed so that a wrong answer there rules it out.
+            if causal:
+                out.update(_loop_bounds(q, k, v, sm_scale, name))
             continue
         if name == "no_rescale":
             for bn in CANDIDATE_TILES:
@@ -245,6 +250,23 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
                         reference(q, k, v, causal, sm_scale, ("no_rescale", bn))
             continue
         out[describe(name)] = reference(q, k, v, causal, sm_scale, name)
+    return out
+
+
+def _loop_bounds(q, k, v, sm_scale, name) -> dict:
+    """``flash_mistakes``' answers of the causal loop-bound mistake ``name``
+    for every query tile of ``CANDIDATE_TILES`` and every key tile of at most
+    its rows (``range(0, end, BLOCK_N)`` visits whole key tiles), each named
+    by its tiles in the same words on every case: another case's evidence
+    rules out a pair of tiles (``feedback.ruled_out``).  A kernel of 32-row,
+    32-key tiles that stops before the diagonal visits the keys the top-left
+    bound visits where S_q < S_k; a square case tells the two apart."""
+    out: dict = {}
+    for bm in CANDIDATE_TILES:
+        for bn in sorted((t for t in CANDIDATE_TILES if t <= bm), key=lambda t: t != bm):
+            tiles = f"query tiles of {bm} rows" + ("" if bn == bm else f", key tiles of {bn}")
+            out[f"{describe(name)} (seen with {tiles})"] = \
+                reference(q, k, v, True, sm_scale, (name, bm, bn))
     return out
 
 
