@@ -568,3 +568,25 @@ def test_a_loop_bound_mistake_is_named_with_the_kernels_own_tiles(tmp_path, name
     first = next(line for line in said if "same mistake as above" not in line)
     assert mutant.expect in first and f"query tiles of {tile} rows)" in first, first
     assert other not in "\n".join(said) and "(or:" not in first, said
+
+
+@needs_triton
+@pytest.mark.parametrize("name, keyword", [
+    ("blockwise_top_left", "blockwise"),
+    ("blockwise_wrong_triangle", "blockwise"),
+    ("sm_scale_ignored", "custom_sm_scale or inputs_unchanged")])
+def test_every_failing_case_of_a_known_mistake_names_it(tmp_path, name, keyword):
+    """A mask mistake of blockwise_attention fails the split-heads case and the
+    rows that see no key too, and an ignored sm_scale fails the test of
+    unchanged inputs (sm_scale=0.5): each of those failures names the mistake,
+    none says "no known mistake" (they tried too few mistakes before)."""
+    mutant = next(m for m in all_mutants() if m.file == EX and m.name == name)
+    sub = copy_solutions(tmp_path / "sub", [EX])
+    path = sub / f"{EX}.py"
+    path.write_text(mutant.apply(path.read_text()))
+    report = grade_dir(sub, [EX], keyword=keyword)
+    failed = [t for t in report.tests if t.status == "failed"]
+    assert len(failed) >= 2, [(t.name, t.status) for t in report.tests]
+    for t in failed:
+        assert "This looks like" in t.output and "No known mistake" not in t.output, t.output
+    assert mutant.expect in failed[0].output, failed[0].output

@@ -217,7 +217,7 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
                       "mask_wrong_triangle", "no_mask", "kv_tile", "nan_masked_tile",
                       "no_rescale", "exp2_no_log2e", "ragged_keys_unmasked",
                       "no_final_divide", "loop_bound_top_left", "exp_with_log2e",
-                      "loop_skips_diagonal"]
+                      "loop_skips_diagonal", "sm_scale_ignored"]
     out = {}
     for name in names:
         if name in ("top_left_mask", "diagonal_masked", "mask_wrong_triangle",
