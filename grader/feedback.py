@@ -76,6 +76,9 @@ def known_mistakes(mistakes: Mistakes) -> Mapping[str, object]:
 LOOKS_LIKE = "This looks like: "
 # Two known mistakes that fit one answer: "A (or: B)" (``grader.insight`` reads it).
 OR = " (or: "
+# A known mistake reproduced at one tile size: "A (seen with tiles of 32 keys)"
+# (``grader.reference.secret.flash``); ``one_or_two`` names A once.
+SEEN_WITH = " (seen with "
 def one_or_two(names: list[str]) -> str:
     """"A", or "A (or: B)" where two known mistakes give the answer (the first
     of ``names`` and the first after it that is another mistake: the same one
@@ -88,9 +91,6 @@ def one_or_two(names: list[str]) -> str:
 def _mistake_only(name: str) -> str:
     """A known mistake's words without the tile sizes it was seen with."""
     return name.split(SEEN_WITH, 1)[0]
-
-
-SEEN_WITH = " (seen with "
 
 
 # The line for a wrong answer that none of the known mistakes explains.

@@ -27,6 +27,7 @@ import torch
 from grader.reference.flash_judge import (GPU_TOLERANCES, MAX_COMPUTE_OPS,  # noqa: F401
                                           check_authentic, check_inputs_unchanged,
                                           check_no_kv_copy, check_output, tolerance)
+from grader.feedback import SEEN_WITH
 from grader.reference.secret.attention import MISTAKES
 from grader.sandbox.runtime.kernels.flash import HAS_TRITON, NEEDS_TRITON  # noqa: F401
 
@@ -123,7 +124,8 @@ def reference(q, k, v, causal: bool = True, sm_scale=None, mistake=None,
 
     ``mistake`` reproduces one wrong answer (see ``FLASH_MISTAKES`` and
     ``grader.reference.secret.attention.MISTAKES``); ``no_rescale`` takes the tile
-    width as ``mistake=("no_rescale", block_n)``.  ``device`` (default: the
+    width as ``mistake=("no_rescale", block_n)``, the causal loop bounds their
+    tiles as ``(name, block_m, block_n)``.  ``device`` (default: the
     input's) and ``chunk`` (query rows at a time) keep long sequences within
     memory.  Returns a float64 tensor on the CPU.
     """
@@ -131,10 +133,10 @@ def reference(q, k, v, causal: bool = True, sm_scale=None, mistake=None,
         return _no_rescale(q, k, v, causal, sm_scale, mistake[1])
     if isinstance(mistake, tuple) and mistake[0] == "ragged_keys_unmasked":
         return _padded_keys(q, k, v, causal, sm_scale, mistake[1])
-    bound = None           # the loop bound's query and key tiles (``loop_bound_top_left``)
+    bound = None           # the loop bound's query tile, with its key tile (``_loop_bounds``)
     if isinstance(mistake, tuple) and mistake[0] in ("loop_bound_top_left",
                                                      "loop_skips_diagonal"):
-        mistake, bound, key_tile = (*mistake, 1)[:3]
+        mistake, bound, key_tile = mistake
     dev = device or (q.device if isinstance(q, torch.Tensor) else "cpu")
     q, k, v = (_t64(x).to(dev) for x in (q, k, v))
     d_head, s_q, s_k = q.shape[-1], q.shape[-2], k.shape[-2]
@@ -232,7 +234,7 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
                 continue      # end-aligned causal masks the padding already
             for bn in CANDIDATE_TILES:
                 if k.shape[-2] % bn:
-                    out[f"{describe(name)} (seen with tiles of {bn} keys)"] = \
+                    out[f"{describe(name)}{SEEN_WITH}tiles of {bn} keys)"] = \
                         reference(q, k, v, causal, sm_scale, ("ragged_keys_unmasked", bn))
             continue
         if name in ("loop_bound_top_left", "loop_skips_diagonal"):
@@ -246,7 +248,7 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
         if name == "no_rescale":
             for bn in CANDIDATE_TILES:
                 if k.shape[-2] > bn:
-                    out[f"{describe(name)} (seen with tiles of {bn} keys)"] = \
+                    out[f"{describe(name)}{SEEN_WITH}tiles of {bn} keys)"] = \
                         reference(q, k, v, causal, sm_scale, ("no_rescale", bn))
             continue
         out[describe(name)] = reference(q, k, v, causal, sm_scale, name)
@@ -265,7 +267,7 @@ def _loop_bounds(q, k, v, sm_scale, name) -> dict:
     for bm in CANDIDATE_TILES:
         for bn in sorted((t for t in CANDIDATE_TILES if t <= bm), key=lambda t: t != bm):
             tiles = f"query tiles of {bm} rows" + ("" if bn == bm else f", key tiles of {bn}")
-            out[f"{describe(name)} (seen with {tiles})"] = \
+            out[f"{describe(name)}{SEEN_WITH}{tiles})"] = \
                 reference(q, k, v, True, sm_scale, (name, bm, bn))
     return out
 
