@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tests.conftest import SOLUTIONS, copy_solutions
-from tests.data.mutants import all_mutants
+from tests.data.mutants import mutant
 from tests.test_release import edition  # noqa: F401  (the session's edition)
 from tests.test_release import solutions_checked
 
@@ -87,9 +87,6 @@ def test_the_solutions_are_measured_in_the_edition(edition, tmp_path_factory):  
     assert "no per-head K or V" in lines and "Measured intensity" in lines, lines
 
 
-def _mutant(file, name):
-    return next(m for m in all_mutants() if m.file == file and m.name == name)
-
 
 def test_mistakes_only_a_measurement_shows_fail_in_the_edition(edition, tmp_path):  # noqa: F811
     """F's K/V copied per query head (repeat_interleave) and H's K/V rebuilt
@@ -97,7 +94,7 @@ def test_mistakes_only_a_measurement_shows_fail_in_the_edition(edition, tmp_path
     sub = copy_solutions(tmp_path / "sub", ["ex06_gqa_intensity", "ex08_mla"])
     for file, name in (("ex06_gqa_intensity", "repeat_interleave"),
                        ("ex08_mla", "cache_rebuilt_kv")):
-        m = _mutant(file, name)
+        m = mutant(file, name)
         (sub / f"{file}.py").write_text(m.apply((SOLUTIONS / f"{file}.py").read_text()))
     out = _check(edition, sub, "F", "H")
     row, lines = _row(_block(out, "ex06_gqa_intensity"), "intensity_table()")
@@ -105,4 +102,4 @@ def test_mistakes_only_a_measurement_shows_fail_in_the_edition(edition, tmp_path
     assert "This looks like: repeat_interleave" in lines, lines
     row, lines = _row(_block(out, "ex08_mla"), "mla_decode, traced")
     assert row.startswith("  FAIL"), out
-    assert _mutant("ex08_mla", "cache_rebuilt_kv").expect in lines, lines
+    assert mutant("ex08_mla", "cache_rebuilt_kv").expect in lines, lines

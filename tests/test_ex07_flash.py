@@ -31,7 +31,7 @@ from grader.reference.secret import flash
 from grader.sandbox.client import StudentModule
 from grader.sandbox.runtime.kernels import flash as kernel
 from tests.conftest import REPO, copy_solutions, grade_dir, launch, launcher
-from tests.data.mutants import all_mutants
+from tests.data.mutants import mutant
 
 EX = "ex07_flash_attention"
 needs_triton = pytest.mark.skipif(not flash.HAS_TRITON, reason=flash.NEEDS_TRITON)
@@ -493,6 +493,15 @@ def test_a_device_guard_passes_the_compile_check_and_a_global_is_named(tmp_path,
         assert test.score == test.max_score == 1, test.output
 
 
+def _mutated(tmp_path, name, edit=lambda text: text) -> Path:
+    """The solution's ex07 as a submission: ``edit`` applied to its text, then
+    the corpus's mutant ``name``."""
+    sub = copy_solutions(tmp_path / "sub", [EX])
+    path = sub / f"{EX}.py"
+    path.write_text(mutant(EX, name).apply(edit(path.read_text())))
+    return sub
+
+
 # -- `check` compiles the likeliest failures first; the grading compiles every config --
 @needs_triton
 @pytest.mark.slow
@@ -501,14 +510,10 @@ def test_check_catches_the_compile_mutants_with_its_first_launches(tmp_path, nam
     """The corpus's kernels that compile in the interpreter and not for a GPU
     fail `check` too, though it answers before compiling every config: a
     global read fails in any config, an 8-wide tile in the smallest."""
-    mutant = next(m for m in all_mutants() if m.file == EX and m.name == name)
-    sub = copy_solutions(tmp_path / "sub", [EX])
-    path = sub / f"{EX}.py"
-    path.write_text(mutant.apply(path.read_text()))
-    report = grade_dir(sub, [EX], suite="public", keyword="compiles",
+    report = grade_dir(_mutated(tmp_path, name), [EX], suite="public", keyword="compiles",
                        check_cache=tmp_path / "cache")
     (test,) = report.tests
-    assert test.score == 0 and mutant.expect in test.output, test.output
+    assert test.score == 0 and mutant(EX, name).expect in test.output, test.output
 
 
 @needs_triton
@@ -552,14 +557,12 @@ def test_a_loop_bound_mistake_is_named_with_the_kernels_own_tiles(tmp_path, name
     64-row tiles fails the 512-key case too, which names it.  Every failure
     names the one mistake, with the kernel's own tiles, the public test of
     the kernel's own work too (its values are judged before its reads)."""
-    mutant = next(m for m in all_mutants() if m.file == EX and m.name == name)
-    sub = copy_solutions(tmp_path / "sub", [EX])
-    path = sub / f"{EX}.py"
-    text = path.read_text()
-    assert text.count(INTERPRETED_TILES) == 1
-    path.write_text(mutant.apply(text.replace(
-        INTERPRETED_TILES, INTERPRETED_TILES.replace("16", str(tile)))))
-    report = grade_dir(sub, [EX], keyword="test_flash_attention and not gpu")
+    def tiled(text):
+        assert text.count(INTERPRETED_TILES) == 1
+        return text.replace(INTERPRETED_TILES, INTERPRETED_TILES.replace("16", str(tile)))
+
+    report = grade_dir(_mutated(tmp_path, name, tiled), [EX],
+                       keyword="test_flash_attention and not gpu")
     failed = [t for t in report.tests if t.status == "failed"]
     assert len(failed) >= 3, [t.name for t in report.tests]
     said = [line for t in failed for line in t.output.splitlines()
@@ -568,7 +571,8 @@ def test_a_loop_bound_mistake_is_named_with_the_kernels_own_tiles(tmp_path, name
     # values (the loop that never reaches some keys reads only part of k)
     assert len(said) == len(failed), [t.output for t in failed]
     first = next(line for line in said if "same mistake as above" not in line)
-    assert mutant.expect in first and f"query tiles of {tile} rows)" in first, first
+    assert mutant(EX, name).expect in first and f"query tiles of {tile} rows)" in first, \
+        first
     assert other not in "\n".join(said) and "(or:" not in first, said
 
 
@@ -582,13 +586,9 @@ def test_every_failing_case_of_a_known_mistake_names_it(tmp_path, name, keyword)
     rows that see no key too, and an ignored sm_scale fails the test of
     unchanged inputs (sm_scale=0.5): each of those failures names the mistake,
     none says "no known mistake" (they tried too few mistakes before)."""
-    mutant = next(m for m in all_mutants() if m.file == EX and m.name == name)
-    sub = copy_solutions(tmp_path / "sub", [EX])
-    path = sub / f"{EX}.py"
-    path.write_text(mutant.apply(path.read_text()))
-    report = grade_dir(sub, [EX], keyword=keyword)
+    report = grade_dir(_mutated(tmp_path, name), [EX], keyword=keyword)
     failed = [t for t in report.tests if t.status == "failed"]
     assert len(failed) >= 2, [(t.name, t.status) for t in report.tests]
     for t in failed:
         assert "This looks like" in t.output and "No known mistake" not in t.output, t.output
-    assert mutant.expect in failed[0].output, failed[0].output
+    assert mutant(EX, name).expect in failed[0].output, failed[0].output

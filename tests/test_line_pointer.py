@@ -19,13 +19,10 @@ from grader.linepointer import Made, Step, locate
 from grader.pages import student_page
 from grader.sandbox.runtime.probes import linetrace
 from tests.conftest import SOLUTIONS, copy_solutions, failures, grade_dir
-from tests.data.mutants import all_mutants
+from tests.data.mutants import mutant
 
 POINTER = re.compile(r"^Where it goes wrong: line (\d+)(?: of (\S+))?, `(.*)`: (.*)$", re.M)
 
-
-def _mutant(exercise: str, name: str):
-    return next(m for m in all_mutants() if m.file == exercise and m.name == name)
 
 
 def _graded(tmp_path, exercise: str, source: str, keyword: str):
@@ -105,7 +102,7 @@ def _tiered(cases):
 @pytest.mark.parametrize("exercise,name,keyword,line,words,file", _tiered(CASES))
 def test_pointer_names_the_mutated_line_and_its_step(tmp_path, exercise, name, keyword, line,
                                                       words, file):
-    source = _mutant(exercise, name).apply((SOLUTIONS / f"{exercise}.py").read_text())
+    source = mutant(exercise, name).apply((SOLUTIONS / f"{exercise}.py").read_text())
     report = _graded(tmp_path, exercise, source, keyword)
     found = _pointers(report, exercise)
     assert found, [t.output for t in failures(report, exercise)]
@@ -121,7 +118,7 @@ def test_pointer_names_the_mutated_line_and_its_step(tmp_path, exercise, name, k
 
 
 def test_pointer_follows_the_mistake_and_expected_vs_got(tmp_path):
-    source = _mutant("ex02_mha", "no_scale").apply((SOLUTIONS / "ex02_mha.py").read_text())
+    source = mutant("ex02_mha", "no_scale").apply((SOLUTIONS / "ex02_mha.py").read_text())
     report = _graded(tmp_path, "ex02_mha", source, "multi_head_attention_small")
     (output, _), = _pointers(report, "ex02_mha")
     lines = output.splitlines()
@@ -131,7 +128,7 @@ def test_pointer_follows_the_mistake_and_expected_vs_got(tmp_path):
 
 
 def test_wrong_only_at_the_output_points_at_the_return(tmp_path):
-    source = _mutant("ex02_mha", "no_output_projection").apply(
+    source = mutant("ex02_mha", "no_output_projection").apply(
         (SOLUTIONS / "ex02_mha.py").read_text())
     report = _graded(tmp_path, "ex02_mha", source, "multi_head_attention_small")
     found = _pointers(report, "ex02_mha")
@@ -209,7 +206,7 @@ def multi_head_attention(x, w_q, w_k, w_v, w_o, n_heads, *, causal=True, positio
 def test_a_formula_whose_wrong_number_bears_no_step_name_says_so(tmp_path):
     # k_and_v is wrong, but the reference counts rows, not `k_and_v`: the
     # return line that adds it up is right and must not be blamed.
-    source = _mutant("ex05_decode_prefill", "bytes_kv_once").apply(
+    source = mutant("ex05_decode_prefill", "bytes_kv_once").apply(
         (SOLUTIONS / "ex05_decode_prefill.py").read_text())
     report = _graded(tmp_path, "ex05_decode_prefill", source, "attention_bytes_hidden")
     outputs = [t.output for t in failures(report, "ex05_decode_prefill")]
@@ -230,10 +227,10 @@ def test_no_step_maps_says_so(tmp_path):
 
 def test_hostile_line_text_is_shown_escaped(tmp_path):
     solution = (SOLUTIONS / "ex02_mha.py").read_text()
-    mutant = _mutant("ex02_mha", "no_scale")
+    scaled = mutant("ex02_mha", "no_scale").find
     hostile = ('scores = q @ np.swapaxes(k, -1, -2); _tag = "\x1b[2J\x1b]0;owned\x07'
                '<script>alert(1)</script>"')
-    source = solution.replace(mutant.find, hostile)
+    source = solution.replace(scaled, hostile)
     report = _graded(tmp_path, "ex02_mha", source, "multi_head_attention_small")
     (output, match), *_ = _pointers(report, "ex02_mha")
     assert "\x1b" not in output and "\x07" not in output
@@ -339,7 +336,7 @@ def test_a_call_too_slow_to_trace_again_within_its_limit_gets_no_pointer():
 def test_a_function_is_traced_once_for_its_first_failure(tmp_path):
     """Every failing test of ``attention`` re-runs nothing after the first: the
     root cause is said once, and each traced rerun costs up to a call's time."""
-    source = _mutant("ex02_mha", "no_scale").apply((SOLUTIONS / "ex02_mha.py").read_text())
+    source = mutant("ex02_mha", "no_scale").apply((SOLUTIONS / "ex02_mha.py").read_text())
     report = _graded(tmp_path, "ex02_mha", source, "test_attention")
     failed = failures(report, "ex02_mha")
     assert len(failed) >= 3, [t.name for t in failed]

@@ -62,6 +62,11 @@ def all_mutants() -> list[Mutant]:
     return out
 
 
+def mutant(file: str, name: str) -> Mutant:
+    """The corpus's mutant ``name`` of exercise ``file``."""
+    return next(m for m in all_mutants() if m.file == file and m.name == name)
+
+
 def _top_level_spans(source: str) -> list[tuple[str, int, int]]:
     """(name, first offset, end offset) of each top-level function and constant."""
     tree = ast.parse(source)
