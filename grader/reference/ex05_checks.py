@@ -28,7 +28,7 @@ def randn(seed, *shape, dtype=torch.float32):
 
 DWC_MISTAKES = ["rope_after_caching", "rope_positions_unused", "rope_on_values",
                 "cache_not_grown", "decode_top_left", "decode_positions_off_by_one",
-                "decode_query_at_cache_length", "kv_tile"]
+                "decode_query_at_cache_length", "kv_tile", "cache_sequence_first"]
 
 
 def check_decode_with_cache(student, *, seed, b, s, d, h, h_kv, d_head, rope_base=10000.0,

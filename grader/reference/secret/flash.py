@@ -66,6 +66,10 @@ FLASH_MISTAKES = {
                            "(start_m + 1) * BLOCK_M: when S_q < S_k a query sits at "
                            "S_k - S_q + i, so the loop must run to S_k - S_q + (start_m + 1) "
                            "* BLOCK_M; the keys past the top-left bound were never visited",
+    "causal_offset_flipped": "the causal mask's end alignment has its sign flipped: query i "
+                             "sits at S_k - S_q + i (the keys before the queries come first), "
+                             "not at S_q - S_k + i; with S_q != S_k the mask and the loop "
+                             "bound are shifted the wrong way",
     "no_final_divide": "the output was never normalized: after the last tile, divide acc by "
                        "l (acc / l is the attention output; acc alone is a sum of "
                        "exp(score - m) * v)",
@@ -100,7 +104,7 @@ def allowed(s_q: int, s_k: int, causal: bool, mistake=None, device="cpu") -> tor
     j = torch.arange(s_k, device=device)[None, :]
     if not causal or mistake == "no_mask":
         return torch.ones(s_q, s_k, dtype=torch.bool, device=device)
-    offset = 0 if mistake == "top_left_mask" else s_k - s_q
+    offset = {"top_left_mask": 0, "causal_offset_flipped": s_q - s_k}.get(mistake, s_k - s_q)
     if mistake == "diagonal_masked":
         return j < i + offset
     if mistake == "mask_wrong_triangle":
@@ -219,11 +223,11 @@ def flash_mistakes(q, k, v, causal: bool, sm_scale=None, names=None) -> dict:
                       "mask_wrong_triangle", "no_mask", "kv_tile", "nan_masked_tile",
                       "no_rescale", "exp2_no_log2e", "ragged_keys_unmasked",
                       "no_final_divide", "loop_bound_top_left", "exp_with_log2e",
-                      "loop_skips_diagonal", "sm_scale_ignored"]
+                      "loop_skips_diagonal", "sm_scale_ignored", "causal_offset_flipped"]
     out = {}
     for name in names:
         if name in ("top_left_mask", "diagonal_masked", "mask_wrong_triangle",
-                    "no_mask") and not causal:
+                    "no_mask", "causal_offset_flipped") and not causal:
             continue
         if name == "kv_tile" and (q.shape[1] == k.shape[1] or k.shape[1] == 1):
             continue                           # tile == repeat_interleave here

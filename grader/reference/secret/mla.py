@@ -80,6 +80,12 @@ MISTAKES = {
     "q_rope_position_zero": "the query's RoPE part was rotated at position 0 (its position "
                             "was ignored): q_rope must be rotated at the query's own position, "
                             "like k_rope at the key's, so that q . k sees their distance",
+    "q_rope_from_front": "each head's query was split as [rope, nope]: RoPE went on its first "
+                         "d_rope features; the RoPE part is the last d_rope (split as "
+                         "[d_nope, d_rope])",
+    "flops_wsum_with_rope": "the weighted sum's FLOPs were counted over d_c + d_rope; the "
+                            "weights multiply the latent c_kv only (2 * d_c per head and "
+                            "token), the RoPE key has no value part"
 }
 
 
@@ -143,6 +149,9 @@ def _queries(x, w_q, n_heads, d_nope, pos, rope_base, mistake):
     q = ref.split_heads(torch.einsum("bsd,qd->bsq", ref.t64(x), ref.t64(w_q)), n_heads)
     if mistake in ("rope_positions_unused", "q_rope_position_zero"):
         pos = torch.zeros_like(pos)
+    if mistake == "q_rope_from_front":
+        d_rope = q.shape[-1] - d_nope
+        return q[..., d_rope:], ref.rope(q[..., :d_rope], pos, rope_base)
     return q[..., :d_nope], ref.rope(q[..., d_nope:], pos, rope_base)
 
 
@@ -198,7 +207,8 @@ def decode_intensity(n_heads, seq_len, d_c, d_rope, batch=1, bytes_per_elem=2,
     over c_kv for every (head, cached token); caches read once, absorbed queries
     read once, latent outputs written once."""
     per_pair = {"flops_scores_only": 2 * (d_c + d_rope),
-                "flops_double": 4 * (2 * d_c + d_rope)}.get(mistake, 2 * (2 * d_c + d_rope))
+                "flops_double": 4 * (2 * d_c + d_rope),
+                "flops_wsum_with_rope": 4 * (d_c + d_rope)}.get(mistake, 2 * (2 * d_c + d_rope))
     flops = per_pair * batch * n_heads * seq_len
     cache_elems = seq_len * {"rope_key_per_head": d_c + n_heads * d_rope,
                              "latent_per_head": n_heads * (d_c + d_rope),

@@ -33,6 +33,9 @@ MISTAKES = {
     "causal_no_diagonal": "the causal pairs left out the diagonal (only keys strictly "
                           "before the query were counted); a query sees its own key too: "
                           "query i sees s_k - s_q + i + 1 keys",
+    "causal_not_clamped": "the causal pairs were summed as a series from s_k - s_q + 1 to "
+                          "s_k keys per query without clamping at 0: when s_q > s_k the "
+                          "first s_q - s_k queries see no key (never a negative count)",
     "bytes_kv_all_heads": "K and V were counted with n_heads heads; they have n_kv_heads "
                           "(that is the point of GQA)",
     "bytes_no_output": "the output write was not counted (read Q, K, V once and write O once)",
@@ -67,6 +70,9 @@ MISTAKES = {
                        "least-squares fit over all points",
     "slope_inverted": "the fit is of log(S) on log(time) instead of log(time) on log(S)",
     "slope_not_log": "the fit is on the times themselves, not on their logarithms",
+    "slope_intercept": "the fit's intercept was returned, not its slope "
+                       "(np.polynomial.polynomial.polyfit lists the coefficients lowest "
+                       "degree first, np.polyfit highest first)",
     # ex05 bound
     "bound_inverted_ridge": "the ridge point was taken as peak_bytes_per_s / peak_flops "
                             "(it is peak_flops / peak_bytes_per_s, in FLOPs per byte)",
@@ -89,6 +95,9 @@ MISTAKES = {
     "decode_query_at_cache_length": "the new token's query was rotated at the cache's length "
                                     "after the append (t + 1); it sits at t, the position "
                                     "its own key was rotated at",
+    "cache_sequence_first": "the caches were returned sequence-first, (B, S, h_kv, d_head) as "
+                            "in Llama's code, not (B, h_kv, S, d_head): move the head axis "
+                            "back (transpose(1, 2))",
     # ex06
     "intensity_float_bytes": "the intensity used 4 bytes per element; the default is 2 "
                              "(fp16)",
@@ -151,6 +160,8 @@ def causal_pairs(s_q: int, s_k: int, mistake=None) -> int:
         return s_q * s_k
     if mistake == "causal_no_diagonal":     # every query that sees a key loses its own
         return causal_pairs(s_q, s_k) - min(s_q, s_k)
+    if mistake == "causal_not_clamped":     # the series s_k - s_q + 1 .. s_k, negatives kept
+        return (2 * s_k - s_q + 1) * s_q // 2
     n = min(s_q, s_k)
     return n * (n + 1) // 2 + n * (s_k - n)
 
@@ -253,7 +264,7 @@ def loglog_slope(seq_lens, times, mistake=None) -> float:
     if mistake == "slope_not_log":
         x = np.asarray(seq_lens, dtype=np.float64)
         y = np.asarray(times, dtype=np.float64)
-    return float(np.polyfit(x, y, 1)[0])
+    return float(np.polyfit(x, y, 1)[1 if mistake == "slope_intercept" else 0])
 
 
 # -- ex05: kernels ----------------------------------------------------------
@@ -325,6 +336,8 @@ def decode_with_cache(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, *, rope_base=1
         out = grouped(q, k_att, v_cache, causal=True,
                       mistake="kv_tile" if mistake == "kv_tile" else None)
     out = ref.merge_heads(out) @ ref.t64(w_o).T
+    if mistake == "cache_sequence_first":
+        k_cache, v_cache = k_cache.transpose(1, 2), v_cache.transpose(1, 2)
     return out, k_cache, v_cache
 
 

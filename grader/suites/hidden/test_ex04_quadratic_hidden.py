@@ -200,7 +200,7 @@ def check_sync_on_cuda(student):
     pytest.skip(f"not graded: machine too noisy ({got:.3g} s for a {kernel:.3g} s kernel)")
 
 
-SLOPE_MISTAKES = ["slope_endpoints", "slope_inverted", "slope_not_log"]
+SLOPE_MISTAKES = ["slope_endpoints", "slope_inverted", "slope_not_log", "slope_intercept"]
 
 
 @pytest.mark.points(1)

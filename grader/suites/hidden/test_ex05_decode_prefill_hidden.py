@@ -19,7 +19,7 @@ ATOL, RTOL = TOLERANCES["float32"]
 
 
 FLOP_MISTAKES = ["flops_half", "flops_double", "causal_top_left", "causal_half",
-                 "causal_ignored", "causal_no_diagonal"]
+                 "causal_ignored", "causal_no_diagonal", "causal_not_clamped"]
 
 
 @pytest.mark.points(2)

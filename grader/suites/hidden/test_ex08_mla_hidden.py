@@ -282,7 +282,8 @@ def test_mla_decode_intensity_hidden(student):
                                                               "latent_per_head",
                                                               "flops_scores_only", "flops_double",
                                                               "intensity_no_q_o", "no_rope_key",
-                                                              "bytes_per_elem_ignored"], *args))
+                                                              "bytes_per_elem_ignored",
+                                                              "flops_wsum_with_rope"], *args))
 
 
 TRACED = [dict(batch=1, n_heads=16, d=32, d_c=48, d_rope=4, d_nope=20, d_v=12),

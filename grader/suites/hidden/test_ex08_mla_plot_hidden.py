@@ -13,7 +13,8 @@ pytestmark = [pytest.mark.exercise("ex08_mla"), pytest.mark.hidden,
               pytest.mark.timeout_s(60)]
 
 PLOT_MISTAKES = ["scale_d_c", "scale_d_nope", "no_scale", "plotted_no_rope", "plotted_no_mask",
-                 "q_rope_position_zero", "rope_positions_unused", "absorb_transposed"]
+                 "q_rope_position_zero", "rope_positions_unused", "absorb_transposed",
+                 "q_rope_from_front"]
 
 
 @pytest.mark.points(1)

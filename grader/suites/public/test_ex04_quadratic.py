@@ -52,7 +52,7 @@ def test_time_fn_times_a_slow_function(student):
     pytest.skip(f"not graded: machine too noisy (a 50 ms sleep measured {got:.3g} s)")
 
 
-SLOPE_MISTAKES = ["slope_endpoints", "slope_inverted", "slope_not_log"]
+SLOPE_MISTAKES = ["slope_endpoints", "slope_inverted", "slope_not_log", "slope_intercept"]
 
 
 @pytest.mark.points(1)

@@ -19,7 +19,7 @@ ATOL, RTOL = TOLERANCES["float32"]
 
 
 FLOPS_MISTAKES = ["flops_half", "flops_double", "causal_half", "causal_ignored",
-                  "causal_no_diagonal", "causal_top_left"]
+                  "causal_no_diagonal", "causal_top_left", "causal_not_clamped"]
 BYTES_MISTAKES = ["bytes_no_output", "bytes_per_elem_fixed_2", "bytes_double", "bytes_half",
                   "bytes_per_elem_ignored", "bytes_kv_all_heads"]
 

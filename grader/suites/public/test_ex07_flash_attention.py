@@ -84,10 +84,8 @@ KERNEL_CASES = {
     "causal, S_q=40 over S_k=30, d_head=16, sm_scale=0.3": (1, 2, 2, 40, 30, 16, True, 0.3),
     "causal, h=4 over h_kv=2, S_q=24, S_k=40, d_head=32": (1, 4, 2, 24, 40, 32, True, None),
 }
-KERNEL_MISTAKES = ["no_scale", "scale_by_d", "top_left_mask", "diagonal_masked",
-                   "mask_wrong_triangle", "no_mask", "kv_tile", "nan_masked_tile", "no_rescale",
-                   "no_final_divide", "loop_bound_top_left", "exp_with_log2e",
-                   "loop_skips_diagonal"]
+# The known kernel mistakes tried are flash_mistakes' own list, the hidden
+# suite's too: a mistake named in one suite is named in the other.
 
 
 @needs_triton
@@ -103,9 +101,8 @@ def test_flash_attention_small(student, case):
                         sm_scale=sm_scale, replay=later)
     what = f"flash_attention(q, k, v, causal={causal}" + \
         (f", sm_scale={sm_scale})" if sm_scale is not None else ")")
-    names = KERNEL_MISTAKES + (["sm_scale_ignored"] if sm_scale is not None else [])
     flash.check_output(res, q, flash.reference(q, k, v, causal, sm_scale), what=what,
-                       mistakes=flash.flash_mistakes(q, k, v, causal, sm_scale, names=names))
+                       mistakes=flash.flash_mistakes(q, k, v, causal, sm_scale))
     flash.check_authentic(res, q, k, v, what=what, causal=causal)
     flash_judge.check_inputs_unchanged(res, q, k, v, what=what)
     if h != h_kv:
@@ -134,7 +131,7 @@ def test_flash_attention_in_your_kernel(student):
         # that mistake, not where its reads fell short; a cached second
         # output comes back without a launch.
         flash.check_output(res, q, flash.reference(q, k, v, True), what=what,
-                           mistakes=flash.flash_mistakes(q, k, v, True, names=KERNEL_MISTAKES),
+                           mistakes=flash.flash_mistakes(q, k, v, True),
                            hint="An earlier call's output came back? Compute every output "
                                 "from its own inputs; cache nothing between calls."
                            if i else None)

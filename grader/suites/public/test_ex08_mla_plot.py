@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.exercise("ex08_mla"),
 
 # The slips a picture of MLA's heads shows (what the heatmap looks like instead).
 PLOT_MISTAKES = ["scale_d_c", "scale_d_nope", "no_scale", "plotted_no_rope", "plotted_no_mask",
-                 "q_rope_position_zero", "absorb_transposed"]
+                 "q_rope_position_zero", "absorb_transposed", "q_rope_from_front"]
 
 
 def mla_plot_inputs(seed, s, d, h, d_c, d_rope, d_nope):

@@ -105,7 +105,13 @@ ONLY = {name: "naive_attention" for name in (
 ONLY.update({name: "time_fn" for name in ("no_warmup", "mean_not_median", "total_of_repeats")})
 ONLY["no_synchronization"] = "synchronizes"
 ONLY.update({name: "measure_scaling" for name in ("fabricated_times", "milliseconds")})
+# A fourth outside corpus: the fit's intercept, as np.polynomial's polyfit orders it.
+MUTANTS += [
+    Mutant("slope_intercept", "return sxy / sxx", "return my - sxy / sxx * mx",
+           "the fit's intercept was returned"),
+]
 ONLY.update({"slope_from_endpoints": "loglog_slope", "slope_inverted": "loglog_slope",
+             "slope_intercept": "loglog_slope",
              "plot_linear_axes": "plot_scaling", "max_len_off_by_one": "max_naive",
              "scores_without_batch": "score_matrix_bytes", "scores_linear": "score_matrix_bytes"})
 # The sizes need nothing but their own tests.

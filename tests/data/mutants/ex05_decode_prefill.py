@@ -137,3 +137,17 @@ MUTANTS += [
            "repeated with tile (0,1,0,1)"),
 ]
 ONLY.update({"decode_with_cache_kv_repeat": "decode_with_cache"})
+
+# -- a fourth outside corpus: the causal pairs as an unclamped series (negative
+# when S_q > S_k), and the caches returned in Llama's sequence-first layout
+MUTANTS += [
+    Mutant("causal_pairs_not_clamped",
+           "pairs = sum(min(s_k, max(0, s_k - s_q + i + 1)) for i in range(s_q))",
+           "pairs = (2 * s_k - s_q + 1) * s_q // 2",
+           "without clamping at 0"),
+    Mutant("caches_sequence_first", "    return out, k_cache, v_cache\n",
+           "    return out, k_cache.transpose(1, 2), v_cache.transpose(1, 2)\n",
+           "returned sequence-first"),
+]
+ONLY.update({"causal_pairs_not_clamped": "attention_flops",
+             "caches_sequence_first": "decode_with_cache"})

@@ -199,3 +199,19 @@ MUTANTS += [
            "hi = tl.minimum(S_K, tl.maximum(S_K - S_Q + pid_m * BLOCK_M, 0))",
            "stopped before the query tile's diagonal tile"),
 ]
+
+# -- a fourth outside corpus's slip: the end alignment's sign flipped (S_q - S_k),
+# in the mask and the loop bound alike
+MUTANTS += [
+    Mutant("kernel_causal_offset_flipped",
+           "        pos_m = S_K - S_Q + offs_m                    # end-aligned absolute positions\n"
+           "        hi = S_K\n"
+           "        if CAUSAL:                                    # keys past the tile's last row are hidden\n"
+           "            hi = tl.minimum(S_K, tl.maximum(S_K - S_Q + (pid_m + 1) * BLOCK_M, 0))",
+           "        pos_m = S_Q - S_K + offs_m\n"
+           "        hi = S_K\n"
+           "        if CAUSAL:\n"
+           "            hi = tl.minimum(S_K, tl.maximum(S_Q - S_K + (pid_m + 1) * BLOCK_M, 0))",
+           "end alignment has its sign flipped"),
+]
+ONLY["kernel_causal_offset_flipped"] = "flash_attention_small"

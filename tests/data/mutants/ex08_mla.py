@@ -140,3 +140,19 @@ MUTANTS += [
 ]
 ONLY.update({name: "plot" for name in ("plot_scale_d_c", "plot_no_rope_part", "plot_no_mask",
                                        "plot_unlabelled")})
+
+# -- a fourth outside corpus: the query split as [rope, nope], and the weighted
+# sum's FLOPs counted over the RoPE width too
+MUTANTS += [
+    Mutant("q_rope_from_front",
+           "    return q[..., :d_nope], _rope(q[..., d_nope:], positions, rope_base)",
+           "    return q[..., q.shape[-1] - d_nope:], _rope(q[..., :q.shape[-1] - d_nope],\n"
+           "                                                positions, rope_base)",
+           "split as [rope, nope]"),
+    Mutant("intensity_wsum_with_rope",
+           "flops = 2 * batch * n_heads * seq_len * (2 * d_c + d_rope)",
+           "flops = 2 * batch * n_heads * seq_len * (2 * d_c + 2 * d_rope)",
+           "counted over d_c + d_rope"),
+]
+ONLY.update({"q_rope_from_front": "mla_attention_small or mla_decode_is_the_last_row",
+             "intensity_wsum_with_rope": "decode_intensity"})
