@@ -21,7 +21,13 @@ MISTAKES = {
     # with what to do instead after it: ". Reshape q ..."
     "kv_repeated": "repeat_interleave (or expand(...).reshape/contiguous) of the cache",
     "q_shape_unchecked": "the shape of q was not checked (decode has one query position)",
+    "measured_fp32": "the measurement ran in float32 (torch.randn's default), not fp16: "
+                     "each element read counts 4 bytes instead of 2, so the intensity comes "
+                     "out halved (make q and the caches with dtype=torch.float16)",
 }
+# decode_intensity's counting slips (roofline.MISTAKES), tried by both suites.
+INTENSITY_MISTAKES = ["flops_half", "flops_double", "bytes_kv_all_heads", "intensity_float_bytes",
+                      "intensity_no_q_o", "bytes_half", "bytes_no_output", "flops_kv_heads"]
 # A student's byte count may differ from each of the grader's readings of
 # "a view reads nothing" by rounding-level details (a scalar tensor, say).
 BYTES_SLACK = 0.03
@@ -127,6 +133,8 @@ def check_table(run, h, kv_heads, s, d):
             other = _counted_as(run, yours, exclude=h_kv)
             hint = ("\n" + looks_like(MISTAKES["intensity_from_formula"])
                     if abs(yours - ideal) <= 0.005 * ideal else
+                    "\n" + looks_like(MISTAKES["measured_fp32"])
+                    if lo / 2 / (1 + BYTES_SLACK) <= yours <= hi / 2 / (1 - BYTES_SLACK) else
                     "\n" + looks_like(MISTAKES["wrong_grouping"],
                                       f": the value listed under h_kv={h_kv} was measured "
                                       f"with {other} KV heads (pass each h_kv itself as "
@@ -141,6 +149,20 @@ def check_table(run, h, kv_heads, s, d):
         raise Feedback(f"{what}: the intensity must rise with h / h_kv (fall as h_kv grows); "
                        f"got {dict((r[0], round(r[2], 3)) for r in rows)}")
     return rows
+
+
+def check_fp16(seen: list, *, what: str) -> None:
+    """Feedback when the call of ``gqa_decode_attention`` that ``what`` made
+    (``probes.ex06_gqa_intensity.intensity_run``'s ``seen``) was not on fp16
+    inputs: the exercise measures fp16, whatever the counts agree on."""
+    for call in seen:
+        other = sorted({t for t in call.get("dtypes", []) if t != "float16"})
+        if other:
+            text = (f"{what} ran gqa_decode_attention on {', '.join(other)} inputs; the "
+                    "measurement is of fp16 (q and both caches in torch.float16).")
+            if other == ["float32"]:
+                text += "\n" + looks_like(MISTAKES["measured_fp32"])
+            raise Feedback(text)
 
 
 def check_not_repeated(trace, *, b, h, h_kv, s, d, bytes_per_elem=2):

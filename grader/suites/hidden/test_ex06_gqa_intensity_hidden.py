@@ -10,8 +10,8 @@ from grader.feedback import Feedback, check_close, check_equal, every_case, \
     expect_raises
 from grader.reference.secret import roofline as rl
 from grader.reference.cases import case_seed, fixed_seed, on_case, rng_for
-from grader.reference.ex06_checks import MISTAKES, check_gqa_decode, check_not_repeated, \
-    check_table, decode_inputs, judge_counts
+from grader.reference.ex06_checks import INTENSITY_MISTAKES, MISTAKES, check_fp16, \
+    check_gqa_decode, check_not_repeated, check_table, decode_inputs, judge_counts
 
 pytestmark = [pytest.mark.exercise("ex06_gqa_intensity"), pytest.mark.hidden]
 
@@ -76,6 +76,7 @@ def test_measure_intensity_is_counted(student, case):
     trace = same_call[0]["trace"] if same_call else out["fresh"]
     what = "measure_intensity({n_heads}, {n_kv_heads}, {seq_len}, {d_head}, batch={batch})" \
         .format(**case)
+    check_fp16(same_call, what=what)
     judge_counts(out["student"], trace, what=what, **case)
 
 
@@ -97,12 +98,7 @@ def test_decode_intensity_hidden(student):
                 check_close(student.decode_intensity(*args), rl.decode_intensity(*args),
                             what=f"decode_intensity{args}", atol=0, rtol=1e-9,
                             mistakes=lambda: rl.mistakes_of(rl.decode_intensity,
-                                                            ["flops_half", "flops_double",
-                                                             "bytes_kv_all_heads",
-                                                             "intensity_float_bytes",
-                                                             "intensity_no_q_o",
-                                                             "bytes_half", "bytes_no_output",
-                                                             "flops_kv_heads"], *args))
+                                                            INTENSITY_MISTAKES, *args))
 
 
 # -- what the cache costs a server (issue 29): hidden models, element widths, batches ----

@@ -162,3 +162,21 @@ MUTANTS += [
            "counted for the n_kv_heads"),
 ]
 ONLY["intensity_flops_kv_heads"] = "decode_intensity"
+
+# -- a fourth outside corpus: measured in float32 (torch.randn's default), and
+# the output write left out of decode_intensity's bytes
+MUTANTS += [
+    Mutant("measured_in_float32",
+           "    q = torch.randn(batch, n_heads, 1, d_head, device=device, dtype=torch.float16)\n"
+           "    k = torch.randn(batch, n_kv_heads, seq_len, d_head, device=device, "
+           "dtype=torch.float16)",
+           "    q = torch.randn(batch, n_heads, 1, d_head, device=device)\n"
+           "    k = torch.randn(batch, n_kv_heads, seq_len, d_head, device=device)",
+           "the measurement ran in float32"),
+    Mutant("intensity_no_output_write",
+           "(2 * n_heads + 2 * n_kv_heads * seq_len)",
+           "(n_heads + 2 * n_kv_heads * seq_len)",
+           "the output write was not counted"),
+]
+ONLY.update({"measured_in_float32": "measure_intensity or intensity_table",
+             "intensity_no_output_write": "decode_intensity"})

@@ -102,7 +102,8 @@ def intensity_run(module, n_heads, n_kv_heads, seq_len, d_head, batch=1, device=
         # the same operations.
         out, info = _traced(lambda *a: original(*a, **kwargs), *args)
         shapes = [list(a.shape) for a in args if isinstance(a, torch.Tensor)]
-        seen.append({"shapes": shapes, "trace": info})
+        dtypes = [str(a.dtype).replace("torch.", "") for a in args if isinstance(a, torch.Tensor)]
+        seen.append({"shapes": shapes, "dtypes": dtypes, "trace": info})
         return out
 
     module.gqa_decode_attention = watched
