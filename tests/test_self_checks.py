@@ -93,7 +93,7 @@ def test_exercise_a_names_a_transposed_product():
     assert not np.allclose(q @ k.T, k @ q.T)       # else the slip would not show
     failed = _ex01_failures(_student("alice", _worked(inputs, k @ q.T)))
     assert list(failed) == ["SCORES"], failed
-    assert ex01.TRANSPOSED_SCORES in failed["SCORES"]
+    assert "This looks like: " + by_hand.MISTAKES["scores_transposed"] in failed["SCORES"]
     assert "attn-grade variant alice" in failed["SCORES"]
 
 
@@ -286,7 +286,7 @@ def test_the_editions_check_tells_right_from_wrong(edition, tmp_path):
     (sub / "questions.py").write_text(source)
     out = _edition_check(edition, sub, "A", "Q")
     scores = _failed_block(out, "SCORES is Q @ K.T of your own Q and K")
-    assert "Q and K: " + ex01.TRANSPOSED_SCORES in scores, out
+    assert "This looks like: " + by_hand.MISTAKES["scores_transposed"] in scores, out
     assert out.count("\n  FAIL ") == 5, out          # SCORES and the four answers
     for name in ("Q16_KV_CACHE_128K_GB", "Q05_KV_CACHE_GB", "Q08_MQA_DECODE_INTENSITY"):
         block = _failed_block(out, f"numeric answer is right (the check says right or wrong, "

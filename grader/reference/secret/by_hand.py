@@ -155,6 +155,8 @@ MISTAKES = {
                        "the docstring), not of your own variant: print yours with `attn-grade "
                        "variant YOUR_ID`"),
     "scores_scaled_early": SCALED_ALREADY,
+    "scores_transposed": ("the scores are K @ Q.T, the transposed product: rows are queries "
+                          "and columns keys, SCORES[i][j] = q_i . k_j (Q @ K.T)"),
     "no_scale": SCALE_FORGOTTEN,
     "scale_by_d": "the scores were divided by d_head instead of sqrt(d_head)",
     "scale_multiplied": "the scores were multiplied by sqrt(d_head) instead of divided",
@@ -195,7 +197,8 @@ def _own_slips(step: str, inputs: Inputs) -> dict:
     scores, scaled = e["SCORES"], e["SCALED"]
     tril_only = e["WEIGHTS_FULL"] * CAUSAL
     if step == "SCORES":
-        return {MISTAKES["scores_scaled_early"]: scaled}
+        return {MISTAKES["scores_scaled_early"]: scaled,
+                MISTAKES["scores_transposed"]: scores.T}
     if step == "SCALED":
         return {MISTAKES["no_scale"]: scores,
                 MISTAKES["scale_by_d"]: scores / D_HEAD,

@@ -108,10 +108,6 @@ def _whose(inputs: variants.Inputs) -> str:
 # A step is checked the way it is graded: to 0.01 per entry (three decimals
 # carried), with a little room for the rounding of the step before it.
 STEP_ATOL = 0.012
-# Said in a sentence of its own, not a "This looks like:" line: no mistakes
-# table (grader.insight.tables() finds them) has these words yet.
-TRANSPOSED_SCORES = ("it is K @ Q.T, the transposed product: rows are queries and columns "
-                     "keys, SCORES[i][j] = q_i . k_j (Q @ K.T)")
 
 
 def _near(got, want, atol=STEP_ATOL) -> bool:
@@ -135,8 +131,8 @@ def test_scores_are_your_q_times_k_transposed(student, roster_student_id):
     if _near(scores, q @ k.T, atol=by_hand.TOLERANCE):
         return
     if _near(scores, k @ q.T, atol=by_hand.TOLERANCE):
-        raise Feedback(f"SCORES is not Q @ K.T for {_whose(inputs)} Q and K: "
-                       f"{TRANSPOSED_SCORES}")
+        raise Feedback(f"SCORES is not Q @ K.T for {_whose(inputs)} Q and K."
+                       + _looks_like(by_hand.MISTAKES["scores_transposed"]))
     common_q, common_k, _ = variants.COMMON.arrays()
     slips = {by_hand.SCALED_ALREADY: q @ k.T / np.sqrt(by_hand.D_HEAD)}
     if inputs != variants.COMMON:
