@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from grader.feedback import TOLERANCES, Feedback, check_close
+from grader.feedback import SEEN_WITH, TOLERANCES, Feedback, check_close
 from grader.reference.secret import roofline as rl
 
 # The units slips of achieved() (the public suite's check_achieved).
@@ -29,6 +29,9 @@ def randn(seed, *shape, dtype=torch.float32):
 DWC_MISTAKES = ["rope_after_caching", "rope_positions_unused", "rope_on_values",
                 "cache_not_grown", "decode_top_left", "decode_positions_off_by_one",
                 "decode_query_at_cache_length", "kv_tile", "cache_sequence_first"]
+# A cache preallocated to more slots than tokens, unmasked: the lengths tried
+# (the sequence's own, and rounded up as gpt-fast's find_multiple does).
+SLOT_MULTIPLES = (1, 8, 16, 32, 64, 128, 256)
 
 
 def check_decode_with_cache(student, *, seed, b, s, d, h, h_kv, d_head, rope_base=10000.0,
@@ -47,9 +50,13 @@ def check_decode_with_cache(student, *, seed, b, s, d, h, h_kv, d_head, rope_bas
         raise Feedback(f"{what} must return (out, k_cache, v_cache); got "
                        f"{type(got).__name__}")
     want = rl.decode_with_cache(*args, rope_base=rope_base)
-    wrong = {name: rl.decode_with_cache(*args, rope_base=rope_base, mistake=name)
+    wrong = {rl.MISTAKES[name]: rl.decode_with_cache(*args, rope_base=rope_base, mistake=name)
              for name in DWC_MISTAKES}
+    for slots in sorted({-(-s // m) * m for m in SLOT_MULTIPLES}):
+        wrong[f"{rl.MISTAKES['cache_slots_unmasked']}{SEEN_WITH}a cache of {slots} slots)"] = \
+            rl.decode_with_cache(*args, rope_base=rope_base,
+                                 mistake=("cache_slots_unmasked", slots))
     atol, rtol = TOLERANCES["float32"]
     for i, part in ((0, "out"), (1, "k_cache"), (2, "v_cache")):
         check_close(got[i], want[i], what=f"{what}: {part}", atol=atol, rtol=rtol,
-                    mistakes={rl.MISTAKES[n]: w[i] for n, w in wrong.items()})
+                    mistakes={n: w[i] for n, w in wrong.items()})

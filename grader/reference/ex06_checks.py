@@ -21,6 +21,9 @@ MISTAKES = {
     # with what to do instead after it: ". Reshape q ..."
     "kv_repeated": "repeat_interleave (or expand(...).reshape/contiguous) of the cache",
     "q_shape_unchecked": "the shape of q was not checked (decode has one query position)",
+    "calls_counted": "more than one call was counted: a warm-up (or a second run) inside "
+                     "FlopCounterMode and ReadBytes adds its FLOPs and bytes too (warm up "
+                     "before entering the counters, then count one call)",
     "measured_fp32": "the measurement ran in float32 (torch.randn's default), not fp16: "
                      "each element read counts 4 bytes instead of 2, so the intensity comes "
                      "out halved (make q and the caches with dtype=torch.float16)",
@@ -77,11 +80,19 @@ def judge_counts(student_row, trace, *, batch, n_heads, n_kv_heads, seq_len, d_h
         raise Feedback(f"your gqa_decode_attention executed {trace['flops']:,} FLOPs in matrix "
                        f"multiplies (counted by the grader) where one decode step needs "
                        f"4*B*h*S*d_head = {ideal_flops:,}")
+    readings = ", ".join(f"{v:,} ({k})" for k, v in counted.items())
+    calls = round(flops / trace["flops"]) if trace["flops"] else 0
+    if calls >= 2 and flops == calls * trace["flops"] and \
+            (1 - BYTES_SLACK) * calls * lo <= nbytes <= (1 + BYTES_SLACK) * calls * hi:
+        # FLOPs and bytes both a whole multiple of one call's: calls counted, not a formula
+        raise Feedback(f"{what}['flops'] = {flops:,.0f} and ['bytes'] = {nbytes:,.0f} are "
+                       f"{calls} times what one call executes (the grader counted "
+                       f"{trace['flops']:,} FLOPs and read {readings} in the call measured)."
+                       "\n" + looks_like(MISTAKES["calls_counted"], f" ({calls} calls)"))
     check_equal(int(flops), trace["flops"],
                 what=f"{what}['flops'] (the grader counted {trace['flops']:,} in the same call)",
                 mistakes={rl.MISTAKES["flops_half"]: trace["flops"] // 2,
                           rl.MISTAKES["flops_double"]: trace["flops"] * 2})
-    readings = ", ".join(f"{v:,} ({k})" for k, v in counted.items())
     if not (1 - BYTES_SLACK) * lo <= nbytes <= (1 + BYTES_SLACK) * hi:
         hint = ""
         if abs(nbytes - formula) <= 0.005 * formula:

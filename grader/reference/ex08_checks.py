@@ -9,11 +9,12 @@ from grader.reference.secret import mla as ref
 
 ATTENTION_MISTAKES = ["rope_on_latent", "scale_d_c", "scale_d_c_rope", "scale_d_nope",
                       "no_scale", "absorb_transposed", "rope_positions_unused",
-                      "q_rope_position_zero", "no_rope_score", "q_rope_from_front"]
+                      "q_rope_position_zero", "no_rope_score", "q_rope_from_front",
+                      "scale_latent_only"]
 DECODE_MISTAKES = ["scale_d_c", "scale_d_c_rope", "scale_d_nope", "no_scale",
                    "absorb_transposed", "top_left_mask", "rope_positions_unused",
                    "q_rope_position_zero", "decode_position_s", "no_rope_score",
-                   "q_rope_from_front"]
+                   "q_rope_from_front", "scale_latent_only"]
 CACHE_BYTES_MISTAKES = ["no_rope_key", "latent_as_k_and_v", "cache_doubled",
                         "bytes_per_elem_ignored", "fp32_cache"]
 SAVING_MISTAKES = ["no_rope_key", "saving_inverted", "rope_key_per_head", "k_width_no_rope"]

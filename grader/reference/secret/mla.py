@@ -83,6 +83,9 @@ MISTAKES = {
     "q_rope_from_front": "each head's query was split as [rope, nope]: RoPE went on its first "
                          "d_rope features; the RoPE part is the last d_rope (split as "
                          "[d_nope, d_rope])",
+    "scale_latent_only": "only the latent part of each score was scaled: the whole score "
+                         "(q_nope . k_nope + q_rope . k_rope) is multiplied by "
+                         "1/sqrt(d_nope + d_rope), its RoPE part too",
     "flops_wsum_with_rope": "the weighted sum's FLOPs were counted over d_c + d_rope; the "
                             "weights multiply the latent c_kv only (2 * d_c per head and "
                             "token), the RoPE key has no value part"
@@ -138,6 +141,8 @@ def _attend(q_nope, q_rope, c_kv, k_rope, w_uk, w_uv, w_o, n_heads, *, causal, m
     v = torch.einsum("bsc,hvc->bhsv", c_kv, uv)                            # (B, h, S_k, dv)
     if mistake == "no_rope_score":        # q_rope . k_rope left out of every score
         q_rope = torch.zeros_like(q_rope)
+    if mistake == "scale_latent_only":    # the RoPE part's dot product left unscaled
+        q_rope = q_rope / _scale(d_nope, d_rope, d_c, None)
     k = torch.cat([k_nope, k_rope[:, None].expand(b, n_heads, s_k, d_rope)], dim=-1)
     q = torch.cat([q_nope, q_rope], dim=-1)
     out = ref.attention(q, k, v, causal=causal, scale=_scale(d_nope, d_rope, d_c, mistake),

@@ -95,6 +95,9 @@ MISTAKES = {
     "decode_query_at_cache_length": "the new token's query was rotated at the cache's length "
                                     "after the append (t + 1); it sits at t, the position "
                                     "its own key was rotated at",
+    "cache_slots_unmasked": "each step attended over the whole preallocated cache: the slots "
+                            "not yet written (zeros) took softmax weight (score 0); step t "
+                            "must see only the t + 1 keys cached so far",
     "cache_sequence_first": "the caches were returned sequence-first, (B, S, h_kv, d_head) as "
                             "in Llama's code, not (B, h_kv, S, d_head): move the head axis "
                             "back (transpose(1, 2))",
@@ -329,6 +332,18 @@ def decode_with_cache(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, *, rope_base=1
     if mistake == "cache_not_grown":
         rep = n_heads // n_kv_heads
         out = ref.repeat_kv(v_cache, rep)          # each query sees only its own key
+    elif isinstance(mistake, tuple) and mistake[0] == "cache_slots_unmasked":
+        # A cache of ``slots`` >= S zeros: step t's query also scores the
+        # slots not yet written (key 0: score 0) and reads their value 0.
+        slots = mistake[1]
+        rep = n_heads // n_kv_heads
+        keys, values = ref.repeat_kv(k_att, rep), ref.repeat_kv(v_cache, rep)
+        scores = q @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1])      # (B, h, S, S)
+        written = torch.ones(s, s, dtype=torch.bool).tril()              # slots up to step t
+        top = scores.masked_fill(~written, float("-inf")).amax(-1, keepdim=True).clamp(min=0)
+        e = torch.exp(scores - top).masked_fill(~written, 0.0)
+        empty = (slots - 1 - torch.arange(s, dtype=scores.dtype))[:, None]  # zeros at step t
+        out = (e @ values) / (e.sum(-1, keepdim=True) + empty * torch.exp(-top))
     elif mistake == "decode_top_left":
         rep = n_heads // n_kv_heads                # each query sees only key 0
         out = ref.repeat_kv(v_cache[:, :, :1].expand(-1, -1, s, -1), rep)

@@ -43,7 +43,7 @@ def test_online_softmax_step_two_tiles(student):
     # step that forgets to rescale l is named at l, not only at acc.  acc is
     # checked before l: a step that rescales neither is named by its acc.
     wrong = {flash.describe(n): flash.step_reference(*want, s2, v2, mistake=n)
-             for n in ("no_rescale", "no_rescale_l", "exp2_no_log2e")}
+             for n in ("no_rescale", "no_rescale_l", "exp2_no_log2e", "max_not_running")}
     right = flash.step_reference(*want, s2, v2)
     for i, name in ((0, "m"), (2, "acc"), (1, "l")):
         check_close(got[i], right[i], what=f"after the second tile, {name}", atol=1e-9,

@@ -151,3 +151,15 @@ MUTANTS += [
 ]
 ONLY.update({"causal_pairs_not_clamped": "attention_flops",
              "caches_sequence_first": "decode_with_cache"})
+
+# -- a fifth outside corpus: each step attends over the whole preallocated cache
+MUTANTS += [
+    Mutant("decode_unwritten_slots",
+           "o = decode_attention(q, k_cache[:, :, :t + 1], v_cache[:, :, :t + 1])",
+           # the slots after t as a zero-filled preallocated cache holds them
+           "unwritten = x.new_zeros(b, n_kv_heads, s - t - 1, d_head)\n"
+           "        o = decode_attention(q, torch.cat([k_cache[:, :, :t + 1], unwritten], 2),\n"
+           "                             torch.cat([v_cache[:, :, :t + 1], unwritten], 2))",
+           "the slots not yet written (zeros) took softmax weight"),
+]
+ONLY["decode_unwritten_slots"] = "decode_with_cache"

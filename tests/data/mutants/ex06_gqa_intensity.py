@@ -180,3 +180,15 @@ MUTANTS += [
 ]
 ONLY.update({"measured_in_float32": "measure_intensity or intensity_table",
              "intensity_no_output_write": "decode_intensity"})
+
+# -- a fifth outside corpus: a warm-up call inside the counters (FLOPs and bytes doubled)
+MUTANTS += [
+    Mutant("warmup_counted",
+           "    with FlopCounterMode(display=False) as flop_counter, ReadBytes() as reads:\n"
+           "        gqa_decode_attention(q, k, v)",
+           "    with FlopCounterMode(display=False) as flop_counter, ReadBytes() as reads:\n"
+           "        gqa_decode_attention(q, k, v)   # warm-up\n"
+           "        gqa_decode_attention(q, k, v)",
+           "more than one call was counted"),
+]
+ONLY["warmup_counted"] = "measure_intensity"

@@ -215,3 +215,12 @@ MUTANTS += [
            "end alignment has its sign flipped"),
 ]
 ONLY["kernel_causal_offset_flipped"] = "flash_attention_small"
+
+# -- a fifth outside corpus's slip: the NumPy step's maximum is the tile's alone
+MUTANTS += [
+    Mutant("step_max_not_running",
+           "m_new = np.maximum(m, np.max(scores, axis=-1))",
+           "m_new = np.max(scores, axis=-1)",
+           "the running maximum was replaced by this tile's own maximum"),
+]
+ONLY["step_max_not_running"] = "step"

@@ -156,3 +156,14 @@ MUTANTS += [
 ]
 ONLY.update({"q_rope_from_front": "mla_attention_small or mla_decode_is_the_last_row",
              "intensity_wsum_with_rope": "decode_intensity"})
+
+# -- a fifth outside corpus: the absorbed decode scales the latent part of the score only
+MUTANTS += [
+    Mutant("decode_scale_latent_only",
+           "    scores = (q_lat @ c_kv.transpose(1, 2) + q_rope @ k_rope.transpose(1, 2)) \\\n"
+           "        / math.sqrt(d_nope + d_rope)",
+           "    scores = q_lat @ c_kv.transpose(1, 2) / math.sqrt(d_nope + d_rope) \\\n"
+           "        + q_rope @ k_rope.transpose(1, 2)",
+           "only the latent part of each score was scaled"),
+]
+ONLY["decode_scale_latent_only"] = "mla_decode_is_the_last_row"
