@@ -217,7 +217,11 @@ def _what(report: Report, up: Upstream, failures: list[_Failure],
     parts = []
     for module in up.cause.split(" and "):
         if module not in report.exercises:
-            parts.append("not graded in this run")
+            # An exercise's module that imports it failed for want of its file:
+            # the student's is missing, not merely left out of this run.
+            missing = any(f"No module named '{module}'" in why
+                          for why in report.import_errors.values())
+            parts.append("not in this submission" if missing else "not graded in this run")
         elif leads.get(module):
             parts.append(f"{leads[module]}, named there")
         elif any(t.exercise == module and t.status == FAILED for t in report.tests):

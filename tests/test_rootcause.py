@@ -213,6 +213,26 @@ def test_a_missing_scale_in_ex02_costs_in_ex02_only(tmp_path):
     assert each.exercise_scores()["ex03_gqa"][0] < got["ex03_gqa"][0]
 
 
+def test_an_imported_module_missing_from_the_submission_is_said_to_be_missing(tmp_path):
+    """ex03 alone, without the ex02_mha.py it imports (an outside submission
+    handed in so): its tests run with the course's ex02 and keep their
+    points, saying that the student's ex02_mha is not in the submission, not
+    that it was merely left out of this run.  Left out, it says so."""
+    from tests.conftest import copy_solutions
+    alone = grade_dir(copy_solutions(tmp_path / "alone", ["ex03_gqa"]), ["ex03_gqa"], seed=3)
+    assert not alone.errors, alone.errors
+    got = alone.exercise_scores()["ex03_gqa"]
+    assert got[0] == got[1] > 0
+    kept = [t for t in alone.tests if t.kept]
+    assert kept and kept[0].output.startswith(
+        "This follows from your ex02_mha (not in this submission)"), kept[0].output
+    mutated = _mutant(tmp_path, "ex02_mha:no_scale")
+    left_out = grade_dir(mutated, ["ex03_gqa"], seed=3)
+    kept = [t for t in left_out.tests if t.kept]
+    assert kept and kept[0].output.startswith(
+        "This follows from your ex02_mha (not graded in this run)"), kept[0].output
+
+
 def test_a_top_left_decode_mask_costs_in_decode_attention_only(tmp_path):
     """ex05: decode_with_cache's tests name another mistake, or none, and pass
     with the reference decode_attention: they keep their points."""
