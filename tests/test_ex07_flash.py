@@ -592,3 +592,37 @@ def test_every_failing_case_of_a_known_mistake_names_it(tmp_path, name, keyword)
     for t in failed:
         assert "This looks like" in t.output and "No known mistake" not in t.output, t.output
     assert mutant(EX, name).expect in failed[0].output, failed[0].output
+
+
+# -- the compile check compiles the other paths a GPU would take -----------------------------
+DECODE_ONLY_KERNEL = '''
+
+_ONE = 1.0       # a plain global: the interpreter reads it, a GPU compile refuses it
+
+
+@triton.jit
+def _decode_touch(O):
+    tl.store(O, tl.load(O) * _ONE)
+'''
+
+
+@needs_triton
+@pytest.mark.slow
+def test_a_kernel_launched_only_for_one_decode_query_is_compiled_too(tmp_path):
+    """A kernel the host code launches only for S_q = 1 (a split-K reduce,
+    in xFormers' style) is compiled for a GPU as the main case's kernels are:
+    one that a GPU compiler refuses fails the compile check, named with the
+    path it was launched for.  (Only the S = 1024 case was compiled: such a
+    kernel passed.)"""
+    sub = copy_solutions(tmp_path / "sub", [EX])
+    path = sub / f"{EX}.py"
+    text = path.read_text()
+    end = "        D_HEAD=d_head, CAUSAL=bool(causal),\n    )\n    return out\n"
+    assert text.count(end) == 1
+    text = text.replace(end, end.replace(
+        "    return out\n", "    if s_q == 1:\n        _decode_touch[(1,)](out)\n    return out\n"))
+    path.write_text(text + DECODE_ONLY_KERNEL)
+    report = grade_dir(sub, [EX], suite="public", keyword="compiles")
+    (test,) = report.tests
+    assert test.score == 0 and "_decode_touch" in test.output, test.output
+    assert "launched for one decode query" in test.output, test.output

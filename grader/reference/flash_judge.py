@@ -881,7 +881,8 @@ def judge_compile(result: dict) -> str:
             raise Feedback("flash_attention launched no Triton kernel of your own file "
                            f"(for {t['target']}): the work must happen in your kernel")
         for r in own:
-            name = f"  {t['target']:20s} {r['kernel']} [{r['config'] or 'as launched'}]"
+            name = f"  {t['target']:20s} {r['kernel']} [{r['config'] or 'as launched'}]" + \
+                (f" ({str(r['launched_for'])[:80]})" if r.get("launched_for") else "")
             if r.get("pending"):
                 pending.append(name)
                 continue
@@ -941,18 +942,20 @@ def _judge_row(t: dict, r: dict) -> None:
     from grader.feedback import Feedback
     where = f"{r.get('file') or 'your file'}, line {r['line']}" if r.get("line") \
         else (r.get("file") or "your file")
+    # a launch of another path than the compiled case's: said with it
+    path = f", launched for {str(r['launched_for'])[:80]}" if r.get("launched_for") else ""
     if not r["ok"]:
         _judge_removed_style(r)
         hint = next((h for key, h in COMPILE_HINTS if key in r["error"]), "")
         raise Feedback(
             f"your kernel {r['kernel']} does not compile for {t['target']} "
-            f"({t['dtype']}, config {r['config'] or 'as launched'}): the compiler "
+            f"({t['dtype']}, config {r['config'] or 'as launched'}{path}): the compiler "
             f"says {r['error']} ({where})" + (f"\nHint: {hint}." if hint else "")
             + "\nTriton's CPU interpreter accepts this; a GPU does not.")
     if not r.get("fits", True):
         limit = {80: 163, 90: 227}[t["capability"]]
         raise Feedback(
-            f"your kernel {r['kernel']} with config {r['config']} needs "
+            f"your kernel {r['kernel']} (config {r['config'] or 'as launched'}{path}) needs "
             f"{r['shared_bytes'] / 1024:.0f} KB of shared memory on {t['target']}, "
             f"more than its {limit} KB per block: use smaller tiles or fewer "
             "pipeline stages (num_stages) in that config")

@@ -657,30 +657,53 @@ def _tiles(kwargs) -> int:
     return size
 
 
+# Besides the compiled case (S_q = S_k = 1024 in the target's dtype): the
+# other paths a host function may take on a GPU, where the contract lets it
+# be called: one decode query (a split-K kernel's reduce, say), and float32
+# (tiles its host code picks for 4-byte elements).  Only the launches these
+# add (a kernel, config or constexpr the compiled case did not launch) are
+# compiled: the reference adds none.
+OTHER_PATHS = ((1, None, "one decode query, S_q = 1"), (1024, "float32", "float32 inputs"))
+
+
 def _launches(module, capability, dtype_name, d_head, causal) -> list:
     """The distinct launches ``module.flash_attention`` makes on a GPU of
-    ``capability``: ``[(fn, args, kwargs, config)]``, in the order made.  The
-    inputs say they are on that GPU (``gpu_compile.looks_like_gpu``): the host
-    code takes the path it would take there, device checks included.
-    Raises what the student's host code raised."""
+    ``capability``: ``[(fn, args, kwargs, config, path)]``, in the order made,
+    those of ``OTHER_PATHS`` after them (``path``: their words, else "").  The inputs say they are on that GPU
+    (``gpu_compile.looks_like_gpu``): the host code takes the path it would
+    take there, device checks included.  Raises what the student's host code
+    raised in the compiled case (another path's error is its tests' to find)."""
+    from . import gpu_compile
+    seen, out = set(), []
+    for n, (s_q, other_dtype, path) in enumerate(((1024, None, ""),) + OTHER_PATHS):
+        try:
+            launches = _capture(module, capability, other_dtype or dtype_name, d_head, causal,
+                                s_q)
+        except gpu_compile.ProbeFailed:
+            raise
+        except Exception:  # noqa: BLE001 - the student's host code failed
+            if n == 0:
+                raise
+            continue
+        for fn, args, kwargs, config in launches:
+            key = (getattr(fn, "__name__", "?"), config, tuple(sorted(
+                (k_, repr(v_)) for k_, v_ in kwargs.items())))
+            if key not in seen:
+                seen.add(key)
+                out.append((fn, args, kwargs, config, path))
+    return out
+
+
+def _capture(module, capability, dtype_name, d_head, causal, s_q) -> list:
     from . import gpu_compile
     dtype = getattr(torch, dtype_name)
     # (B, h, S_q, d) and (B, h_kv, S_k, d): GQA; in host memory, but on
     # the GPU as the student's code sees them (its device checks pass)
-    q = gpu_compile.as_gpu(torch.zeros(1, 4, 1024, d_head, dtype=dtype))
+    q = gpu_compile.as_gpu(torch.zeros(1, 4, s_q, d_head, dtype=dtype))
     k = gpu_compile.as_gpu(torch.zeros(1, 2, 1024, d_head, dtype=dtype))
     v = gpu_compile.as_gpu(torch.zeros(1, 2, 1024, d_head, dtype=dtype))
     with gpu_compile.looks_like_gpu(capability):
-        launches = gpu_compile.capture_launches(module.flash_attention, q, k, v,
-                                                causal=causal)
-    seen, out = set(), []
-    for fn, args, kwargs, config in launches:
-        key = (getattr(fn, "__name__", "?"), config, tuple(sorted(
-            (k_, repr(v_)) for k_, v_ in kwargs.items())))
-        if key not in seen:
-            seen.add(key)
-            out.append((fn, args, kwargs, config))
-    return out
+        return gpu_compile.capture_launches(module.flash_attention, q, k, v, causal=causal)
 
 
 def compile_plan(module, d_head=128, causal=True):
@@ -713,10 +736,11 @@ def compile_plan(module, d_head=128, causal=True):
             entry["error_type"] = type(exc).__name__
             continue
         _CAPTURED[(capability, d_head, bool(causal))] = (module, launches)
-        for fn, args, kwargs, config in launches:
+        for fn, args, kwargs, config, launched_for in launches:
             code = getattr(getattr(fn, "fn", None), "__code__", None)
             path = os.path.abspath(code.co_filename) if code else ""
             row = {"kernel": getattr(fn, "__name__", "?"), "config": config,
+                   "launched_for": launched_for,
                    "in_submission": bool(path) and path.startswith(root + os.sep)}
             if not row["in_submission"]:
                 row.update(ok=True, skipped=True)
@@ -754,7 +778,7 @@ def compile_one(module, target, index, key=None, d_head=128, causal=True,
         return {"ok": False, "error": f"flash_attention launched other kernels or configs "
                 f"{again}: launch the same kernels every time (no random or changing "
                 "configs)", "file": None, "line": None}
-    fn, args, kwargs, _ = launches[index]
+    fn, args, kwargs = launches[index][:3]
     row = gpu_compile.compile_launch(fn, args, kwargs, capability,
                                      front_end_only=bool(front_end_only))
     row.pop("trace", None)
