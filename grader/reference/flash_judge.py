@@ -882,7 +882,7 @@ def judge_compile(result: dict) -> str:
                            f"(for {t['target']}): the work must happen in your kernel")
         for r in own:
             name = f"  {t['target']:20s} {r['kernel']} [{r['config'] or 'as launched'}]" + \
-                (f" ({str(r['launched_for'])[:80]})" if r.get("launched_for") else "")
+                (f" ({_launched_for(r)})" if r.get("launched_for") else "")
             if r.get("pending"):
                 pending.append(name)
                 continue
@@ -936,6 +936,12 @@ def _judge_removed_style(r: dict) -> None:
                 f"{advice[1:]}.")
 
 
+def _launched_for(r: dict) -> str:
+    """The words of the path a plan row was launched for (``OTHER_PATHS`` of
+    the ex07 probe), as the worker gave them: a string, cut short."""
+    return str(r["launched_for"])[:80]
+
+
 def _judge_row(t: dict, r: dict) -> None:
     """Raises ``Feedback`` where launch ``r`` of target ``t`` failed to
     compile or does not fit the GPU's shared memory."""
@@ -943,7 +949,7 @@ def _judge_row(t: dict, r: dict) -> None:
     where = f"{r.get('file') or 'your file'}, line {r['line']}" if r.get("line") \
         else (r.get("file") or "your file")
     # a launch of another path than the compiled case's: said with it
-    path = f", launched for {str(r['launched_for'])[:80]}" if r.get("launched_for") else ""
+    path = f", launched for {_launched_for(r)}" if r.get("launched_for") else ""
     if not r["ok"]:
         _judge_removed_style(r)
         hint = next((h for key, h in COMPILE_HINTS if key in r["error"]), "")

@@ -25,9 +25,6 @@ def test_gqa_decode_rejects_two_query_positions(student):
                   unchecked=MISTAKES["q_shape_unchecked"])
 
 
-# decode_intensity's slips: the hidden suite's list too (ex06_checks.INTENSITY_MISTAKES)
-
-
 @pytest.mark.points(1)
 def test_decode_intensity_long_context(student):
     """decode_intensity is about h / h_kv at a long context (and below it at a short one)"""

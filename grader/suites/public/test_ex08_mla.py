@@ -6,8 +6,8 @@ import pytest
 from grader.feedback import LONG_CHAIN, Feedback, accuracy, check_close, check_equal
 from grader.reference.secret import mla as ref
 from grader.reference import mla_trace
-from grader.reference.ex08_checks import CACHE_BYTES_MISTAKES, SAVING_MISTAKES, \
-    check_attention, check_decode, mla_inputs
+from grader.reference.ex08_checks import CACHE_BYTES_MISTAKES, INTENSITY_MISTAKES, \
+    SAVING_MISTAKES, check_attention, check_decode, mla_inputs
 
 pytestmark = [pytest.mark.exercise("ex08_mla")]
 # The precision rule (grader.feedback.accuracy): a float64 input is held to
@@ -102,11 +102,7 @@ def check_intensity_at(student, s):
     args = (v["n_heads"], s, v["d_c"], v["d_rope"])
     check_close(student.mla_decode_intensity(*args), ref.decode_intensity(*args),
                 what=f"mla_decode_intensity{args}", atol=0, rtol=1e-9,
-                mistakes=ref.mistakes_of(ref.decode_intensity,
-                                         ["rope_key_per_head", "latent_per_head",
-                                          "flops_scores_only", "flops_double",
-                                          "intensity_no_q_o", "no_rope_key",
-                                          "flops_wsum_with_rope"], *args))
+                mistakes=ref.mistakes_of(ref.decode_intensity, INTENSITY_MISTAKES, *args))
 
 
 @pytest.mark.points(1)

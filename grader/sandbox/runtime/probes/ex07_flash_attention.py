@@ -669,10 +669,11 @@ OTHER_PATHS = ((1, None, "one decode query, S_q = 1"), (1024, "float32", "float3
 def _launches(module, capability, dtype_name, d_head, causal) -> list:
     """The distinct launches ``module.flash_attention`` makes on a GPU of
     ``capability``: ``[(fn, args, kwargs, config, path)]``, in the order made,
-    those of ``OTHER_PATHS`` after them (``path``: their words, else "").  The inputs say they are on that GPU
-    (``gpu_compile.looks_like_gpu``): the host code takes the path it would
-    take there, device checks included.  Raises what the student's host code
-    raised in the compiled case (another path's error is its tests' to find)."""
+    those of ``OTHER_PATHS`` after them (``path``: their words, else "").
+    The inputs say they are on that GPU (``gpu_compile.looks_like_gpu``): the
+    host code takes the path it would take there, device checks included.
+    Raises what the student's host code raised in the compiled case (another
+    path's error is its tests' to find)."""
     from . import gpu_compile
     seen, out = set(), []
     for n, (s_q, other_dtype, path) in enumerate(((1024, None, ""),) + OTHER_PATHS):
