@@ -14,7 +14,7 @@ from grader.report import TestResult as Result  # not "Test*": pytest would coll
 from grader import rootcause
 from grader.rootcause import Upstream, attribute
 from grader.sandbox import bwrap, confine, forkserver
-from tests.conftest import SOLUTIONS, failures, grade_dir
+from tests.conftest import SOLUTIONS, copy_solutions, failures, grade_dir
 from tests.data.mutants import all_mutants
 
 AXIS = "the softmax ran over queries instead of keys"
@@ -218,7 +218,6 @@ def test_an_imported_module_missing_from_the_submission_is_said_to_be_missing(tm
     handed in so): its tests run with the course's ex02 and keep their
     points, saying that the student's ex02_mha is not in the submission, not
     that it was merely left out of this run.  Left out, it says so."""
-    from tests.conftest import copy_solutions
     alone = grade_dir(copy_solutions(tmp_path / "alone", ["ex03_gqa"]), ["ex03_gqa"], seed=3)
     assert not alone.errors, alone.errors
     got = alone.exercise_scores()["ex03_gqa"]
